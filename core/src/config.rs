@@ -1,0 +1,1063 @@
+//! Job configuration: every key of ElasticJob 3.0.x, one set of defaults, validation that names
+//! the key and the problem, and the YAML of the registry's `config` node.
+//!
+//! # Defaults
+//!
+//! ElasticJob has three default sets (the Java builder's, the YAML POJO's and the Spring Boot
+//! starter's) and a hand-written YAML without `monitorExecution` silently turns monitoring off.
+//! shardjob has one set, the Java builder's, used whether a key is missing from YAML or not set
+//! in code, and it writes every key so the registry copy is always explicit:
+//!
+//! | key | default |
+//! |---|---|
+//! | `monitorExecution` | `true` |
+//! | `failover` | `false` |
+//! | `misfire` | `true` |
+//! | `maxTimeDiffSeconds` | `-1` (off) |
+//! | `reconcileIntervalMinutes` | `10` |
+//! | `jobShardingStrategyType` | `AVG_ALLOCATION` |
+//! | `jobExecutorThreadPoolSizeProviderType` | `CPU` |
+//! | `jobErrorHandlerType` | `LOG` |
+//! | `timeZone` | `UTC` (ElasticJob: the JVM's zone, which differs between hosts) |
+//! | everything else | empty / `false` |
+//!
+//! # Reading
+//!
+//! [`JobConfig::from_yaml`] reads one job (ElasticJob's camelCase keys), [`parse_jobs_file`] a
+//! file of several (a YAML list of jobs, or one job). Every problem is collected, not just the
+//! first: each [`ConfigProblem`] names the job, the key and what is wrong. Unknown keys are
+//! problems in [`Strictness::Strict`] mode (a typo in a file should not pass) and are ignored
+//! in [`Strictness::Lenient`] mode (a `config` node written by a newer version).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
+
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::cron::CronExpr;
+use crate::instance::DELIMITER;
+use crate::sharding::BuiltinStrategy;
+use crate::time_zone::JobTimeZone;
+
+/// The largest `shardingTotalCount` accepted. Every item is a registry node; a job that needs
+/// more items than this is better served by fewer, larger items.
+pub const MAX_SHARDING_TOTAL_COUNT: u32 = 100_000;
+
+/// The longest job name accepted, in bytes.
+pub const MAX_JOB_NAME_LEN: usize = 255;
+
+/// The executor strategy: how many items of one job run at once in one instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ExecutorType {
+    /// Twice the number of cores (ElasticJob's `CPU`, the default).
+    #[default]
+    Cpu,
+    /// One item at a time (`SINGLE_THREAD`).
+    SingleThread,
+}
+
+impl ExecutorType {
+    /// Every executor type.
+    pub const ALL: [ExecutorType; 2] = [ExecutorType::Cpu, ExecutorType::SingleThread];
+
+    /// ElasticJob's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecutorType::Cpu => "CPU",
+            ExecutorType::SingleThread => "SINGLE_THREAD",
+        }
+    }
+}
+
+/// What happens when an item fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum ErrorHandlerType {
+    /// Log the error (the default).
+    #[default]
+    Log,
+    /// Fail the run.
+    Throw,
+    /// Do nothing.
+    Ignore,
+    /// Send an e-mail (settings in `props`).
+    Email,
+    /// Post to a WeChat Work webhook (settings in `props`).
+    Wechat,
+    /// Post to a DingTalk webhook (settings in `props`).
+    Dingtalk,
+    /// Post JSON to any webhook (settings in `props`); shardjob's addition.
+    Webhook,
+}
+
+impl ErrorHandlerType {
+    /// Every error handler type.
+    pub const ALL: [ErrorHandlerType; 7] = [
+        ErrorHandlerType::Log,
+        ErrorHandlerType::Throw,
+        ErrorHandlerType::Ignore,
+        ErrorHandlerType::Email,
+        ErrorHandlerType::Wechat,
+        ErrorHandlerType::Dingtalk,
+        ErrorHandlerType::Webhook,
+    ];
+
+    /// ElasticJob's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorHandlerType::Log => "LOG",
+            ErrorHandlerType::Throw => "THROW",
+            ErrorHandlerType::Ignore => "IGNORE",
+            ErrorHandlerType::Email => "EMAIL",
+            ErrorHandlerType::Wechat => "WECHAT",
+            ErrorHandlerType::Dingtalk => "DINGTALK",
+            ErrorHandlerType::Webhook => "WEBHOOK",
+        }
+    }
+}
+
+macro_rules! named_enum {
+    ($t:ty) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl FromStr for $t {
+            type Err = String;
+            /// Parses ElasticJob's name of the type (exact, case-sensitive); the error lists the
+            /// valid names.
+            fn from_str(s: &str) -> Result<Self, String> {
+                <$t>::ALL
+                    .into_iter()
+                    .find(|t| t.name() == s)
+                    .ok_or_else(|| {
+                        let names: Vec<&str> = <$t>::ALL.iter().map(|t| t.name()).collect();
+                        format!("unknown type {s:?}; expected one of {}", names.join(", "))
+                    })
+            }
+        }
+    };
+}
+named_enum!(ExecutorType);
+named_enum!(ErrorHandlerType);
+
+/// The configuration of one job: every key ElasticJob 3.0.x stores in the `config` node.
+///
+/// Fields are public plain data; [`JobConfig::validate`] checks a value built in code, and
+/// [`JobConfig::from_yaml`] returns only valid ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobConfig {
+    /// `jobName`: the job's id and registry node name.
+    pub job_name: String,
+    /// `cron`: the Quartz schedule; `None` for a job that only runs when triggered.
+    pub cron: Option<CronExpr>,
+    /// `timeZone`: the zone the cron expression is read in.
+    pub time_zone: JobTimeZone,
+    /// `shardingTotalCount`: the job is cut into items `0..n-1`.
+    pub sharding_total_count: u32,
+    /// `shardingItemParameters`: a parameter per item (`0=a,1=b`); items without one get none.
+    pub sharding_item_parameters: BTreeMap<u32, String>,
+    /// `jobParameter`: a free string passed to every item.
+    pub job_parameter: String,
+    /// `monitorExecution`: keep `running` markers, so fires that overlap a run and items of a
+    /// crashed instance are detected. Required by failover and misfire.
+    pub monitor_execution: bool,
+    /// `failover`: items running on an instance that dies are run at once by another.
+    pub failover: bool,
+    /// `misfire`: a fire that comes while the item still runs is run right after.
+    pub misfire: bool,
+    /// `maxTimeDiffSeconds`: largest tolerated difference between the instance's clock and the
+    /// registry's, or `-1` for no check.
+    pub max_time_diff_seconds: i32,
+    /// `reconcileIntervalMinutes`: how often to repair the sharding state, or `0` for never.
+    pub reconcile_interval_minutes: u32,
+    /// `jobShardingStrategyType`: a builtin strategy name or a custom one registered with the
+    /// runtime.
+    pub job_sharding_strategy_type: String,
+    /// `jobExecutorThreadPoolSizeProviderType`.
+    pub job_executor_thread_pool_size_provider_type: ExecutorType,
+    /// `jobErrorHandlerType`.
+    pub job_error_handler_type: ErrorHandlerType,
+    /// `jobListenerTypes`: listeners by registered name.
+    pub job_listener_types: Vec<String>,
+    /// `jobExtraConfigurations`: tagged YAML objects (ElasticJob keeps tracing settings here),
+    /// kept as they are.
+    pub job_extra_configurations: Vec<Value>,
+    /// `description`.
+    pub description: String,
+    /// `props`: job-type and error-handler settings (`script.command.line`, `http.uri`, ...).
+    pub props: BTreeMap<String, String>,
+    /// `disabled`: the instance's server starts DISABLED.
+    pub disabled: bool,
+    /// `overwrite`: the local configuration replaces the registry's at start-up.
+    pub overwrite: bool,
+    /// `label`: stored, no behaviour.
+    pub label: Option<String>,
+    /// `staticSharding`: once assigned, items do not move when instances come and go.
+    pub static_sharding: bool,
+}
+
+impl JobConfig {
+    /// A configuration with the given name and item count and every other key at its default.
+    pub fn new(job_name: impl Into<String>, sharding_total_count: u32) -> Self {
+        Self {
+            job_name: job_name.into(),
+            cron: None,
+            time_zone: JobTimeZone::utc(),
+            sharding_total_count,
+            sharding_item_parameters: BTreeMap::new(),
+            job_parameter: String::new(),
+            monitor_execution: true,
+            failover: false,
+            misfire: true,
+            max_time_diff_seconds: -1,
+            reconcile_interval_minutes: 10,
+            job_sharding_strategy_type: BuiltinStrategy::default().to_string(),
+            job_executor_thread_pool_size_provider_type: ExecutorType::default(),
+            job_error_handler_type: ErrorHandlerType::default(),
+            job_listener_types: Vec::new(),
+            job_extra_configurations: Vec::new(),
+            description: String::new(),
+            props: BTreeMap::new(),
+            disabled: false,
+            overwrite: false,
+            label: None,
+            static_sharding: false,
+        }
+    }
+
+    /// Sets the cron expression (builder style).
+    pub fn with_cron(mut self, cron: CronExpr) -> Self {
+        self.cron = Some(cron);
+        self
+    }
+
+    /// The parameter of an item, if it has one.
+    pub fn item_parameter(&self, item: u32) -> Option<&str> {
+        self.sharding_item_parameters.get(&item).map(String::as_str)
+    }
+
+    /// Checks a configuration built in code against the builtin strategy names.
+    pub fn validate(&self) -> Result<(), JobConfigError> {
+        self.validate_with(&KnownTypes::default())
+    }
+
+    /// Checks a configuration, accepting the extra strategy names in `known`.
+    pub fn validate_with(&self, known: &KnownTypes) -> Result<(), JobConfigError> {
+        let mut problems = Vec::new();
+        self.check(known, &mut problems);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(JobConfigError::Invalid(problems))
+        }
+    }
+
+    fn check(&self, known: &KnownTypes, problems: &mut Vec<ConfigProblem>) {
+        let mut report = |key: &'static str, problem: Problem| {
+            problems.push(ConfigProblem {
+                job: self.job_name.clone(),
+                key,
+                problem,
+            })
+        };
+        if let Err(p) = check_job_name(&self.job_name) {
+            report("jobName", p);
+        }
+        let total = self.sharding_total_count;
+        if total == 0 {
+            report("shardingTotalCount", Problem::NotPositive(0));
+        } else if total > MAX_SHARDING_TOTAL_COUNT {
+            report(
+                "shardingTotalCount",
+                Problem::TooLarge(total.into(), MAX_SHARDING_TOTAL_COUNT.into()),
+            );
+        }
+        if total > 0 {
+            for &item in self.sharding_item_parameters.keys() {
+                if item >= total {
+                    report(
+                        "shardingItemParameters",
+                        Problem::ItemOutOfRange { item, total },
+                    );
+                }
+            }
+        }
+        if self.max_time_diff_seconds < -1 || self.max_time_diff_seconds == 0 {
+            report(
+                "maxTimeDiffSeconds",
+                Problem::BadTimeDiff(self.max_time_diff_seconds.into()),
+            );
+        }
+        if !known.has_strategy(&self.job_sharding_strategy_type) {
+            let reason = match self.job_sharding_strategy_type.parse::<BuiltinStrategy>() {
+                Err(e) => e.to_string(),
+                Ok(_) => String::new(),
+            };
+            report(
+                "jobShardingStrategyType",
+                Problem::UnknownType {
+                    value: self.job_sharding_strategy_type.clone(),
+                    reason,
+                },
+            );
+        }
+        if self.failover && !self.monitor_execution {
+            // Accepted by ElasticJob, where failover then silently never happens: without
+            // running markers nobody can tell which items a dead instance was running.
+            report("failover", Problem::NeedsMonitorExecution);
+        }
+        for name in &self.job_listener_types {
+            if name.trim().is_empty() {
+                report("jobListenerTypes", Problem::Empty);
+            }
+        }
+        for key in self.props.keys() {
+            if key.trim().is_empty() {
+                report("props", Problem::Empty);
+            }
+        }
+    }
+
+    /// Reads one job from ElasticJob's YAML (camelCase keys; missing keys take the defaults).
+    pub fn from_yaml(yaml: &str, strictness: Strictness) -> Result<JobConfig, JobConfigError> {
+        Self::from_yaml_with(yaml, strictness, &KnownTypes::default())
+    }
+
+    /// [`JobConfig::from_yaml`], accepting the extra strategy names in `known`.
+    pub fn from_yaml_with(
+        yaml: &str,
+        strictness: Strictness,
+        known: &KnownTypes,
+    ) -> Result<JobConfig, JobConfigError> {
+        let value = parse_yaml(yaml)?;
+        let mut problems = Vec::new();
+        let config = from_value(&value, strictness, known, None, &mut problems);
+        match config {
+            Some(config) if problems.is_empty() => Ok(config),
+            _ => Err(JobConfigError::Invalid(problems)),
+        }
+    }
+
+    /// Writes every key as ElasticJob's YAML, keys in alphabetical order as ElasticJob writes
+    /// them. Only `cron` (for a job without a schedule) and `label` (when unset) are left out.
+    pub fn to_yaml(&self) -> String {
+        let mut m = BTreeMap::<&str, Value>::new();
+        let s = |v: &str| Value::String(v.to_owned());
+        if let Some(cron) = &self.cron {
+            m.insert("cron", s(cron.as_str()));
+        }
+        m.insert("description", s(&self.description));
+        m.insert("disabled", Value::Bool(self.disabled));
+        m.insert("failover", Value::Bool(self.failover));
+        m.insert("jobErrorHandlerType", s(self.job_error_handler_type.name()));
+        m.insert(
+            "jobExecutorThreadPoolSizeProviderType",
+            s(self.job_executor_thread_pool_size_provider_type.name()),
+        );
+        m.insert(
+            "jobExtraConfigurations",
+            Value::Sequence(self.job_extra_configurations.clone()),
+        );
+        m.insert(
+            "jobListenerTypes",
+            Value::Sequence(self.job_listener_types.iter().map(|t| s(t)).collect()),
+        );
+        m.insert("jobName", s(&self.job_name));
+        m.insert("jobParameter", s(&self.job_parameter));
+        m.insert(
+            "jobShardingStrategyType",
+            s(&self.job_sharding_strategy_type),
+        );
+        if let Some(label) = &self.label {
+            m.insert("label", s(label));
+        }
+        m.insert(
+            "maxTimeDiffSeconds",
+            Value::Number(self.max_time_diff_seconds.into()),
+        );
+        m.insert("misfire", Value::Bool(self.misfire));
+        m.insert("monitorExecution", Value::Bool(self.monitor_execution));
+        m.insert("overwrite", Value::Bool(self.overwrite));
+        let mut props = Mapping::new();
+        for (k, v) in &self.props {
+            props.insert(s(k), s(v));
+        }
+        m.insert("props", Value::Mapping(props));
+        m.insert(
+            "reconcileIntervalMinutes",
+            Value::Number(self.reconcile_interval_minutes.into()),
+        );
+        m.insert(
+            "shardingItemParameters",
+            s(&format_item_parameters(&self.sharding_item_parameters)),
+        );
+        m.insert(
+            "shardingTotalCount",
+            Value::Number(self.sharding_total_count.into()),
+        );
+        m.insert("staticSharding", Value::Bool(self.static_sharding));
+        m.insert("timeZone", s(&self.time_zone.to_string()));
+        let mapping: Mapping = m.into_iter().map(|(k, v)| (s(k), v)).collect();
+        // Serializing a mapping of strings, numbers, booleans and values read from YAML
+        // cannot fail; should the library ever disagree, fall back to an empty document
+        // rather than panic.
+        serde_yaml_ng::to_string(&Value::Mapping(mapping)).unwrap_or_default()
+    }
+}
+
+/// Names accepted for types that can be extended at run time.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KnownTypes {
+    /// Custom sharding strategy names, besides the builtin ones.
+    pub strategies: BTreeSet<String>,
+}
+
+impl KnownTypes {
+    fn has_strategy(&self, name: &str) -> bool {
+        name.parse::<BuiltinStrategy>().is_ok() || self.strategies.contains(name)
+    }
+}
+
+/// How to treat keys that are not ElasticJob's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strictness {
+    /// An unknown key is a problem (files written by people).
+    Strict,
+    /// Unknown keys are ignored (the registry copy, which a newer version may have written).
+    Lenient,
+}
+
+/// A configuration problem: which job, which key, what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    /// The job's name as written (may be empty or itself the problem), or `#N` (its position
+    /// in a file, from 1) when the name is missing.
+    pub job: String,
+    /// The YAML key at fault.
+    pub key: &'static str,
+    /// What is wrong.
+    pub problem: Problem,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "job {:?}: {}: {}", self.job, self.key, self.problem)
+    }
+}
+
+/// What is wrong with one key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Problem {
+    /// A required key is missing.
+    #[error("is required")]
+    Missing,
+    /// The value is empty or blank where text is required.
+    #[error("must not be empty")]
+    Empty,
+    /// The value has the wrong YAML type.
+    #[error("expected {expected}, found {found}")]
+    WrongType {
+        /// What the key takes.
+        expected: &'static str,
+        /// A short rendering of what was found.
+        found: String,
+    },
+    /// A job name that cannot be a registry node or would break task ids.
+    #[error("{0}")]
+    BadJobName(String),
+    /// A count that must be positive.
+    #[error("must be greater than 0, found {0}")]
+    NotPositive(i64),
+    /// A number that must not be negative.
+    #[error("must not be negative, found {0} (use 0 to turn it off)")]
+    Negative(i64),
+    /// A number above the accepted maximum.
+    #[error("{0} is more than the maximum {1}")]
+    TooLarge(i64, i64),
+    /// `maxTimeDiffSeconds` other than -1 or a positive number.
+    #[error("must be -1 (no check) or a positive number of seconds, found {0}")]
+    BadTimeDiff(i64),
+    /// A malformed `shardingItemParameters` entry.
+    #[error("entry {entry:?}: {reason}")]
+    BadItemParameter {
+        /// The entry as written.
+        entry: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// Two parameters for one item.
+    #[error("item {0} is given twice")]
+    DuplicateItem(u32),
+    /// A parameter for an item that does not exist.
+    #[error("item {item} is out of range: items are 0..{total} (shardingTotalCount is {total})")]
+    ItemOutOfRange {
+        /// The item.
+        item: u32,
+        /// The item count.
+        total: u32,
+    },
+    /// An invalid cron expression.
+    #[error("{0}")]
+    BadCron(String),
+    /// An unknown time zone.
+    #[error("{0}")]
+    BadTimeZone(String),
+    /// An unknown strategy, executor or error-handler type.
+    #[error("unknown type {value:?}{}", if reason.is_empty() { String::new() } else { format!(": {reason}") })]
+    UnknownType {
+        /// The type name as written.
+        value: String,
+        /// Why it is not accepted, with the valid names.
+        reason: String,
+    },
+    /// `failover` on while `monitorExecution` is off.
+    #[error("needs monitorExecution: true (without running markers it cannot work)")]
+    NeedsMonitorExecution,
+    /// A key ElasticJob does not have (in strict mode).
+    #[error("unknown key {0:?}")]
+    UnknownKey(String),
+    /// Two jobs in one file share a name.
+    #[error("another job in this file has the same name")]
+    DuplicateJob,
+}
+
+/// Why a configuration could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JobConfigError {
+    /// The text is not YAML, or not of the expected shape.
+    #[error("malformed YAML: {0}")]
+    Yaml(String),
+    /// The YAML was read, and these keys are wrong. Never empty.
+    #[error("{} problem(s): {}", .0.len(), join_problems(.0))]
+    Invalid(Vec<ConfigProblem>),
+}
+
+impl JobConfigError {
+    /// The individual problems (a YAML error has none).
+    pub fn problems(&self) -> &[ConfigProblem] {
+        match self {
+            JobConfigError::Invalid(p) => p,
+            JobConfigError::Yaml(_) => &[],
+        }
+    }
+}
+
+fn join_problems(problems: &[ConfigProblem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Reads a file of jobs: a YAML list of job mappings, or a single job mapping. Every problem of
+/// every job is reported; two jobs with the same name are a problem.
+pub fn parse_jobs_file(
+    yaml: &str,
+    strictness: Strictness,
+    known: &KnownTypes,
+) -> Result<Vec<JobConfig>, JobConfigError> {
+    let value = parse_yaml(yaml)?;
+    let entries: Vec<&Value> = match &value {
+        Value::Sequence(jobs) => jobs.iter().collect(),
+        Value::Mapping(_) => vec![&value],
+        other => {
+            return Err(JobConfigError::Yaml(format!(
+                "expected a list of jobs or one job (a mapping), found {}",
+                describe(other)
+            )));
+        }
+    };
+    if entries.is_empty() {
+        return Err(JobConfigError::Yaml("the file lists no jobs".to_owned()));
+    }
+    let mut problems = Vec::new();
+    let mut jobs = Vec::new();
+    for (i, entry) in entries.iter().enumerate() {
+        if let Some(job) = from_value(entry, strictness, known, Some(i + 1), &mut problems) {
+            jobs.push(job);
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for job in &jobs {
+        if !seen.insert(job.job_name.as_str()) {
+            problems.push(ConfigProblem {
+                job: job.job_name.clone(),
+                key: "jobName",
+                problem: Problem::DuplicateJob,
+            });
+        }
+    }
+    if problems.is_empty() {
+        Ok(jobs)
+    } else {
+        Err(JobConfigError::Invalid(problems))
+    }
+}
+
+fn parse_yaml(yaml: &str) -> Result<Value, JobConfigError> {
+    let mut value: Value =
+        serde_yaml_ng::from_str(yaml).map_err(|e| JobConfigError::Yaml(e.to_string()))?;
+    value
+        .apply_merge()
+        .map_err(|e| JobConfigError::Yaml(e.to_string()))?;
+    Ok(value)
+}
+
+/// The keys ElasticJob 3.0.x writes, plus the 3.0.0-alpha name of the executor key.
+const KEYS: &[&str] = &[
+    "cron",
+    "description",
+    "disabled",
+    "failover",
+    "jobErrorHandlerType",
+    "jobExecutorServiceHandlerType",
+    "jobExecutorThreadPoolSizeProviderType",
+    "jobExtraConfigurations",
+    "jobListenerTypes",
+    "jobName",
+    "jobParameter",
+    "jobShardingStrategyType",
+    "label",
+    "maxTimeDiffSeconds",
+    "misfire",
+    "monitorExecution",
+    "overwrite",
+    "props",
+    "reconcileIntervalMinutes",
+    "shardingItemParameters",
+    "shardingTotalCount",
+    "staticSharding",
+    "timeZone",
+];
+
+/// Reads one job mapping; pushes problems; returns the config when it could be built (it may
+/// still have problems, which `check` found).
+fn from_value(
+    value: &Value,
+    strictness: Strictness,
+    known: &KnownTypes,
+    position: Option<usize>,
+    problems: &mut Vec<ConfigProblem>,
+) -> Option<JobConfig> {
+    let Some(map) = value.as_mapping() else {
+        problems.push(ConfigProblem {
+            job: position.map(|p| format!("#{p}")).unwrap_or_default(),
+            key: "jobName",
+            problem: Problem::WrongType {
+                expected: "a mapping of job keys",
+                found: describe(value),
+            },
+        });
+        return None;
+    };
+    let name_value = map.get("jobName");
+    let job = match name_value.and_then(Value::as_str) {
+        Some(name) => name.to_owned(),
+        None => position.map(|p| format!("#{p}")).unwrap_or_default(),
+    };
+    let start = problems.len();
+    let mut r = Reader {
+        map,
+        job: &job,
+        problems,
+    };
+
+    if strictness == Strictness::Strict {
+        for key in map.keys() {
+            match key.as_str() {
+                Some(k) if KEYS.contains(&k) => {}
+                _ => {
+                    let k = key.as_str().map_or_else(|| describe(key), str::to_owned);
+                    r.problem("jobName", Problem::UnknownKey(k));
+                }
+            }
+        }
+    }
+
+    let mut c = JobConfig::new(String::new(), 0);
+    match name_value {
+        None | Some(Value::Null) => r.problem("jobName", Problem::Missing),
+        Some(_) => {
+            if let Some(name) = r.string("jobName") {
+                c.job_name = name;
+            }
+        }
+    }
+    match map.get("shardingTotalCount") {
+        None | Some(Value::Null) => r.problem("shardingTotalCount", Problem::Missing),
+        Some(_) => {
+            if let Some(n) = r.int("shardingTotalCount") {
+                if n <= 0 {
+                    r.problem("shardingTotalCount", Problem::NotPositive(n));
+                } else if n > i64::from(MAX_SHARDING_TOTAL_COUNT) {
+                    r.problem(
+                        "shardingTotalCount",
+                        Problem::TooLarge(n, MAX_SHARDING_TOTAL_COUNT.into()),
+                    );
+                } else {
+                    c.sharding_total_count = n as u32;
+                }
+            }
+        }
+    }
+    if let Some(text) = r.opt_string("cron").filter(|t| !t.trim().is_empty()) {
+        match CronExpr::parse(&text) {
+            Ok(cron) => c.cron = Some(cron),
+            Err(e) => r.problem("cron", Problem::BadCron(e.to_string())),
+        }
+    }
+    if let Some(text) = r.opt_string("timeZone").filter(|t| !t.trim().is_empty()) {
+        match JobTimeZone::parse(&text) {
+            Ok(tz) => c.time_zone = tz,
+            Err(e) => r.problem("timeZone", Problem::BadTimeZone(e.to_string())),
+        }
+    }
+    if let Some(text) = r.opt_string("shardingItemParameters") {
+        match parse_item_parameters(&text) {
+            Ok(params) => c.sharding_item_parameters = params,
+            Err(problem) => r.problem("shardingItemParameters", problem),
+        }
+    }
+    if let Some(v) = r.opt_string("jobParameter") {
+        c.job_parameter = v;
+    }
+    if let Some(v) = r.opt_string("description") {
+        c.description = v;
+    }
+    if let Some(v) = r.opt_string("label") {
+        c.label = Some(v);
+    }
+    for (key, slot) in [
+        ("monitorExecution", &mut c.monitor_execution),
+        ("failover", &mut c.failover),
+        ("misfire", &mut c.misfire),
+        ("disabled", &mut c.disabled),
+        ("overwrite", &mut c.overwrite),
+        ("staticSharding", &mut c.static_sharding),
+    ] {
+        if let Some(b) = r.opt_bool(key) {
+            *slot = b;
+        }
+    }
+    if let Some(n) = r.opt_int("maxTimeDiffSeconds") {
+        match i32::try_from(n) {
+            Ok(n) => c.max_time_diff_seconds = n,
+            Err(_) => r.problem("maxTimeDiffSeconds", Problem::TooLarge(n, i32::MAX.into())),
+        }
+    }
+    if let Some(n) = r.opt_int("reconcileIntervalMinutes") {
+        match u32::try_from(n) {
+            Ok(n) => c.reconcile_interval_minutes = n,
+            Err(_) if n < 0 => r.problem("reconcileIntervalMinutes", Problem::Negative(n)),
+            Err(_) => r.problem(
+                "reconcileIntervalMinutes",
+                Problem::TooLarge(n, u32::MAX.into()),
+            ),
+        }
+    }
+    if let Some(name) = r
+        .opt_string("jobShardingStrategyType")
+        .filter(|t| !t.is_empty())
+    {
+        c.job_sharding_strategy_type = name;
+    }
+    // 3.0.0-alpha wrote the executor type under another key; the 3.0.x key wins if both exist.
+    for key in [
+        "jobExecutorServiceHandlerType",
+        "jobExecutorThreadPoolSizeProviderType",
+    ] {
+        if let Some(name) = r.opt_string(key).filter(|t| !t.is_empty()) {
+            match name.parse() {
+                Ok(t) => c.job_executor_thread_pool_size_provider_type = t,
+                Err(reason) => r.problem(
+                    key,
+                    Problem::UnknownType {
+                        value: name,
+                        reason,
+                    },
+                ),
+            }
+        }
+    }
+    if let Some(name) = r
+        .opt_string("jobErrorHandlerType")
+        .filter(|t| !t.is_empty())
+    {
+        match name.parse() {
+            Ok(t) => c.job_error_handler_type = t,
+            Err(reason) => r.problem(
+                "jobErrorHandlerType",
+                Problem::UnknownType {
+                    value: name,
+                    reason,
+                },
+            ),
+        }
+    }
+    if let Some(list) = r.opt_list("jobListenerTypes") {
+        for item in list {
+            match scalar_text(item) {
+                Some(name) => c.job_listener_types.push(name),
+                None => r.problem(
+                    "jobListenerTypes",
+                    Problem::WrongType {
+                        expected: "a list of names",
+                        found: describe(item),
+                    },
+                ),
+            }
+        }
+    }
+    if let Some(list) = r.opt_list("jobExtraConfigurations") {
+        c.job_extra_configurations = list.to_vec();
+    }
+    match map.get("props") {
+        None | Some(Value::Null) => {}
+        Some(Value::Mapping(props)) => {
+            for (k, v) in props {
+                match (scalar_text(k), scalar_text(v)) {
+                    (Some(k), Some(v)) => {
+                        c.props.insert(k, v);
+                    }
+                    _ => r.problem(
+                        "props",
+                        Problem::WrongType {
+                            expected: "a mapping of text keys to text values",
+                            found: format!("{}: {}", describe(k), describe(v)),
+                        },
+                    ),
+                }
+            }
+        }
+        Some(other) => {
+            let found = describe(other);
+            r.problem(
+                "props",
+                Problem::WrongType {
+                    expected: "a mapping",
+                    found,
+                },
+            )
+        }
+    }
+
+    // Validation of the assembled value (names, ranges, cross-key rules). Keys that could not
+    // be read were already reported, and hold defaults now: checking them again would repeat
+    // or invent a problem.
+    let unreadable: BTreeSet<&'static str> = problems[start..].iter().map(|p| p.key).collect();
+    let mut checked = Vec::new();
+    c.check(known, &mut checked);
+    problems.extend(checked.into_iter().filter(|p| !unreadable.contains(p.key)));
+    Some(c)
+}
+
+struct Reader<'a> {
+    map: &'a Mapping,
+    job: &'a str,
+    problems: &'a mut Vec<ConfigProblem>,
+}
+
+impl<'a> Reader<'a> {
+    fn problem(&mut self, key: &'static str, problem: Problem) {
+        self.problems.push(ConfigProblem {
+            job: self.job.to_owned(),
+            key,
+            problem,
+        });
+    }
+
+    fn present(&self, key: &str) -> Option<&Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn string(&mut self, key: &'static str) -> Option<String> {
+        self.opt_string(key)
+    }
+
+    fn opt_string(&mut self, key: &'static str) -> Option<String> {
+        let v = self.present(key)?;
+        match scalar_text(v) {
+            Some(s) => Some(s),
+            None => {
+                let found = describe(v);
+                self.problem(
+                    key,
+                    Problem::WrongType {
+                        expected: "text",
+                        found,
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    fn opt_bool(&mut self, key: &'static str) -> Option<bool> {
+        let v = self.present(key)?;
+        match v {
+            Value::Bool(b) => Some(*b),
+            Value::String(s) if s.eq_ignore_ascii_case("true") => Some(true),
+            Value::String(s) if s.eq_ignore_ascii_case("false") => Some(false),
+            other => {
+                let found = describe(other);
+                self.problem(
+                    key,
+                    Problem::WrongType {
+                        expected: "true or false",
+                        found,
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    fn int(&mut self, key: &'static str) -> Option<i64> {
+        self.opt_int(key)
+    }
+
+    fn opt_int(&mut self, key: &'static str) -> Option<i64> {
+        let v = self.present(key)?;
+        let n = match v {
+            Value::Number(n) => n.as_i64(),
+            Value::String(s) => s.trim().parse::<i64>().ok(),
+            _ => None,
+        };
+        if n.is_none() {
+            let found = describe(v);
+            self.problem(
+                key,
+                Problem::WrongType {
+                    expected: "a whole number",
+                    found,
+                },
+            );
+        }
+        n
+    }
+
+    fn opt_list(&mut self, key: &'static str) -> Option<&'a [Value]> {
+        let map = self.map;
+        match map.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::Sequence(items)) => Some(items.as_slice()),
+            Some(other) => {
+                let found = describe(other);
+                self.problem(
+                    key,
+                    Problem::WrongType {
+                        expected: "a list",
+                        found,
+                    },
+                );
+                None
+            }
+        }
+    }
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "nothing (null)".to_owned(),
+        Value::Bool(b) => format!("the boolean {b}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) if s.chars().count() > 40 => {
+            format!("the text {:?}…", s.chars().take(40).collect::<String>())
+        }
+        Value::String(s) => format!("the text {s:?}"),
+        Value::Sequence(_) => "a list".to_owned(),
+        Value::Mapping(_) => "a mapping".to_owned(),
+        Value::Tagged(t) => format!("a value tagged {}", t.tag),
+    }
+}
+
+fn check_job_name(name: &str) -> Result<(), Problem> {
+    let bad = |why: &str| Err(Problem::BadJobName(why.to_owned()));
+    if name.trim().is_empty() {
+        return Err(Problem::Empty);
+    }
+    if name.len() > MAX_JOB_NAME_LEN {
+        return bad(&format!("is longer than {MAX_JOB_NAME_LEN} bytes"));
+    }
+    if name.contains('/') {
+        return bad("must not contain '/' (it names a registry node)");
+    }
+    if name.chars().any(char::is_whitespace) {
+        return bad("must not contain whitespace");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("must not contain control characters");
+    }
+    if name == "." || name == ".." {
+        return bad("must not be '.' or '..'");
+    }
+    if name.contains(DELIMITER) {
+        return bad("must not contain '@-@' (it separates the parts of a task id)");
+    }
+    Ok(())
+}
+
+/// Parses `shardingItemParameters` as ElasticJob does: entries separated by `,`, each
+/// `item=parameter` with surrounding spaces trimmed; the parameter cannot contain `=` or `,`.
+/// Trailing empty entries are ignored (Java's `split` drops them). Out-of-range items are
+/// checked by validation, which knows the item count.
+pub fn parse_item_parameters(text: &str) -> Result<BTreeMap<u32, String>, Problem> {
+    let mut out = BTreeMap::new();
+    if text.trim().is_empty() {
+        return Ok(out);
+    }
+    let mut entries: Vec<&str> = text.split(',').collect();
+    while entries.last().is_some_and(|e| e.is_empty()) {
+        entries.pop();
+    }
+    for raw in entries {
+        let entry = raw.trim();
+        let bad = |reason| Problem::BadItemParameter {
+            entry: raw.to_owned(),
+            reason,
+        };
+        let mut parts = entry.split('=');
+        let (Some(item), Some(param), None) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad("expected item=parameter, with exactly one '='"));
+        };
+        let item = item.trim();
+        let param = param.trim();
+        if param.is_empty() {
+            return Err(bad("the parameter is empty"));
+        }
+        let item: u32 = match item.parse::<i64>() {
+            Ok(n) if n < 0 => return Err(bad("the item number is negative")),
+            Ok(n) => u32::try_from(n).map_err(|_| bad("the item number is too large"))?,
+            Err(_) => return Err(bad("the item is not a whole number")),
+        };
+        if out.insert(item, param.to_owned()).is_some() {
+            return Err(Problem::DuplicateItem(item));
+        }
+    }
+    Ok(out)
+}
+
+/// Writes item parameters back as `0=a,1=b`.
+pub fn format_item_parameters(params: &BTreeMap<u32, String>) -> String {
+    params
+        .iter()
+        .map(|(i, p)| format!("{i}={p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests;

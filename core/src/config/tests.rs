@@ -1,0 +1,328 @@
+use super::*;
+
+/// The example of ElasticJob's `JobConfigurationPOJOTest`, as ElasticJob writes it.
+const ELASTICJOB_EXAMPLE: &str = "\
+cron: 0/1 * * * * ?
+description: Job description
+disabled: false
+failover: false
+jobErrorHandlerType: IGNORE
+jobExecutorThreadPoolSizeProviderType: CPU
+jobName: test_job
+jobParameter: param
+jobShardingStrategyType: AVG_ALLOCATION
+maxTimeDiffSeconds: -1
+misfire: false
+monitorExecution: false
+overwrite: false
+props:
+  key: value
+reconcileIntervalMinutes: 0
+shardingItemParameters: 0=A,1=B,2=C
+shardingTotalCount: 3
+staticSharding: false
+";
+
+fn problems(yaml: &str) -> Vec<ConfigProblem> {
+    match JobConfig::from_yaml(yaml, Strictness::Strict) {
+        Ok(c) => panic!("expected problems, got {c:?}"),
+        Err(e) => e.problems().to_vec(),
+    }
+}
+
+fn keys(yaml: &str) -> Vec<&'static str> {
+    problems(yaml).iter().map(|p| p.key).collect()
+}
+
+#[test]
+fn reads_elasticjobs_own_yaml() {
+    let c = JobConfig::from_yaml(ELASTICJOB_EXAMPLE, Strictness::Strict).unwrap();
+    assert_eq!(c.job_name, "test_job");
+    assert_eq!(c.cron.as_ref().map(CronExpr::as_str), Some("0/1 * * * * ?"));
+    assert_eq!(c.sharding_total_count, 3);
+    assert_eq!(c.item_parameter(1), Some("B"));
+    assert_eq!(c.job_parameter, "param");
+    assert!(!c.monitor_execution && !c.misfire && !c.failover);
+    assert_eq!(c.reconcile_interval_minutes, 0);
+    assert_eq!(c.job_error_handler_type, ErrorHandlerType::Ignore);
+    assert_eq!(c.props.get("key").map(String::as_str), Some("value"));
+}
+
+#[test]
+fn missing_keys_take_the_one_default_set() {
+    let c =
+        JobConfig::from_yaml("jobName: j\nshardingTotalCount: 2\n", Strictness::Strict).unwrap();
+    assert_eq!(c, JobConfig::new("j", 2));
+    assert!(
+        c.monitor_execution,
+        "ElasticJob's POJO would say false here"
+    );
+    assert!(c.misfire);
+    assert!(!c.failover);
+    assert_eq!(c.reconcile_interval_minutes, 10);
+    assert_eq!(c.max_time_diff_seconds, -1);
+    assert_eq!(c.job_sharding_strategy_type, "AVG_ALLOCATION");
+    assert_eq!(c.time_zone, JobTimeZone::utc());
+    assert!(c.cron.is_none());
+}
+
+#[test]
+fn writes_every_key_and_reads_it_back() {
+    let mut c = JobConfig::from_yaml(ELASTICJOB_EXAMPLE, Strictness::Strict).unwrap();
+    c.label = Some("blue".into());
+    c.time_zone = JobTimeZone::parse("Asia/Shanghai").unwrap();
+    let yaml = c.to_yaml();
+    for key in KEYS
+        .iter()
+        .filter(|k| **k != "jobExecutorServiceHandlerType")
+    {
+        assert!(
+            yaml.contains(&format!("{key}:")),
+            "{key} missing in\n{yaml}"
+        );
+    }
+    let keys_in_order: Vec<&str> = yaml
+        .lines()
+        .filter(|l| !l.starts_with(' '))
+        .filter_map(|l| l.split(':').next())
+        .collect();
+    let mut sorted = keys_in_order.clone();
+    sorted.sort();
+    assert_eq!(
+        keys_in_order, sorted,
+        "ElasticJob writes keys in alphabetical order"
+    );
+    assert_eq!(JobConfig::from_yaml(&yaml, Strictness::Strict).unwrap(), c);
+    // Defaults are written out, not left to the reader.
+    let yaml = JobConfig::new("j", 1).to_yaml();
+    assert!(yaml.contains("monitorExecution: true"));
+    assert!(yaml.contains("misfire: true"));
+    assert!(yaml.contains("reconcileIntervalMinutes: 10"));
+    assert!(
+        !yaml.contains("cron:"),
+        "a job without a schedule has no cron key"
+    );
+}
+
+#[test]
+fn keeps_tagged_extra_configurations() {
+    let yaml = "jobName: j\nshardingTotalCount: 1\njobExtraConfigurations:\n- !!org.apache.shardingsphere.elasticjob.tracing.yaml.YamlTracingConfiguration\n  type: RDB\n";
+    let c = JobConfig::from_yaml(yaml, Strictness::Strict).unwrap();
+    assert_eq!(c.job_extra_configurations.len(), 1);
+    let again = JobConfig::from_yaml(&c.to_yaml(), Strictness::Strict).unwrap();
+    assert_eq!(again.job_extra_configurations, c.job_extra_configurations);
+}
+
+#[test]
+fn job_name_problems_are_named() {
+    for (name, key) in [
+        ("''", "jobName"),
+        ("'a/b'", "jobName"),
+        ("'a b'", "jobName"),
+        ("'a@-@b'", "jobName"),
+        ("'..'", "jobName"),
+    ] {
+        assert_eq!(
+            keys(&format!("jobName: {name}\nshardingTotalCount: 1\n")),
+            [key],
+            "{name}"
+        );
+    }
+    assert_eq!(keys("shardingTotalCount: 1\n"), ["jobName"]);
+    assert_eq!(
+        problems("shardingTotalCount: 1\n")[0].problem,
+        Problem::Missing
+    );
+}
+
+#[test]
+fn total_count_must_be_positive_and_bounded() {
+    assert_eq!(
+        problems("jobName: j\nshardingTotalCount: 0\n")[0].problem,
+        Problem::NotPositive(0)
+    );
+    assert_eq!(
+        problems("jobName: j\nshardingTotalCount: -3\n")[0].problem,
+        Problem::NotPositive(-3)
+    );
+    assert_eq!(problems("jobName: j\n")[0].problem, Problem::Missing);
+    assert!(matches!(
+        problems("jobName: j\nshardingTotalCount: 100001\n")[0].problem,
+        Problem::TooLarge(..)
+    ));
+    assert!(matches!(
+        problems("jobName: j\nshardingTotalCount: three\n")[0].problem,
+        Problem::WrongType { .. }
+    ));
+}
+
+#[test]
+fn item_parameters_follow_elasticjob_and_are_checked() {
+    let ok = parse_item_parameters(" 0 = a , 1=b,").unwrap();
+    assert_eq!(ok.get(&0).map(String::as_str), Some("a"));
+    assert_eq!(ok.get(&1).map(String::as_str), Some("b"));
+    assert!(parse_item_parameters("").unwrap().is_empty());
+    assert!(matches!(
+        parse_item_parameters("0=a=b"),
+        Err(Problem::BadItemParameter { .. })
+    ));
+    assert!(matches!(
+        parse_item_parameters("0"),
+        Err(Problem::BadItemParameter { .. })
+    ));
+    assert!(matches!(
+        parse_item_parameters("x=a"),
+        Err(Problem::BadItemParameter { .. })
+    ));
+    assert!(matches!(
+        parse_item_parameters("-1=a"),
+        Err(Problem::BadItemParameter { .. })
+    ));
+    assert!(matches!(
+        parse_item_parameters("0=a,,1=b"),
+        Err(Problem::BadItemParameter { .. })
+    ));
+    assert!(matches!(
+        parse_item_parameters("0="),
+        Err(Problem::BadItemParameter { .. })
+    ));
+    assert_eq!(
+        parse_item_parameters("0=a,0=b"),
+        Err(Problem::DuplicateItem(0))
+    );
+    let p = problems("jobName: j\nshardingTotalCount: 2\nshardingItemParameters: 0=a,2=c\n");
+    assert_eq!(p[0].problem, Problem::ItemOutOfRange { item: 2, total: 2 });
+    assert_eq!(p[0].key, "shardingItemParameters");
+}
+
+#[test]
+fn cron_time_zone_and_types_are_checked() {
+    let base = "jobName: j\nshardingTotalCount: 1\n";
+    assert_eq!(keys(&format!("{base}cron: '0 0 12 * * *'\n")), ["cron"]);
+    assert_eq!(keys(&format!("{base}cron: '* * * * *'\n")), ["cron"]);
+    assert_eq!(
+        keys(&format!("{base}timeZone: Mars/Olympus\n")),
+        ["timeZone"]
+    );
+    assert_eq!(
+        keys(&format!("{base}jobShardingStrategyType: RANDOM\n")),
+        ["jobShardingStrategyType"]
+    );
+    assert_eq!(
+        keys(&format!(
+            "{base}jobExecutorThreadPoolSizeProviderType: GPU\n"
+        )),
+        ["jobExecutorThreadPoolSizeProviderType"]
+    );
+    assert_eq!(
+        keys(&format!("{base}jobErrorHandlerType: SCREAM\n")),
+        ["jobErrorHandlerType"]
+    );
+    let msg = problems(&format!("{base}jobErrorHandlerType: SCREAM\n"))[0].to_string();
+    assert!(msg.contains("LOG") && msg.contains("SCREAM"), "{msg}");
+    // GMT offsets as ElasticJob writes them, and IANA names.
+    for tz in ["GMT+08:00", "Asia/Shanghai", "UTC"] {
+        JobConfig::from_yaml(&format!("{base}timeZone: {tz}\n"), Strictness::Strict).unwrap();
+    }
+    // Custom strategies are accepted once registered.
+    let custom = format!("{base}jobShardingStrategyType: MINE\n");
+    let known = KnownTypes {
+        strategies: ["MINE".to_owned()].into(),
+    };
+    JobConfig::from_yaml_with(&custom, Strictness::Strict, &known).unwrap();
+}
+
+#[test]
+fn nonsensical_numbers_are_rejected() {
+    let base = "jobName: j\nshardingTotalCount: 1\n";
+    assert_eq!(
+        keys(&format!("{base}maxTimeDiffSeconds: 0\n")),
+        ["maxTimeDiffSeconds"]
+    );
+    assert_eq!(
+        keys(&format!("{base}maxTimeDiffSeconds: -7\n")),
+        ["maxTimeDiffSeconds"]
+    );
+    assert_eq!(
+        keys(&format!("{base}reconcileIntervalMinutes: -1\n")),
+        ["reconcileIntervalMinutes"]
+    );
+    assert_eq!(
+        keys(&format!("{base}monitorExecution: maybe\n")),
+        ["monitorExecution"]
+    );
+    assert_eq!(
+        keys(&format!("{base}monitorExecution: false\nfailover: true\n")),
+        ["failover"],
+        "failover cannot work without running markers"
+    );
+}
+
+#[test]
+fn every_problem_is_reported_not_just_the_first() {
+    let yaml = "jobName: 'a b'\nshardingTotalCount: 0\ncron: nope\ntimeZone: Nowhere\nshardingTotlCount: 3\n";
+    let keys = keys(yaml);
+    for key in ["jobName", "shardingTotalCount", "cron", "timeZone"] {
+        assert!(keys.contains(&key), "{key} not in {keys:?}");
+    }
+    let all = problems(yaml);
+    assert!(
+        all.iter()
+            .any(|p| p.problem == Problem::UnknownKey("shardingTotlCount".into()))
+    );
+    // Lenient mode ignores unknown keys only.
+    let lenient = JobConfig::from_yaml(
+        "jobName: j\nshardingTotalCount: 1\nfuture: x\n",
+        Strictness::Lenient,
+    );
+    assert!(lenient.is_ok());
+}
+
+#[test]
+fn malformed_yaml_is_a_clear_error() {
+    for bad in ["jobName: [unclosed", "- a\nb: c", "just text", "", "~"] {
+        let err = JobConfig::from_yaml(bad, Strictness::Strict).unwrap_err();
+        assert!(!err.to_string().is_empty());
+    }
+    let err = JobConfig::from_yaml("jobName: [unclosed", Strictness::Strict).unwrap_err();
+    assert!(matches!(err, JobConfigError::Yaml(_)), "{err}");
+    assert!(err.to_string().contains("line"), "{err}");
+}
+
+#[test]
+fn a_file_of_jobs() {
+    let yaml = "- jobName: a\n  shardingTotalCount: 2\n  cron: 0/5 * * * * ?\n- jobName: b\n  shardingTotalCount: 1\n";
+    let jobs = parse_jobs_file(yaml, Strictness::Strict, &KnownTypes::default()).unwrap();
+    assert_eq!(
+        jobs.iter().map(|j| j.job_name.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    let one = parse_jobs_file(
+        "jobName: a\nshardingTotalCount: 2\n",
+        Strictness::Strict,
+        &KnownTypes::default(),
+    );
+    assert_eq!(one.unwrap().len(), 1);
+    let dup = "- jobName: a\n  shardingTotalCount: 1\n- jobName: a\n  shardingTotalCount: 1\n";
+    let err = parse_jobs_file(dup, Strictness::Strict, &KnownTypes::default()).unwrap_err();
+    assert_eq!(err.problems()[0].problem, Problem::DuplicateJob);
+    // Problems of several jobs are all reported, each under its job.
+    let bad = "- jobName: a\n  shardingTotalCount: 0\n- shardingTotalCount: 1\n- 5\n";
+    let err = parse_jobs_file(bad, Strictness::Strict, &KnownTypes::default()).unwrap_err();
+    let jobs: Vec<&str> = err.problems().iter().map(|p| p.job.as_str()).collect();
+    assert_eq!(jobs, ["a", "#2", "#3"]);
+    assert!(parse_jobs_file("[]", Strictness::Strict, &KnownTypes::default()).is_err());
+}
+
+#[test]
+fn alpha_executor_key_is_understood() {
+    let c = JobConfig::from_yaml(
+        "jobName: j\nshardingTotalCount: 1\njobExecutorServiceHandlerType: SINGLE_THREAD\n",
+        Strictness::Strict,
+    )
+    .unwrap();
+    assert_eq!(
+        c.job_executor_thread_pool_size_provider_type,
+        ExecutorType::SingleThread
+    );
+}

@@ -1,0 +1,69 @@
+//! Events a registry delivers: node changes under a watched path, and session state.
+
+use async_trait::async_trait;
+
+use super::{NodePath, SessionId, SessionInfo, Stat};
+
+/// What happened to a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WatchEventKind {
+    /// The node was created.
+    Created,
+    /// The node's data was replaced.
+    Changed,
+    /// The node was deleted.
+    Deleted,
+}
+
+/// A change of one node under a watched path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    /// What happened.
+    pub kind: WatchEventKind,
+    /// The node.
+    pub path: NodePath,
+    /// The node's data after the change; empty for a deletion.
+    pub data: Vec<u8>,
+    /// The node's metadata after the change; `None` for a deletion.
+    pub stat: Option<Stat>,
+}
+
+/// A change of the client's session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionEvent {
+    /// A new session is established (the first one, or one after an expiry). Ephemeral nodes
+    /// of any earlier session are gone or going; the consumer should re-create its own and
+    /// reload its view of the tree, since events may have been missed in between.
+    Connected(SessionInfo),
+    /// The connection is lost; the session may still be alive on the registry and will expire
+    /// after its timeout unless the client reconnects first. Writes fail or wait meanwhile.
+    Suspended(SessionId),
+    /// The connection is back within the session timeout; the session and its ephemeral nodes
+    /// survived. Events may have been missed: the consumer should reload its view.
+    Reconnected(SessionId),
+    /// The session ended on the registry (or the client gave up on it); its ephemeral nodes are
+    /// deleted. Whether the deletions of its own ephemeral nodes reach this watch depends on the
+    /// backend (with ZooKeeper and the in-memory store they do not), so reload the view rather
+    /// than wait for them. A backend that can, follows with [`SessionEvent::Connected`] for a
+    /// new session.
+    Expired(SessionId),
+    /// The client was closed on purpose; no more events follow.
+    Closed,
+}
+
+/// One item from an [`EventStream`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryEvent {
+    /// A node under the watched path changed.
+    Node(WatchEvent),
+    /// The session changed state.
+    Session(SessionEvent),
+}
+
+/// The events of one recursive watch, in the order the registry applied the changes, with the
+/// client's session events interleaved where they happened.
+#[async_trait]
+pub trait EventStream: Send {
+    /// The next event; `None` once the registry client is closed.
+    async fn next(&mut self) -> Option<RegistryEvent>;
+}

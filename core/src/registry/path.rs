@@ -1,0 +1,269 @@
+//! Registry paths: absolute, `/`-separated node names.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a string is not a valid registry path or node name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// The path does not start with `/`.
+    #[error("registry path {0:?} must start with '/'")]
+    NotAbsolute(String),
+    /// The path has an empty segment (`//` or a trailing `/`).
+    #[error("registry path {0:?} has an empty segment ('//' or a trailing '/')")]
+    EmptySegment(String),
+    /// A segment is `.` or `..`, which ZooKeeper rejects.
+    #[error("registry path {0:?} has a '.' or '..' segment")]
+    RelativeSegment(String),
+    /// The path holds a control character (ZooKeeper rejects `\0` and control characters).
+    #[error("registry path {0:?} contains a control character")]
+    ControlCharacter(String),
+    /// A node name given to [`NodePath::join`] is not a single segment.
+    #[error(
+        "node name {0:?} must be one non-empty segment without '/', '.', '..' or control characters"
+    )]
+    BadName(String),
+}
+
+/// An absolute registry path such as `/myJob/sharding/0/instance`.
+///
+/// Paths are relative to the registry's namespace: a ZooKeeper backend applies the namespace as
+/// a chroot, an etcd backend as a key prefix, so the same path means the same node everywhere.
+/// A valid path is `/` or `/`-separated non-empty segments that are not `.`/`..` and hold no
+/// control character. Paths order by their string, so a parent sorts before its children.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct NodePath(String);
+
+impl NodePath {
+    /// The root path `/`.
+    pub fn root() -> Self {
+        Self("/".to_owned())
+    }
+
+    /// Parses and checks an absolute path.
+    pub fn new(path: impl Into<String>) -> Result<Self, PathError> {
+        let path = path.into();
+        if !path.starts_with('/') {
+            return Err(PathError::NotAbsolute(path));
+        }
+        if path == "/" {
+            return Ok(Self(path));
+        }
+        for segment in path[1..].split('/') {
+            if let Err(e) = check_segment(segment) {
+                return Err(match e {
+                    SegmentProblem::Empty => PathError::EmptySegment(path),
+                    SegmentProblem::Relative => PathError::RelativeSegment(path),
+                    SegmentProblem::Control => PathError::ControlCharacter(path),
+                });
+            }
+        }
+        Ok(Self(path))
+    }
+
+    /// The child of this path called `name`; `name` must be a single valid segment.
+    pub fn join(&self, name: &str) -> Result<Self, PathError> {
+        if name.contains('/') || check_segment(name).is_err() {
+            return Err(PathError::BadName(name.to_owned()));
+        }
+        Ok(self.child_unchecked(name))
+    }
+
+    /// The child called `name`, which the caller has already checked to be one valid segment.
+    pub(crate) fn child_unchecked(&self, name: &str) -> Self {
+        debug_assert!(
+            !name.contains('/') && check_segment(name).is_ok(),
+            "bad segment {name:?}"
+        );
+        if self.is_root() {
+            Self(format!("/{name}"))
+        } else {
+            Self(format!("{}/{name}", self.0))
+        }
+    }
+
+    /// The path as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether this is the root path `/`.
+    pub fn is_root(&self) -> bool {
+        self.0 == "/"
+    }
+
+    /// The parent path, or `None` for the root.
+    pub fn parent(&self) -> Option<NodePath> {
+        if self.is_root() {
+            return None;
+        }
+        let at = self.0.rfind('/').unwrap_or(0);
+        Some(if at == 0 {
+            Self::root()
+        } else {
+            Self(self.0[..at].to_owned())
+        })
+    }
+
+    /// The last segment, or `""` for the root.
+    pub fn name(&self) -> &str {
+        match self.0.rfind('/') {
+            Some(at) => &self.0[at + 1..],
+            None => "",
+        }
+    }
+
+    /// The segments after the root, in order.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.0.split('/').filter(|s| !s.is_empty())
+    }
+
+    /// Whether `self` is `other` or one of its ancestors.
+    pub fn contains(&self, other: &NodePath) -> bool {
+        self.is_root()
+            || other.0 == self.0
+            || (other.0.starts_with(&self.0) && other.0.as_bytes().get(self.0.len()) == Some(&b'/'))
+    }
+
+    /// The segments of `other` below `self`, or `None` if `other` is not under `self`.
+    pub fn relative<'a>(&self, other: &'a NodePath) -> Option<impl Iterator<Item = &'a str>> {
+        if !self.contains(other) {
+            return None;
+        }
+        let rest = if self.is_root() {
+            &other.0[..]
+        } else {
+            &other.0[self.0.len()..]
+        };
+        Some(rest.split('/').filter(|s| !s.is_empty()))
+    }
+}
+
+enum SegmentProblem {
+    Empty,
+    Relative,
+    Control,
+}
+
+fn check_segment(segment: &str) -> Result<(), SegmentProblem> {
+    if segment.is_empty() {
+        Err(SegmentProblem::Empty)
+    } else if segment == "." || segment == ".." {
+        Err(SegmentProblem::Relative)
+    } else if segment.chars().any(char::is_control) {
+        Err(SegmentProblem::Control)
+    } else {
+        Ok(())
+    }
+}
+
+impl fmt::Display for NodePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for NodePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.0, f)
+    }
+}
+
+impl FromStr for NodePath {
+    type Err = PathError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl TryFrom<String> for NodePath {
+    type Error = PathError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::new(s)
+    }
+}
+
+impl TryFrom<&str> for NodePath {
+    type Error = PathError;
+    fn try_from(s: &str) -> Result<Self, Self::Error> {
+        Self::new(s)
+    }
+}
+
+impl From<NodePath> for String {
+    fn from(p: NodePath) -> String {
+        p.0
+    }
+}
+
+impl AsRef<str> for NodePath {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> NodePath {
+        NodePath::new(s).unwrap()
+    }
+
+    #[test]
+    fn accepts_root_and_plain_paths() {
+        assert!(p("/").is_root());
+        assert_eq!(p("/a/b").as_str(), "/a/b");
+        assert_eq!(p("/a/b").name(), "b");
+        assert_eq!(p("/a/b").parent(), Some(p("/a")));
+        assert_eq!(p("/a").parent(), Some(p("/")));
+        assert_eq!(p("/").parent(), None);
+        assert_eq!(p("/a/b").segments().collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    #[test]
+    fn rejects_malformed_paths() {
+        assert!(matches!(NodePath::new("a"), Err(PathError::NotAbsolute(_))));
+        assert!(matches!(NodePath::new(""), Err(PathError::NotAbsolute(_))));
+        assert!(matches!(
+            NodePath::new("/a//b"),
+            Err(PathError::EmptySegment(_))
+        ));
+        assert!(matches!(
+            NodePath::new("/a/"),
+            Err(PathError::EmptySegment(_))
+        ));
+        assert!(matches!(
+            NodePath::new("/a/../b"),
+            Err(PathError::RelativeSegment(_))
+        ));
+        assert!(matches!(
+            NodePath::new("/a\0"),
+            Err(PathError::ControlCharacter(_))
+        ));
+        assert!(matches!(p("/a").join("b/c"), Err(PathError::BadName(_))));
+        assert!(matches!(p("/a").join(""), Err(PathError::BadName(_))));
+        assert!(matches!(p("/a").join(".."), Err(PathError::BadName(_))));
+    }
+
+    #[test]
+    fn containment_respects_segment_boundaries() {
+        assert!(p("/a").contains(&p("/a")));
+        assert!(p("/a").contains(&p("/a/b")));
+        assert!(!p("/a").contains(&p("/ab")));
+        assert!(p("/").contains(&p("/ab")));
+        assert_eq!(
+            p("/a").relative(&p("/a/b/c")).unwrap().collect::<Vec<_>>(),
+            ["b", "c"]
+        );
+        assert_eq!(
+            p("/").relative(&p("/a")).unwrap().collect::<Vec<_>>(),
+            ["a"]
+        );
+        assert!(p("/a").relative(&p("/b")).is_none());
+        assert_eq!(p("/").join("x").unwrap(), p("/x"));
+    }
+}

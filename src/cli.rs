@@ -1,0 +1,297 @@
+//! The `shardjob` command line: preview commands for operators.
+//!
+//! - `shardjob plan` shows how a strategy assigns items to instances;
+//! - `shardjob cron next` lists the next fire times of a Quartz expression in a time zone;
+//! - `shardjob config check` validates a job YAML file and prints the effective configuration.
+//!
+//! Every command writes to the writer it is given and returns the process exit code, so tests
+//! run the real code without a subprocess: 0 when all is well, 1 when the input has problems
+//! (the problems are printed), 2 for usage errors (clap's code).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use shardjob_core::config::{self, KnownTypes, Strictness};
+use shardjob_core::sharding::{BuiltinStrategy, ShardingStrategy, registry_order};
+use shardjob_core::{CronExpr, InstanceId, JobTimeZone};
+
+/// Distributed, sharded cron jobs: preview and check tools.
+#[derive(Debug, Parser)]
+#[command(name = "shardjob", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show how a sharding strategy assigns a job's items to instances.
+    Plan(PlanArgs),
+    /// Quartz cron expressions.
+    #[command(subcommand)]
+    Cron(CronCommand),
+    /// Job configuration files.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// Arguments of `shardjob plan`.
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// The strategy: AVG_ALLOCATION, ODEVITY or ROUND_ROBIN.
+    #[arg(long, default_value = "AVG_ALLOCATION")]
+    pub strategy: String,
+    /// The job's name (ODEVITY and ROUND_ROBIN depend on it).
+    #[arg(long)]
+    pub job_name: String,
+    /// shardingTotalCount: the number of items.
+    #[arg(long)]
+    pub total: u32,
+    /// The instance ids, comma-separated (`ip@-@pid` or any valid id).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub instances: Vec<String>,
+    /// `registry` orders the instances as the registry lists them (what a real cluster does);
+    /// `given` uses the order given.
+    #[arg(long, value_enum, default_value_t = Order::Registry)]
+    pub order: Order,
+    /// Print one JSON object `{"<instance id>": [items...]}`.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The order in which `plan` hands the instances to the strategy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Order {
+    /// Reverse string order of the ids, as ElasticJob's registry lists them.
+    Registry,
+    /// The order given on the command line.
+    Given,
+}
+
+/// `shardjob cron ...`.
+#[derive(Debug, Subcommand)]
+pub enum CronCommand {
+    /// Print the next fire times of an expression.
+    Next(CronNextArgs),
+}
+
+/// Arguments of `shardjob cron next`.
+#[derive(Debug, clap::Args)]
+pub struct CronNextArgs {
+    /// The Quartz expression, e.g. '0 0/5 * * * ?'.
+    pub expr: String,
+    /// The time zone: an IANA name (Asia/Shanghai) or GMT+08:00.
+    #[arg(long, default_value = "UTC")]
+    pub tz: String,
+    /// Start after this instant (RFC 3339, e.g. 2027-01-30T16:00:00Z); default now.
+    #[arg(long)]
+    pub after: Option<String>,
+    /// How many fire times.
+    #[arg(long, default_value_t = 5)]
+    pub count: usize,
+    /// Print a JSON array of RFC 3339 UTC timestamps.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `shardjob config ...`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate a job YAML file (one job or a list of jobs); print every problem, or the
+    /// effective configuration with defaults filled in.
+    Check(ConfigCheckArgs),
+}
+
+/// Arguments of `shardjob config check`.
+#[derive(Debug, clap::Args)]
+pub struct ConfigCheckArgs {
+    /// The YAML file.
+    pub file: PathBuf,
+}
+
+/// A failure of the command line itself (not a problem found in the input).
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Writing the output failed.
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+/// The largest `--count` of `cron next`.
+pub const MAX_CRON_COUNT: usize = 10_000;
+
+/// Runs a parsed command line. `now` is the default start of `cron next`.
+pub fn run(cli: Cli, now: DateTime<Utc>, out: &mut dyn Write) -> Result<ExitCode, CliError> {
+    let result = match cli.command {
+        Command::Plan(args) => plan(&args, out)?,
+        Command::Cron(CronCommand::Next(args)) => cron_next(&args, now, out)?,
+        Command::Config(ConfigCommand::Check(args)) => config_check(&args, out)?,
+    };
+    Ok(match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(problem) => {
+            // One line per problem, on stderr, so stdout stays machine-readable.
+            eprintln!("{problem}");
+            ExitCode::from(1)
+        }
+    })
+}
+
+/// The outcome of a command: `Err` holds the problems to report (exit code 1).
+type Outcome = Result<(), String>;
+
+fn plan(args: &PlanArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
+    let strategy: BuiltinStrategy = match args.strategy.parse() {
+        Ok(s) => s,
+        Err(e) => return Ok(Err(format!("error: --strategy: {e}"))),
+    };
+    if args.total == 0 {
+        return Ok(Err("error: --total: must be greater than 0".to_owned()));
+    }
+    if args.total > config::MAX_SHARDING_TOTAL_COUNT {
+        return Ok(Err(format!(
+            "error: --total: {} is more than the maximum {}",
+            args.total,
+            config::MAX_SHARDING_TOTAL_COUNT
+        )));
+    }
+    let mut ids = Vec::new();
+    for raw in &args.instances {
+        let id = match InstanceId::new(raw.trim()) {
+            Ok(id) => id,
+            Err(e) => return Ok(Err(format!("error: --instances: {e}"))),
+        };
+        if ids.contains(&id) {
+            return Ok(Err(format!("error: --instances: {id} is given twice")));
+        }
+        ids.push(id);
+    }
+    let candidates = match args.order {
+        Order::Registry => registry_order(ids),
+        Order::Given => ids,
+    };
+    let assignment = strategy.shard(&candidates, &args.job_name, args.total);
+    if args.json {
+        let json = serde_json::to_string(&assignment).map_err(std::io::Error::other)?;
+        writeln!(out, "{json}")?;
+        return Ok(Ok(()));
+    }
+    let order = match args.order {
+        Order::Registry => "registry order",
+        Order::Given => "given order",
+    };
+    writeln!(
+        out,
+        "{strategy}: job {:?}, {} items over {} instances ({order})",
+        args.job_name,
+        args.total,
+        candidates.len()
+    )?;
+    let width = candidates
+        .iter()
+        .map(|c| c.as_str().len())
+        .max()
+        .unwrap_or(0);
+    for (id, items) in assignment.iter() {
+        let list: Vec<String> = items.iter().map(u32::to_string).collect();
+        let list = if list.is_empty() {
+            "-".to_owned()
+        } else {
+            list.join(",")
+        };
+        writeln!(out, "  {:width$}  {list}", id.as_str())?;
+    }
+    Ok(Ok(()))
+}
+
+fn cron_next(
+    args: &CronNextArgs,
+    now: DateTime<Utc>,
+    out: &mut dyn Write,
+) -> Result<Outcome, CliError> {
+    let expr = match CronExpr::parse(&args.expr) {
+        Ok(e) => e,
+        Err(e) => return Ok(Err(format!("error: {e}"))),
+    };
+    let tz = match JobTimeZone::parse(&args.tz) {
+        Ok(tz) => tz,
+        Err(e) => return Ok(Err(format!("error: --tz: {e}"))),
+    };
+    let after = match &args.after {
+        None => now,
+        Some(text) => match DateTime::parse_from_rfc3339(text) {
+            Ok(t) => t.with_timezone(&Utc),
+            Err(e) => {
+                return Ok(Err(format!(
+                    "error: --after {text:?} is not an RFC 3339 time (like 2027-01-30T16:00:00Z): {e}"
+                )));
+            }
+        },
+    };
+    if args.count > MAX_CRON_COUNT {
+        return Ok(Err(format!("error: --count: at most {MAX_CRON_COUNT}")));
+    }
+    let times: Vec<DateTime<Utc>> = expr.fires_after(after, &tz).take(args.count).collect();
+    if args.json {
+        let list: Vec<String> = times
+            .iter()
+            .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+            .collect();
+        let json = serde_json::to_string(&list).map_err(std::io::Error::other)?;
+        writeln!(out, "{json}")?;
+        return Ok(Ok(()));
+    }
+    if times.is_empty() {
+        writeln!(
+            out,
+            "no fire time after {}",
+            after.to_rfc3339_opts(SecondsFormat::Secs, true)
+        )?;
+    }
+    for t in &times {
+        let local = t
+            .with_timezone(&tz.offset_at(*t))
+            .to_rfc3339_opts(SecondsFormat::Secs, true);
+        writeln!(
+            out,
+            "{}  ({local} {tz})",
+            t.to_rfc3339_opts(SecondsFormat::Secs, true)
+        )?;
+    }
+    Ok(Ok(()))
+}
+
+fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
+    let file = args.file.display();
+    let text = match std::fs::read(&args.file) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(_) => return Ok(Err(format!("{file}: error: not UTF-8 text"))),
+        },
+        Err(e) => return Ok(Err(format!("{file}: error: cannot read: {e}"))),
+    };
+    match config::parse_jobs_file(&text, Strictness::Strict, &KnownTypes::default()) {
+        Ok(jobs) => {
+            for job in &jobs {
+                writeln!(out, "---")?;
+                write!(out, "{}", job.to_yaml())?;
+            }
+            Ok(Ok(()))
+        }
+        Err(config::JobConfigError::Yaml(e)) => Ok(Err(format!("{file}: error: {e}"))),
+        Err(e) => {
+            let lines: Vec<String> = e
+                .problems()
+                .iter()
+                .map(|p| format!("{file}: error: {p}"))
+                .collect();
+            Ok(Err(lines.join("\n")))
+        }
+    }
+}

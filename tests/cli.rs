@@ -1,0 +1,283 @@
+//! The `shardjob` preview commands, run in process through `shardjob::cli::run` and, for the
+//! exit codes, as the real binary.
+
+use std::process::{Command, ExitCode};
+
+use chrono::{TimeZone, Utc};
+use clap::Parser;
+use shardjob::cli::{Cli, run};
+
+fn run_cli(args: &[&str]) -> (ExitCode, String) {
+    let cli = Cli::try_parse_from(std::iter::once("shardjob").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let now = Utc.with_ymd_and_hms(2026, 11, 22, 6, 0, 0).unwrap();
+    let mut out = Vec::new();
+    let code = run(cli, now, &mut out).unwrap();
+    (code, String::from_utf8(out).unwrap())
+}
+
+fn json(args: &[&str]) -> serde_json::Value {
+    let (code, out) = run_cli(args);
+    assert_eq!(code, ExitCode::SUCCESS, "{args:?}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{out}: {e}"))
+}
+
+fn binary(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn plan_orders_instances_as_the_registry_does() {
+    // Reference §3.3: the registry lists ids in reverse string order, not numeric IP order.
+    let got = json(&[
+        "plan",
+        "--strategy",
+        "AVG_ALLOCATION",
+        "--job-name",
+        "j",
+        "--total",
+        "4",
+        "--instances",
+        "192.168.1.10@-@150,192.168.1.9@-@100,192.168.1.10@-@200",
+        "--json",
+    ]);
+    let want: serde_json::Value = serde_json::from_str(
+        r#"{"192.168.1.9@-@100":[0,3],"192.168.1.10@-@200":[1],"192.168.1.10@-@150":[2]}"#,
+    )
+    .unwrap();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn plan_given_order_and_empty_instances() {
+    let args = [
+        "plan",
+        "--strategy",
+        "ROUND_ROBIN",
+        "--job-name",
+        "1",
+        "--total",
+        "2",
+    ];
+    let got = json(
+        &[
+            &args[..],
+            &[
+                "--instances",
+                "host0,host1,host2",
+                "--order",
+                "given",
+                "--json",
+            ],
+        ]
+        .concat(),
+    );
+    let want: serde_json::Value =
+        serde_json::from_str(r#"{"host1":[0],"host2":[1],"host0":[]}"#).unwrap();
+    assert_eq!(got, want);
+    // Keys keep the strategy's order in the printed JSON.
+    let (_, out) = run_cli(
+        &[
+            &args[..],
+            &[
+                "--instances",
+                "host0,host1,host2",
+                "--order",
+                "given",
+                "--json",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.trim(), r#"{"host1":[0],"host2":[1],"host0":[]}"#);
+}
+
+#[test]
+fn plan_odevity_and_text_output() {
+    let got = json(&[
+        "plan",
+        "--strategy",
+        "ODEVITY",
+        "--job-name",
+        "0",
+        "--total",
+        "2",
+        "--instances",
+        "host0,host1,host2",
+        "--order",
+        "given",
+        "--json",
+    ]);
+    let want: serde_json::Value =
+        serde_json::from_str(r#"{"host2":[0],"host1":[1],"host0":[]}"#).unwrap();
+    assert_eq!(got, want);
+    let (code, out) = run_cli(&[
+        "plan",
+        "--job-name",
+        "j",
+        "--total",
+        "10",
+        "--instances",
+        "c,b,a",
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains("c  0,1,2,9"), "{out}");
+    assert!(out.contains("a  6,7,8"), "{out}");
+}
+
+#[test]
+fn plan_rejects_bad_input() {
+    for args in [
+        &[
+            "plan",
+            "--strategy",
+            "RANDOM",
+            "--job-name",
+            "j",
+            "--total",
+            "1",
+            "--instances",
+            "a",
+        ][..],
+        &[
+            "plan",
+            "--job-name",
+            "j",
+            "--total",
+            "0",
+            "--instances",
+            "a",
+        ],
+        &[
+            "plan",
+            "--job-name",
+            "j",
+            "--total",
+            "2",
+            "--instances",
+            "a,a",
+        ],
+        &[
+            "plan",
+            "--job-name",
+            "j",
+            "--total",
+            "2",
+            "--instances",
+            "a/b",
+        ],
+    ] {
+        let (code, _) = run_cli(args);
+        assert_eq!(code, ExitCode::from(1), "{args:?}");
+    }
+}
+
+#[test]
+fn cron_next_in_a_zone() {
+    let got = json(&[
+        "cron",
+        "next",
+        "0 0 9 * * ?",
+        "--tz",
+        "Asia/Shanghai",
+        "--after",
+        "2027-01-30T00:00:00Z",
+        "--count",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(
+        got,
+        serde_json::json!(["2027-01-30T01:00:00Z", "2027-01-31T01:00:00Z"])
+    );
+    // Default start is "now" as given to run().
+    let got = json(&["cron", "next", "0/5 * * * * ?", "--count", "3", "--json"]);
+    assert_eq!(
+        got,
+        serde_json::json!([
+            "2026-11-22T06:00:05Z",
+            "2026-11-22T06:00:10Z",
+            "2026-11-22T06:00:15Z"
+        ])
+    );
+}
+
+#[test]
+fn cron_next_follows_dst() {
+    // 09:00 in Berlin is 08:00 UTC in winter and 07:00 UTC in summer (change on 2027-03-28).
+    let got = json(&[
+        "cron",
+        "next",
+        "0 0 9 * * ?",
+        "--tz",
+        "Europe/Berlin",
+        "--after",
+        "2027-03-27T00:00:00Z",
+        "--count",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(
+        got,
+        serde_json::json!(["2027-03-27T08:00:00Z", "2027-03-28T07:00:00Z"])
+    );
+}
+
+#[test]
+fn invalid_cron_or_zone_exits_non_zero_with_one_line() {
+    for args in [
+        &["cron", "next", "0 0 12 * * *"][..],
+        &["cron", "next", "* * * * *"],
+        &["cron", "next", "0 0 12 * * ?", "--tz", "Mars/Base"],
+        &["cron", "next", "0 0 12 * * ?", "--after", "yesterday"],
+    ] {
+        let out = binary(args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: "), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn config_check_prints_effective_config_or_every_problem() {
+    let dir = std::env::temp_dir().join(format!("shardjob-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs.yaml");
+    let out = binary(&["config", "check", good]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.matches("---").count(), 2);
+    assert!(
+        text.contains("monitorExecution: true"),
+        "defaults are filled in: {text}"
+    );
+    assert!(text.contains("jobName: settle-payments"));
+
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "- jobName: 'a b'\n  shardingTotalCount: 0\n  cron: nope\n",
+    )
+    .unwrap();
+    let out = binary(&["config", "check", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(err.lines().count(), 3, "{err}");
+    for key in ["jobName", "shardingTotalCount", "cron"] {
+        assert!(err.contains(key), "{key}: {err}");
+    }
+
+    let missing = dir.join("missing.yaml");
+    let out = binary(&["config", "check", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
