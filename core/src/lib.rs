@@ -13,6 +13,7 @@ pub mod config;
 pub mod cron;
 pub mod instance;
 pub mod layout;
+pub mod machine;
 pub mod registry;
 pub mod sharding;
 pub mod time_zone;

@@ -6,3 +6,5 @@
 #![warn(missing_docs)]
 
 pub use shardjob_backend_mem as mem;
+
+pub mod cluster;

@@ -1,0 +1,2039 @@
+//! The per-instance state machine: election, re-sharding, fenced execution, failover, misfire,
+//! triggers and graceful leave, for every job an instance hosts.
+//!
+//! [`Machine`] is sans-IO in the manner of quinn-proto: it never performs IO, reads no clock and
+//! starts no thread. The driver (the tokio runtime, or the simulator with virtual time) feeds it
+//! and carries out what it asks:
+//!
+//! 1. Create it with [`Machine::new`], add jobs with [`Machine::add_job`].
+//! 2. Open a registry session and **one** recursive watch on `/` (the namespace root) for all
+//!    jobs. Tell the machine the session is there with
+//!    `handle_registry_event(RegistryEvent::Session(SessionEvent::Connected(info)), now)`, then
+//!    pass every event of the watch to [`Machine::handle_registry_event`] in order.
+//! 3. After every `handle_*` call, drain [`Machine::poll_command`] until `None` and carry each
+//!    command out: run [`Command::Registry`] requests (concurrently is fine) and report each
+//!    reply with [`Machine::handle_registry_reply`]; start [`Command::Start`] executions and
+//!    report their end with [`Machine::handle_execution_finished`]; signal
+//!    [`Command::Cancel`]; close the session on [`Command::CloseSession`].
+//! 4. Call [`Machine::handle_timeout`] when the monotonic clock reaches
+//!    [`Machine::poll_timeout`] (ask again after every call; it changes).
+//! 5. [`Machine::shutdown`] leaves gracefully; the machine is done when
+//!    [`Machine::is_stopped`].
+//!
+//! # How it works
+//!
+//! The machine keeps a cache of each hosted job's subtree, loaded once per session and kept
+//! current by the watch; it never polls. Decisions are level-triggered: after every input it
+//! compares what the cache says with what should be and issues at most one state-changing
+//! transaction per job at a time, then waits for the watch to show the result.
+//!
+//! - **Membership**: ephemeral `instances/{id}`; `servers/{ip}` is created ENABLED only when
+//!   missing, so an operator's DISABLED survives restarts, and an ENABLED server node whose
+//!   last instance leaves is deleted, so nodes do not pile up.
+//! - **Election**: create-if-absent of the ephemeral `leader/election/instance`, by every
+//!   eligible instance as soon as it is missing; no latch, nothing waits.
+//! - **Re-sharding**: the leader compares the plan with what the strategy gives for the live,
+//!   enabled instances (debounced) and writes the difference in one transaction that checks it
+//!   is still leader, its session, and that no moving item runs. Items that run and must move
+//!   hold the re-shard up to [`MachineOptions::reshard_wait`]; after that the others move and
+//!   the running ones stay until their run ends (`leader/sharding/necessary` marks the
+//!   pending remainder). Items beyond a reduced total are deleted with their state.
+//! - **Fenced execution**: at a fire, an instance claims all its due items of a job in one
+//!   transaction: its session, ownership of every item, and the creation of session-bound
+//!   `running` markers; the markers' creation revision is the items' fencing token. The end
+//!   of the run is recorded in one more transaction (markers removed, execution record
+//!   updated). Two transactions per job per fire, whatever the item count. If the session
+//!   cannot be confirmed within the safety margin, nothing starts and running items are
+//!   cancelled, before the registry can expire the session and let others take over.
+//! - **Execution record** (`sharding/{item}/execution`, see [`record`]): the last finished
+//!   fire and the run in progress. A fire is due when it is later than the last finished one;
+//!   missed fires collapse into one run right after (misfire), or are dropped when `misfire`
+//!   is off and they are later than [`MachineOptions::misfire_tolerance`].
+//! - **Failover**: a recorded run whose `running` marker vanished died with its session. With
+//!   `failover` on, every live instance computes the same split of such orphans and claims its
+//!   share at once, all of them in one transaction; unclaimed leftovers are taken by anyone
+//!   after [`MachineOptions::failover_takeover_delay`]. A fire already finished is never run
+//!   again.
+//! - **Triggers**: `trigger/{id}` is consumed and queued; the run starts when the instance's
+//!   items of the job are not running.
+//! - **Session loss is not shutdown**: on expiry, executions are cancelled and the instance
+//!   registers again with the new session.
+//! - **Graceful leave**: [`Machine::shutdown`] and [`Machine::remove_job`] let runs finish (or
+//!   cancel them after a grace period), record them, and delete the instance and leader nodes
+//!   at once so others take over without waiting for a timeout.
+
+pub mod record;
+mod types;
+mod view;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{JobConfig, Strictness};
+use crate::instance::{DELIMITER, InstanceId};
+use crate::layout::{JobNode, JobPaths};
+use crate::registry::{
+    Check, CreateMode, ErrorClass, NodePath, RegistryError, RegistryEvent, RegistryOp,
+    RegistryReply, RequestId, Revision, SessionEvent, SessionInfo, TxnOp, TxnOpResult, Version,
+};
+use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_order};
+
+use record::{ItemRecord, RunKind, RunRecord};
+pub use types::{
+    CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec, MachineError,
+    MachineEvent, MachineOptions, Now,
+};
+use view::{Cache, JobView};
+
+/// Most fires looked at when catching up missed fires of one item in one evaluation.
+const MAX_CATCH_UP_STEPS: usize = 100_000;
+
+/// The state machine of one shardjob instance. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Machine {
+    opts: MachineOptions,
+    strategies: BTreeMap<String, Arc<dyn ShardingStrategy>>,
+    session: Session,
+    epoch: u64,
+    /// Monotonic send time of the latest request whose success proved the session alive.
+    confirmed: Option<u64>,
+    in_doubt: bool,
+    probe: Option<RequestId>,
+    last_probe: u64,
+    jobs: BTreeMap<String, Job>,
+    pending: BTreeMap<RequestId, Pending>,
+    executions: BTreeMap<ExecutionId, Exec>,
+    out: VecDeque<Command>,
+    next_request: u64,
+    next_execution: u64,
+    shutdown: Option<u64>,
+    stopped: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Session {
+    None,
+    Live(SessionInfo),
+    Suspended(SessionInfo),
+}
+
+#[derive(Debug)]
+struct Pending {
+    epoch: u64,
+    sent: u64,
+    job: Option<String>,
+    purpose: Purpose,
+}
+
+#[derive(Debug)]
+enum Purpose {
+    Load,
+    Setup,
+    Elect,
+    Abdicate,
+    Reshard {
+        owners: BTreeMap<u32, InstanceId>,
+        pinned: Vec<u32>,
+    },
+    Housekeeping,
+    Flag,
+    Claim(Vec<Claim>),
+    ConsumeTrigger {
+        parameter: String,
+    },
+    Complete(ExecutionId),
+    Leave,
+    Probe,
+}
+
+/// One group of a claim: the items that will start as one execution.
+#[derive(Debug)]
+struct Claim {
+    fire: i64,
+    kind: RunKind,
+    counts_as_fire: bool,
+    parameter: Option<String>,
+    items: Vec<ClaimedItem>,
+}
+
+#[derive(Debug, Clone)]
+struct ClaimedItem {
+    item: u32,
+    running_op: usize,
+    record_op: usize,
+    failover_op: Option<usize>,
+    /// The record as it will be after the claim.
+    record: ItemRecord,
+}
+
+#[derive(Debug)]
+struct Exec {
+    job: String,
+    epoch: u64,
+    fire: i64,
+    counts_as_fire: bool,
+    items: Vec<ExecItem>,
+    cancelled: bool,
+    finished: bool,
+    completing: bool,
+    retry_at: Option<u64>,
+    backoff: u32,
+}
+
+#[derive(Debug, Clone)]
+struct ExecItem {
+    item: u32,
+    running_version: Version,
+    record_version: Version,
+    record: ItemRecord,
+    failover: Option<Version>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// No session yet.
+    Waiting,
+    /// Loading the subtree.
+    Loading,
+    /// Loaded; setup (configuration, skeleton, registration) not done.
+    Loaded,
+    /// Registered; runs.
+    Active,
+    /// Cannot run (type conflict, no usable configuration); waits for the registry to change.
+    Blocked,
+}
+
+#[derive(Debug)]
+struct Job {
+    paths: JobPaths,
+    spec: JobSpec,
+    config: Option<JobConfig>,
+    phase: Phase,
+    cache: Cache,
+    buffer: Vec<crate::registry::WatchEvent>,
+    busy: Option<RequestId>,
+    sync: Option<(Revision, u64)>,
+    retry_at: Option<u64>,
+    backoff: u32,
+    owned_since: BTreeMap<u32, i64>,
+    running: BTreeMap<u32, ExecutionId>,
+    triggers: VecDeque<String>,
+    reshard_wanted: Option<u64>,
+    orphan_seen: BTreeMap<u32, u64>,
+    was_leader: bool,
+    leaving: bool,
+    leave_deadline: Option<u64>,
+    reported_corrupt: BTreeSet<String>,
+    last_config_error: Option<String>,
+    last_housekeeping: Option<u64>,
+    wake: Option<u64>,
+}
+
+impl Job {
+    fn name(&self) -> &str {
+        self.paths.job_name()
+    }
+}
+
+/// What [`Machine::evaluate`] decided for a job.
+enum Action {
+    Txn(Purpose, Vec<TxnOp>),
+    Nothing,
+}
+
+impl Machine {
+    /// A machine for one instance, with no jobs yet.
+    pub fn new(opts: MachineOptions) -> Self {
+        Self {
+            opts,
+            strategies: BTreeMap::new(),
+            session: Session::None,
+            epoch: 0,
+            confirmed: None,
+            in_doubt: false,
+            probe: None,
+            last_probe: 0,
+            jobs: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            executions: BTreeMap::new(),
+            out: VecDeque::new(),
+            next_request: 0,
+            next_execution: 0,
+            shutdown: None,
+            stopped: false,
+        }
+    }
+
+    /// Registers a custom sharding strategy under its [`ShardingStrategy::name`].
+    pub fn add_strategy(&mut self, strategy: Arc<dyn ShardingStrategy>) {
+        let name = strategy.name().to_owned();
+        self.opts.known_types.strategies.insert(name.clone());
+        self.strategies.insert(name, strategy);
+    }
+
+    /// This instance's id.
+    pub fn instance_id(&self) -> &InstanceId {
+        &self.opts.instance_id
+    }
+
+    /// Whether a graceful shutdown has finished.
+    pub fn is_stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// The names of the hosted jobs.
+    pub fn job_names(&self) -> impl Iterator<Item = &str> {
+        self.jobs.keys().map(String::as_str)
+    }
+
+    /// Whether this instance is the job's leader, as far as it knows.
+    pub fn is_leader(&self, job: &str) -> bool {
+        self.jobs.get(job).is_some_and(|j| j.was_leader)
+    }
+
+    /// The items of a job running here now.
+    pub fn running_items(&self, job: &str) -> Vec<u32> {
+        self.jobs
+            .get(job)
+            .map(|j| j.running.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether the job is registered and runs here.
+    pub fn is_active(&self, job: &str) -> bool {
+        self.jobs.get(job).is_some_and(|j| j.phase == Phase::Active)
+    }
+
+    /// Starts hosting a job. Its configuration is validated first.
+    pub fn add_job(&mut self, spec: JobSpec, now: Now) -> Result<(), MachineError> {
+        if self.shutdown.is_some() {
+            return Err(MachineError::ShuttingDown);
+        }
+        let name = spec.config.job_name.clone();
+        spec.config
+            .validate_with(&self.opts.known_types)
+            .map_err(|e| MachineError::InvalidConfig {
+                job: name.clone(),
+                error: e.to_string(),
+            })?;
+        if self.jobs.contains_key(&name) {
+            return Err(MachineError::DuplicateJob(name));
+        }
+        let paths = JobPaths::new(&name).map_err(|e| MachineError::InvalidConfig {
+            job: name.clone(),
+            error: e.to_string(),
+        })?;
+        let job = Job {
+            paths,
+            spec,
+            config: None,
+            phase: Phase::Waiting,
+            cache: Cache::default(),
+            buffer: Vec::new(),
+            busy: None,
+            sync: None,
+            retry_at: None,
+            backoff: 0,
+            owned_since: BTreeMap::new(),
+            running: BTreeMap::new(),
+            triggers: VecDeque::new(),
+            reshard_wanted: None,
+            orphan_seen: BTreeMap::new(),
+            was_leader: false,
+            leaving: false,
+            leave_deadline: None,
+            reported_corrupt: BTreeSet::new(),
+            last_config_error: None,
+            last_housekeeping: None,
+            wake: None,
+        };
+        self.jobs.insert(name.clone(), job);
+        if matches!(self.session, Session::Live(_)) {
+            self.start_load(&name, now);
+        }
+        Ok(())
+    }
+
+    /// Stops hosting a job: lets its runs finish (cancelling them after the shutdown grace),
+    /// records them, and leaves the job's registry nodes.
+    pub fn remove_job(&mut self, job: &str, now: Now) -> Result<(), MachineError> {
+        let j = self
+            .jobs
+            .get_mut(job)
+            .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
+        j.leaving = true;
+        j.leave_deadline = Some(now.mono.saturating_add(ms(self.opts.shutdown_grace)));
+        self.evaluate(job, now);
+        Ok(())
+    }
+
+    /// Runs the job's items on this instance once now, with an optional parameter that
+    /// replaces `jobParameter`; queued if they are running.
+    pub fn trigger(
+        &mut self,
+        job: &str,
+        parameter: Option<String>,
+        now: Now,
+    ) -> Result<(), MachineError> {
+        if self.shutdown.is_some() {
+            return Err(MachineError::ShuttingDown);
+        }
+        let j = self
+            .jobs
+            .get_mut(job)
+            .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
+        j.triggers.push_back(parameter.unwrap_or_default());
+        self.evaluate(job, now);
+        Ok(())
+    }
+
+    /// Starts a graceful shutdown of the whole instance.
+    pub fn shutdown(&mut self, now: Now) {
+        if self.shutdown.is_some() {
+            return;
+        }
+        let deadline = now.mono.saturating_add(ms(self.opts.shutdown_grace));
+        self.shutdown = Some(deadline);
+        for job in self.jobs.values_mut() {
+            job.leaving = true;
+        }
+        self.evaluate_all(now);
+    }
+
+    /// The next command for the driver.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.out.pop_front()
+    }
+
+    /// When the driver should call [`Machine::handle_timeout`] next (monotonic ms).
+    pub fn poll_timeout(&self) -> Option<u64> {
+        let mut next: Option<u64> = None;
+        let mut at = |t: Option<u64>| {
+            if let Some(t) = t {
+                next = Some(next.map_or(t, |n| n.min(t)));
+            }
+        };
+        for job in self.jobs.values() {
+            at(job.wake);
+        }
+        for exec in self.executions.values() {
+            at(exec.retry_at);
+        }
+        if !self.executions.is_empty() || self.in_doubt {
+            if let Session::Live(info) = self.session {
+                if self.probe.is_none() {
+                    at(Some(self.last_probe.saturating_add(ms(info.timeout) / 4)));
+                }
+            }
+            if !self.in_doubt {
+                at(self.lease_deadline());
+            }
+        }
+        at(self.shutdown);
+        next
+    }
+
+    /// A registry event from the watch on `/`, or a session change.
+    pub fn handle_registry_event(&mut self, event: RegistryEvent, now: Now) {
+        match event {
+            RegistryEvent::Session(s) => self.handle_session(s, now),
+            RegistryEvent::Node(ev) => {
+                let Some((job, node)) = JobNode::parse(&ev.path) else {
+                    return;
+                };
+                let job = job.to_owned();
+                let Some(j) = self.jobs.get_mut(&job) else {
+                    return;
+                };
+                match j.phase {
+                    Phase::Waiting => return,
+                    Phase::Loading => {
+                        j.buffer.push(ev);
+                        return;
+                    }
+                    _ => {}
+                }
+                j.cache.apply(ev);
+                if node == JobNode::Config || node == JobNode::Root {
+                    self.refresh_config(&job);
+                }
+                self.evaluate(&job, now);
+            }
+        }
+    }
+
+    /// The reply to a [`Command::Registry`] request.
+    pub fn handle_registry_reply(&mut self, id: RequestId, reply: RegistryReply, now: Now) {
+        let Some(p) = self.pending.remove(&id) else {
+            return;
+        };
+        let ok = !matches!(reply, RegistryReply::Failed(_));
+        let doubt_before = self.in_doubt;
+        if ok && p.epoch == self.epoch {
+            self.confirmed = Some(self.confirmed.map_or(p.sent, |c| c.max(p.sent)));
+            if self.in_doubt && self.lease_valid(now) {
+                self.in_doubt = false;
+            }
+        }
+        if self.probe == Some(id) {
+            self.probe = None;
+        }
+        if let Some(job) = &p.job {
+            if let Some(j) = self.jobs.get_mut(job) {
+                if j.busy == Some(id) {
+                    j.busy = None;
+                }
+            }
+        }
+        if p.epoch != self.epoch {
+            // A reply for a session that is gone. Claims and completions of that session are
+            // void: its markers vanished with it.
+            if let Purpose::Complete(exec) = p.purpose {
+                self.complete_lost(exec);
+            }
+            self.evaluate_all(now);
+            return;
+        }
+        let p_job = p.job.clone().or_else(|| match &p.purpose {
+            Purpose::Complete(exec) => self.executions.get(exec).map(|e| e.job.clone()),
+            _ => None,
+        });
+        match p.purpose {
+            Purpose::Load => self.on_load(p.job, reply, now),
+            Purpose::Probe => {}
+            Purpose::Complete(exec) => self.on_complete(exec, reply, now),
+            Purpose::Claim(claims) => self.on_claim(p.job, claims, reply, now),
+            purpose => self.on_txn(p.job, purpose, reply, now),
+        }
+        if doubt_before != self.in_doubt {
+            self.evaluate_all(now);
+        } else if let Some(job) = &p_job {
+            self.evaluate(job, now);
+            self.maybe_probe(now);
+            self.finish_shutdown_if_done();
+        } else {
+            self.finish_shutdown_if_done();
+        }
+    }
+
+    /// The monotonic clock reached [`Machine::poll_timeout`].
+    pub fn handle_timeout(&mut self, now: Now) {
+        self.check_lease(now);
+        self.maybe_probe(now);
+        let due: Vec<u64> = self
+            .executions
+            .iter()
+            .filter(|(_, e)| e.retry_at.is_some_and(|t| t <= now.mono))
+            .map(|(id, _)| id.0)
+            .collect();
+        for id in due {
+            if let Some(e) = self.executions.get_mut(&ExecutionId(id)) {
+                e.retry_at = None;
+            }
+            self.send_completion(ExecutionId(id), now);
+        }
+        if self.shutdown.is_some_and(|d| now.mono >= d) {
+            self.cancel_all(CancelReason::Shutdown);
+        }
+        self.evaluate_all(now);
+    }
+
+    /// An execution ended: every item's outcome.
+    pub fn handle_execution_finished(
+        &mut self,
+        id: ExecutionId,
+        outcomes: BTreeMap<u32, ItemOutcome>,
+        now: Now,
+    ) {
+        let _ = outcomes; // Outcomes feed tracing and error handlers in the driver.
+        let Some(exec) = self.executions.get_mut(&id) else {
+            return;
+        };
+        exec.finished = true;
+        if exec.epoch != self.epoch || self.session == Session::None {
+            self.complete_lost(id);
+        } else {
+            self.send_completion(id, now);
+        }
+        self.evaluate_all(now);
+    }
+
+    // ----- session -----
+
+    fn handle_session(&mut self, event: SessionEvent, now: Now) {
+        match event {
+            SessionEvent::Connected(info) => {
+                self.epoch += 1;
+                self.session = Session::Live(info);
+                self.confirmed = Some(now.mono);
+                self.in_doubt = false;
+                self.last_probe = now.mono;
+                let names: Vec<String> = self.jobs.keys().cloned().collect();
+                for name in names {
+                    self.start_load(&name, now);
+                }
+            }
+            SessionEvent::Suspended(id) => {
+                if let Session::Live(info) = self.session {
+                    if info.id == id {
+                        self.session = Session::Suspended(info);
+                    }
+                }
+            }
+            SessionEvent::Reconnected(id) => {
+                if let Session::Suspended(info) | Session::Live(info) = self.session {
+                    if info.id == id {
+                        self.session = Session::Live(info);
+                        // Replies of this session may have been lost; the epoch stays.
+                        let names: Vec<String> = self.jobs.keys().cloned().collect();
+                        for name in names {
+                            self.start_load(&name, now);
+                        }
+                        self.probe_now(now);
+                    }
+                }
+            }
+            SessionEvent::Expired(id) => {
+                let ours = match self.session {
+                    Session::Live(info) | Session::Suspended(info) => info.id == id,
+                    Session::None => false,
+                };
+                if ours {
+                    self.session_lost(now);
+                }
+            }
+            SessionEvent::Closed => {
+                self.session_lost(now);
+                if self.shutdown.is_some() {
+                    self.stopped = true;
+                }
+            }
+        }
+        self.evaluate_all(now);
+    }
+
+    fn session_lost(&mut self, _now: Now) {
+        self.session = Session::None;
+        self.epoch += 1;
+        self.confirmed = None;
+        self.in_doubt = false;
+        self.probe = None;
+        self.out
+            .push_back(Command::Event(MachineEvent::SessionLost));
+        self.cancel_all(CancelReason::SessionLost);
+        let finished: Vec<ExecutionId> = self
+            .executions
+            .iter()
+            .filter(|(_, e)| e.finished)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in finished {
+            self.complete_lost(id);
+        }
+        for job in self.jobs.values_mut() {
+            job.phase = Phase::Waiting;
+            job.busy = None;
+            job.sync = None;
+            job.buffer.clear();
+            job.was_leader = false;
+            job.reshard_wanted = None;
+        }
+        self.pending
+            .retain(|_, p| matches!(p.purpose, Purpose::Complete(_)));
+        if self.shutdown.is_some() {
+            // Nothing left to leave: the session took the instance nodes with it.
+            self.jobs.retain(|_, j| !j.running.is_empty());
+            self.finish_shutdown_if_done();
+        }
+    }
+
+    fn lease_deadline(&self) -> Option<u64> {
+        let (Session::Live(info) | Session::Suspended(info)) = self.session else {
+            return None;
+        };
+        let confirmed = self.confirmed?;
+        let window = (ms(info.timeout) as f64 * (1.0 - self.opts.safety_margin)).max(0.0) as u64;
+        Some(confirmed.saturating_add(window))
+    }
+
+    fn lease_valid(&self, now: Now) -> bool {
+        self.lease_deadline().is_some_and(|d| now.mono < d)
+    }
+
+    fn check_lease(&mut self, now: Now) {
+        if self
+            .executions
+            .values()
+            .any(|e| !e.cancelled && !e.finished)
+            && !self.lease_valid(now)
+        {
+            if !self.in_doubt {
+                self.in_doubt = true;
+                self.out
+                    .push_back(Command::Event(MachineEvent::SessionInDoubt));
+            }
+            self.cancel_all(CancelReason::SessionInDoubt);
+        }
+    }
+
+    fn maybe_probe(&mut self, now: Now) {
+        let Session::Live(info) = self.session else {
+            return;
+        };
+        if self.probe.is_some() || (self.executions.is_empty() && !self.in_doubt) {
+            return;
+        }
+        if now.mono >= self.last_probe.saturating_add(ms(info.timeout) / 4) {
+            self.probe_now(now);
+        }
+    }
+
+    fn probe_now(&mut self, now: Now) {
+        let Session::Live(info) = self.session else {
+            return;
+        };
+        if self.probe.is_some() {
+            return;
+        }
+        self.last_probe = now.mono;
+        let op = RegistryOp::Transact(vec![TxnOp::Check(Check::Session(info.id))]);
+        let id = self.request(None, Purpose::Probe, op, now);
+        self.probe = Some(id);
+    }
+
+    fn cancel_all(&mut self, reason: CancelReason) {
+        for (id, exec) in self.executions.iter_mut() {
+            if !exec.cancelled && !exec.finished {
+                exec.cancelled = true;
+                self.out.push_back(Command::Cancel { id: *id, reason });
+            }
+        }
+    }
+
+    // ----- requests -----
+
+    fn request(
+        &mut self,
+        job: Option<&str>,
+        purpose: Purpose,
+        op: RegistryOp,
+        now: Now,
+    ) -> RequestId {
+        self.next_request += 1;
+        let id = RequestId(self.next_request);
+        self.pending.insert(
+            id,
+            Pending {
+                epoch: self.epoch,
+                sent: now.mono,
+                job: job.map(str::to_owned),
+                purpose,
+            },
+        );
+        self.out.push_back(Command::Registry { id, op });
+        id
+    }
+
+    fn session_id(&self) -> Option<crate::registry::SessionId> {
+        match self.session {
+            Session::Live(info) => Some(info.id),
+            _ => None,
+        }
+    }
+
+    fn start_load(&mut self, name: &str, now: Now) {
+        let Some(job) = self.jobs.get_mut(name) else {
+            return;
+        };
+        job.phase = Phase::Loading;
+        job.buffer.clear();
+        job.sync = None;
+        let root = job.paths.root().clone();
+        let id = self.request(Some(name), Purpose::Load, RegistryOp::GetTree(root), now);
+        if let Some(job) = self.jobs.get_mut(name) {
+            job.busy = Some(id);
+        }
+    }
+
+    fn on_load(&mut self, job: Option<String>, reply: RegistryReply, now: Now) {
+        let Some(name) = job else { return };
+        let Some(j) = self.jobs.get_mut(&name) else {
+            return;
+        };
+        match reply {
+            RegistryReply::Tree(nodes) => {
+                j.cache.load(nodes);
+                for ev in std::mem::take(&mut j.buffer) {
+                    j.cache.apply(ev);
+                }
+                j.phase = Phase::Loaded;
+                j.backoff = 0;
+                self.refresh_config(&name);
+            }
+            RegistryReply::Failed(error) => {
+                self.failed(Some(&name), "load", error.clone());
+                let backoff = self.backoff_of(&name, now);
+                if let Some(j) = self.jobs.get_mut(&name) {
+                    j.phase = Phase::Waiting;
+                    j.retry_at = Some(backoff);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn backoff_of(&mut self, name: &str, now: Now) -> u64 {
+        let base = ms(self.opts.retry_backoff).max(1);
+        let Some(j) = self.jobs.get_mut(name) else {
+            return now.mono + base;
+        };
+        let delay = base << j.backoff.min(4);
+        j.backoff = j.backoff.saturating_add(1);
+        now.mono.saturating_add(delay)
+    }
+
+    fn failed(&mut self, job: Option<&str>, purpose: &'static str, error: RegistryError) {
+        self.out
+            .push_back(Command::Event(MachineEvent::RegistryFailed {
+                job: job.map(str::to_owned),
+                purpose,
+                error,
+            }));
+    }
+
+    /// Reads the registry's configuration of a job into `config` (or reports it unusable).
+    fn refresh_config(&mut self, name: &str) {
+        let Some(j) = self.jobs.get_mut(name) else {
+            return;
+        };
+        if matches!(j.phase, Phase::Waiting | Phase::Loading) {
+            return;
+        }
+        let path = j.paths.config();
+        let Some(node) = j.cache.get(&path) else {
+            return;
+        };
+        let parsed = std::str::from_utf8(&node.data)
+            .map_err(|_| "the config node is not UTF-8 text".to_owned())
+            .and_then(|text| {
+                JobConfig::from_yaml_with(text, Strictness::Lenient, &self.opts.known_types)
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|c| {
+                if c.job_name == name {
+                    Ok(c)
+                } else {
+                    Err(format!("the config node names job {:?}", c.job_name))
+                }
+            });
+        match parsed {
+            Ok(config) => {
+                j.config = Some(config);
+                j.last_config_error = None;
+                if j.phase == Phase::Blocked {
+                    j.phase = Phase::Loaded;
+                }
+            }
+            Err(error) => {
+                if j.last_config_error.as_deref() != Some(&error) {
+                    j.last_config_error = Some(error.clone());
+                    self.out
+                        .push_back(Command::Event(MachineEvent::ConfigInvalid {
+                            job: name.to_owned(),
+                            error,
+                        }));
+                }
+            }
+        }
+    }
+
+    // ----- evaluation -----
+
+    fn evaluate_all(&mut self, now: Now) {
+        let names: Vec<String> = self.jobs.keys().cloned().collect();
+        for name in names {
+            self.evaluate(&name, now);
+        }
+        self.maybe_probe(now);
+        self.finish_shutdown_if_done();
+    }
+
+    fn evaluate(&mut self, name: &str, now: Now) {
+        let Some(j) = self.jobs.get_mut(name) else {
+            return;
+        };
+        j.wake = None;
+        if j.phase == Phase::Waiting {
+            if matches!(self.session, Session::Live(_)) && j.retry_at.is_none_or(|t| now.mono >= t)
+            {
+                j.retry_at = None;
+                self.start_load(name, now);
+            } else {
+                j.wake = j.retry_at;
+            }
+            return;
+        }
+        if j.busy.is_some() || j.phase == Phase::Loading {
+            return;
+        }
+        if let Some(t) = j.retry_at {
+            if now.mono < t {
+                j.wake = Some(t);
+                return;
+            }
+            j.retry_at = None;
+        }
+        if let Some((rev, deadline)) = j.sync {
+            if j.cache.seen.is_some_and(|s| s >= rev) {
+                j.sync = None;
+            } else if now.mono >= deadline {
+                j.sync = None;
+                self.start_load(name, now);
+                return;
+            } else {
+                j.wake = Some(deadline);
+                return;
+            }
+        }
+        let action = self.decide(name, now);
+        if let Action::Txn(purpose, ops) = action {
+            let id = self.request(Some(name), purpose, RegistryOp::Transact(ops), now);
+            if let Some(j) = self.jobs.get_mut(name) {
+                j.busy = Some(id);
+            }
+        }
+    }
+
+    fn decide(&mut self, name: &str, now: Now) -> Action {
+        let me = self.opts.instance_id.clone();
+        let session = self.session_id();
+        let Some(j) = self.jobs.get_mut(name) else {
+            return Action::Nothing;
+        };
+        let view = JobView::read(&j.cache, &j.paths);
+        for (path, error) in &view.corrupt {
+            // Reported on every evaluation would flood; report once per distinct problem.
+            let msg = format!("{path}: {error}");
+            if j.reported_corrupt.insert(msg) {
+                self.out
+                    .push_back(Command::Event(MachineEvent::CorruptNode {
+                        path: path.to_string(),
+                        error: error.clone(),
+                    }));
+            }
+        }
+        let Some(j) = self.jobs.get_mut(name) else {
+            return Action::Nothing;
+        };
+
+        // Leaving: wait for local runs (the grace deadline cancels them), then leave.
+        if j.leaving {
+            let deadline = j.leave_deadline.or(self.shutdown);
+            let grace_over = deadline.is_some_and(|d| now.mono >= d);
+            let local: Vec<ExecutionId> = j.running.values().copied().collect();
+            if !local.is_empty() {
+                if !grace_over {
+                    j.wake = deadline;
+                } else {
+                    for id in local {
+                        if let Some(e) = self.executions.get_mut(&id) {
+                            if !e.cancelled && !e.finished {
+                                e.cancelled = true;
+                                let reason = if self.shutdown.is_some() {
+                                    CancelReason::Shutdown
+                                } else {
+                                    CancelReason::JobRemoved
+                                };
+                                self.out.push_back(Command::Cancel { id, reason });
+                            }
+                        }
+                    }
+                }
+                return Action::Nothing;
+            }
+            let ops = session
+                .map(|sid| leave_ops(j, &view, &me, sid))
+                .unwrap_or_default();
+            if ops.len() <= 1 {
+                let name = name.to_owned();
+                self.jobs.remove(&name);
+                self.out
+                    .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
+                return Action::Nothing;
+            }
+            return Action::Txn(Purpose::Leave, ops);
+        }
+
+        let Some(sid) = session else {
+            return Action::Nothing;
+        };
+
+        if j.phase == Phase::Loaded || j.phase == Phase::Blocked {
+            return match setup_ops(j, &me, sid) {
+                Ok(ops) if ops.len() <= 1 => {
+                    j.phase = Phase::Active;
+                    let job = name.to_owned();
+                    self.out
+                        .push_back(Command::Event(MachineEvent::JobActive { job }));
+                    self.decide(name, now)
+                }
+                Ok(ops) => Action::Txn(Purpose::Setup, ops),
+                Err(event) => {
+                    if j.phase != Phase::Blocked {
+                        j.phase = Phase::Blocked;
+                        self.out.push_back(Command::Event(event));
+                    }
+                    Action::Nothing
+                }
+            };
+        }
+
+        // Active.
+        let Some(config) = j.config.clone() else {
+            return Action::Nothing;
+        };
+        if !view.instances.contains(&me) {
+            // Our instance node is gone (deleted by an operator, or not yet visible): register
+            // again.
+            j.phase = Phase::Loaded;
+            return match setup_ops(j, &me, sid) {
+                Ok(ops) => Action::Txn(Purpose::Setup, ops),
+                Err(_) => Action::Nothing,
+            };
+        }
+        let enabled = view.server_enabled(me.server_ip());
+        let leader_stat = j.cache.get(&j.paths.leader_instance()).map(|c| c.stat);
+        let i_lead = view.leader.as_deref() == Some(me.as_str())
+            && leader_stat.is_some_and(|s| s.ephemeral_owner.is_none_or(|o| o == sid));
+        if i_lead && !j.was_leader {
+            self.out
+                .push_back(Command::Event(MachineEvent::BecameLeader {
+                    job: name.to_owned(),
+                }));
+        }
+        j.was_leader = i_lead;
+
+        // Election and abdication.
+        if view.leader.is_none() && enabled {
+            let ops = vec![
+                TxnOp::Check(Check::Session(sid)),
+                TxnOp::create_ephemeral(j.paths.leader_instance(), me.as_str()),
+            ];
+            return Action::Txn(Purpose::Elect, ops);
+        }
+        if i_lead && !enabled {
+            let ops = vec![
+                TxnOp::Check(Check::Session(sid)),
+                TxnOp::Check(Check::Value(j.paths.leader_instance(), me.as_str().into())),
+                TxnOp::delete(j.paths.leader_instance()),
+            ];
+            return Action::Txn(Purpose::Abdicate, ops);
+        }
+
+        // Triggers addressed to this instance.
+        if let Some(param) = view.triggers.get(&me) {
+            let ops = vec![
+                TxnOp::Check(Check::Session(sid)),
+                TxnOp::delete(j.paths.trigger(&me)),
+            ];
+            return Action::Txn(
+                Purpose::ConsumeTrigger {
+                    parameter: param.clone(),
+                },
+                ops,
+            );
+        }
+
+        let mut wake: Vec<u64> = Vec::new();
+
+        // Leader duties.
+        if i_lead {
+            let strategy = self
+                .strategies
+                .get(&config.job_sharding_strategy_type)
+                .cloned();
+            let Some(j) = self.jobs.get_mut(name) else {
+                return Action::Nothing;
+            };
+            if let Some(action) = reshard(
+                j, &view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
+            ) {
+                return action;
+            }
+            if let Some(action) = housekeeping(j, &view, &config, &me, sid, now) {
+                return action;
+            }
+        } else if let Some(j) = self.jobs.get_mut(name) {
+            j.reshard_wanted = None;
+        }
+
+        // Claims: own due items, triggers, failover.
+        let can_claim = matches!(self.session, Session::Live(_)) && self.shutdown.is_none();
+        let Some(j) = self.jobs.get_mut(name) else {
+            return Action::Nothing;
+        };
+        if can_claim && enabled {
+            if let Some(action) = claims(j, &view, &config, &me, sid, &self.opts, now, &mut wake) {
+                return action;
+            }
+        }
+        j.wake = wake.into_iter().min();
+        Action::Nothing
+    }
+
+    // ----- replies -----
+
+    fn on_txn(&mut self, job: Option<String>, purpose: Purpose, reply: RegistryReply, now: Now) {
+        let Some(name) = job else { return };
+        let what = match &purpose {
+            Purpose::Setup => "setup",
+            Purpose::Elect => "election",
+            Purpose::Abdicate => "abdication",
+            Purpose::Reshard { .. } => "re-sharding",
+            Purpose::Housekeeping => "housekeeping",
+            Purpose::Flag => "re-sharding flag",
+            Purpose::ConsumeTrigger { .. } => "trigger",
+            Purpose::Leave => "leave",
+            _ => "request",
+        };
+        match reply {
+            RegistryReply::Transacted(results) => {
+                let sync = last_revision(&results);
+                let Some(j) = self.jobs.get_mut(&name) else {
+                    return;
+                };
+                j.backoff = 0;
+                if let Some(rev) = sync {
+                    j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
+                }
+                match purpose {
+                    Purpose::Setup => {
+                        j.phase = Phase::Active;
+                        self.out
+                            .push_back(Command::Event(MachineEvent::JobActive { job: name }));
+                    }
+                    Purpose::Reshard { owners, pinned } => {
+                        j.reshard_wanted = None;
+                        self.out.push_back(Command::Event(MachineEvent::Resharded {
+                            job: name,
+                            owners,
+                            pinned,
+                        }));
+                    }
+                    Purpose::Housekeeping => j.last_housekeeping = Some(now.mono),
+                    Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
+                    Purpose::Leave => {
+                        self.jobs.remove(&name);
+                        self.out
+                            .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
+                        self.finish_shutdown_if_done();
+                    }
+                    _ => {}
+                }
+            }
+            RegistryReply::Failed(error) => {
+                let class = error.class();
+                // A conflict in an election or a trigger race is normal: someone else won.
+                let quiet = class == ErrorClass::Conflict
+                    && matches!(purpose, Purpose::Elect | Purpose::ConsumeTrigger { .. });
+                if !quiet {
+                    self.failed(Some(&name), what, error.clone());
+                }
+                if let Purpose::Housekeeping = purpose {
+                    if let Some(j) = self.jobs.get_mut(&name) {
+                        j.last_housekeeping = Some(now.mono);
+                    }
+                }
+                self.after_failure(&name, class, now);
+            }
+            _ => {}
+        }
+    }
+
+    fn after_failure(&mut self, name: &str, class: ErrorClass, now: Now) {
+        match class {
+            ErrorClass::Conflict => {
+                // The cache was stale or someone raced us: wait for the watch to catch up,
+                // and reload if it does not within a backoff.
+                let t = self.backoff_of(name, now);
+                if let Some(j) = self.jobs.get_mut(name) {
+                    j.retry_at = Some(t);
+                    if j.backoff > 3 {
+                        j.backoff = 0;
+                        self.start_load(name, now);
+                    }
+                }
+            }
+            ErrorClass::Transient | ErrorClass::Fatal => {
+                let t = self.backoff_of(name, now);
+                if let Some(j) = self.jobs.get_mut(name) {
+                    j.retry_at = Some(t);
+                }
+            }
+            ErrorClass::LostSession => {}
+        }
+    }
+
+    fn on_claim(
+        &mut self,
+        job: Option<String>,
+        claims: Vec<Claim>,
+        reply: RegistryReply,
+        now: Now,
+    ) {
+        let Some(name) = job else { return };
+        let results = match reply {
+            RegistryReply::Transacted(results) => results,
+            RegistryReply::Failed(error) => {
+                let class = error.class();
+                if class != ErrorClass::Conflict {
+                    self.failed(Some(&name), "claim", error);
+                }
+                self.after_failure(&name, class, now);
+                return;
+            }
+            _ => return,
+        };
+        let lease_ok = self.lease_valid(now);
+        let epoch = self.epoch;
+        let session = self.session_id();
+        let sync = last_revision(&results);
+        let Some(j) = self.jobs.get_mut(&name) else {
+            return;
+        };
+        j.backoff = 0;
+        if let Some(rev) = sync {
+            j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
+        }
+        let config = j.config.clone();
+        for claim in claims {
+            self.next_execution += 1;
+            let id = ExecutionId(self.next_execution);
+            let mut exec_items = Vec::new();
+            let mut runs = Vec::new();
+            for c in &claim.items {
+                let (Some(running), Some(record)) = (
+                    created_stat(&results, c.running_op),
+                    written_version(&results, c.record_op),
+                ) else {
+                    continue;
+                };
+                let failover = c
+                    .failover_op
+                    .and_then(|i| created_stat(&results, i))
+                    .map(|s| s.version);
+                exec_items.push(ExecItem {
+                    item: c.item,
+                    running_version: running.version,
+                    record_version: record,
+                    record: c.record.clone(),
+                    failover,
+                });
+                runs.push(ItemRun {
+                    item: c.item,
+                    parameter: config
+                        .as_ref()
+                        .and_then(|cfg| cfg.item_parameter(c.item).map(str::to_owned)),
+                    fencing_token: running.created,
+                });
+            }
+            let Some(j) = self.jobs.get_mut(&name) else {
+                return;
+            };
+            for it in &exec_items {
+                j.running.insert(it.item, id);
+            }
+            let items: Vec<u32> = exec_items.iter().map(|i| i.item).collect();
+            self.executions.insert(
+                id,
+                Exec {
+                    job: name.clone(),
+                    epoch,
+                    fire: claim.fire,
+                    counts_as_fire: claim.counts_as_fire,
+                    items: exec_items,
+                    cancelled: false,
+                    finished: false,
+                    completing: false,
+                    retry_at: None,
+                    backoff: 0,
+                },
+            );
+            if !lease_ok || session.is_none() {
+                // The claim succeeded, but too late to be sure of the session for long enough:
+                // do not start; record at once so the markers go.
+                if let Some(e) = self.executions.get_mut(&id) {
+                    e.finished = true;
+                }
+                self.send_completion(id, now);
+                continue;
+            }
+            let Some(cfg) = &config else { continue };
+            let job_parameter = match (&claim.kind, &claim.parameter) {
+                (RunKind::Trigger, Some(p)) if !p.is_empty() => p.clone(),
+                _ => cfg.job_parameter.clone(),
+            };
+            let item_list: Vec<String> = items.iter().map(u32::to_string).collect();
+            let task_id = format!(
+                "{name}{DELIMITER}{}{DELIMITER}READY{DELIMITER}{}",
+                item_list.join(","),
+                self.opts.instance_id
+            );
+            self.out.push_back(Command::Start(Execution {
+                id,
+                job_name: name.clone(),
+                task_id,
+                sharding_total_count: cfg.sharding_total_count,
+                job_parameter,
+                fire_time: DateTime::<Utc>::from_timestamp_millis(claim.fire).unwrap_or_default(),
+                kind: claim.kind,
+                items: runs,
+            }));
+        }
+    }
+
+    fn send_completion(&mut self, id: ExecutionId, now: Now) {
+        let Some(sid) = self.session_id() else {
+            // Suspended: retry when reconnected (or lose it on expiry).
+            if let Some(e) = self.executions.get_mut(&id) {
+                e.retry_at = Some(now.mono.saturating_add(ms(self.opts.retry_backoff)));
+            }
+            return;
+        };
+        let Some(exec) = self.executions.get_mut(&id) else {
+            return;
+        };
+        if exec.completing {
+            return;
+        }
+        exec.completing = true;
+        let Some(job) = self.jobs.get(&exec.job) else {
+            self.executions.remove(&id);
+            return;
+        };
+        let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+        for it in &exec.items {
+            ops.push(TxnOp::Delete {
+                path: job.paths.item_running(it.item),
+                expected: Some(it.running_version),
+            });
+            if let Some(v) = it.failover {
+                ops.push(TxnOp::Delete {
+                    path: job.paths.item_failover(it.item),
+                    expected: Some(v),
+                });
+            }
+        }
+        for it in &exec.items {
+            let done = if exec.counts_as_fire {
+                Some(it.record.done.map_or(exec.fire, |d| d.max(exec.fire)))
+            } else {
+                it.record.done
+            };
+            let record = ItemRecord { done, run: None };
+            ops.push(TxnOp::Set {
+                path: job.paths.item_execution(it.item),
+                data: record.to_bytes(),
+                expected: Some(it.record_version),
+            });
+        }
+        let name = exec.job.clone();
+        self.request(
+            Some(&name),
+            Purpose::Complete(id),
+            RegistryOp::Transact(ops),
+            now,
+        );
+    }
+
+    fn on_complete(&mut self, id: ExecutionId, reply: RegistryReply, now: Now) {
+        match reply {
+            RegistryReply::Transacted(results) => {
+                let Some(exec) = self.executions.remove(&id) else {
+                    return;
+                };
+                if let Some(j) = self.jobs.get_mut(&exec.job) {
+                    for it in &exec.items {
+                        if j.running.get(&it.item) == Some(&id) {
+                            j.running.remove(&it.item);
+                        }
+                    }
+                    if let Some(rev) = last_revision(&results) {
+                        j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
+                    }
+                }
+            }
+            RegistryReply::Failed(error) => {
+                let class = error.class();
+                match class {
+                    ErrorClass::Transient => {
+                        if let Some(e) = self.executions.get_mut(&id) {
+                            e.completing = false;
+                            let delay = ms(self.opts.retry_backoff) << e.backoff.min(4);
+                            e.backoff += 1;
+                            e.retry_at = Some(now.mono.saturating_add(delay));
+                        }
+                    }
+                    _ => {
+                        let job = self.executions.get(&id).map(|e| e.job.clone());
+                        self.failed(job.as_deref(), "completion", error);
+                        self.complete_lost(id);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Forgets an execution whose end cannot be recorded.
+    fn complete_lost(&mut self, id: ExecutionId) {
+        let Some(exec) = self.executions.remove(&id) else {
+            return;
+        };
+        if let Some(j) = self.jobs.get_mut(&exec.job) {
+            for it in &exec.items {
+                if j.running.get(&it.item) == Some(&id) {
+                    j.running.remove(&it.item);
+                }
+            }
+        }
+        self.out
+            .push_back(Command::Event(MachineEvent::CompletionLost {
+                job: exec.job,
+                items: exec.items.iter().map(|i| i.item).collect(),
+            }));
+    }
+
+    fn finish_shutdown_if_done(&mut self) {
+        if self.shutdown.is_none() || self.stopped {
+            return;
+        }
+        let busy = self.jobs.values().any(|j| !j.running.is_empty())
+            || self
+                .pending
+                .values()
+                .any(|p| matches!(p.purpose, Purpose::Complete(_) | Purpose::Leave));
+        if self.jobs.is_empty() && !busy {
+            self.out.push_back(Command::CloseSession);
+            self.stopped = true;
+        }
+    }
+}
+
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+fn created_stat(results: &[TxnOpResult], index: usize) -> Option<crate::registry::Stat> {
+    match results.get(index) {
+        Some(TxnOpResult::Created(stat)) => Some(*stat),
+        _ => None,
+    }
+}
+
+fn written_version(results: &[TxnOpResult], index: usize) -> Option<Version> {
+    match results.get(index) {
+        Some(TxnOpResult::Created(stat) | TxnOpResult::Set(stat)) => Some(stat.version),
+        _ => None,
+    }
+}
+
+fn last_revision(results: &[TxnOpResult]) -> Option<Revision> {
+    results
+        .iter()
+        .filter_map(|r| match r {
+            TxnOpResult::Created(s) | TxnOpResult::Set(s) => Some(s.modified),
+            _ => None,
+        })
+        .max()
+}
+
+/// The skeleton, configuration and registration of a job, in one transaction.
+fn setup_ops(
+    j: &mut Job,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+) -> Result<Vec<TxnOp>, MachineEvent> {
+    let name = j.name().to_owned();
+    let root = j.paths.root().clone();
+    let stored_type = j.cache.text(&root).map(str::trim).unwrap_or("");
+    if !stored_type.is_empty() && stored_type != j.spec.job_type {
+        return Err(MachineEvent::JobTypeConflict {
+            job: name,
+            registry: stored_type.to_owned(),
+            local: j.spec.job_type.clone(),
+        });
+    }
+    let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+    if !j.cache.contains(&root) {
+        ops.push(TxnOp::create(root.clone(), j.spec.job_type.as_str()));
+    } else if stored_type.is_empty() {
+        ops.push(TxnOp::set(root.clone(), j.spec.job_type.as_str()));
+    }
+    let config_path = j.paths.config();
+    let write_config = !j.cache.contains(&config_path) || j.spec.config.overwrite;
+    if write_config {
+        let yaml = j.spec.config.to_yaml();
+        if j.cache.contains(&config_path) {
+            ops.push(TxnOp::set(config_path, yaml));
+        } else {
+            ops.push(TxnOp::create(config_path, yaml));
+        }
+        j.config = Some(j.spec.config.clone());
+    } else if j.config.is_none() {
+        return Err(MachineEvent::ConfigInvalid {
+            job: name,
+            error: j
+                .last_config_error
+                .clone()
+                .unwrap_or_else(|| "the registry holds no usable configuration".to_owned()),
+        });
+    }
+    let p = &j.paths;
+    for dir in [
+        p.instances(),
+        p.servers(),
+        p.sharding(),
+        p.leader(),
+        p.leader_election(),
+        p.leader_sharding(),
+        p.leader_failover(),
+        p.triggers(),
+    ] {
+        if !j.cache.contains(&dir) {
+            ops.push(TxnOp::create(dir, Vec::<u8>::new()));
+        }
+    }
+    let server = p.server_of(me);
+    if !j.cache.contains(&server) {
+        let disabled = j.config.as_ref().is_some_and(|c| c.disabled);
+        ops.push(TxnOp::create(
+            server,
+            if disabled { "DISABLED" } else { "ENABLED" },
+        ));
+    }
+    let instance = p.instance(me);
+    let value = format!("jobInstanceId: {me}\nserverIp: {}\n", me.server_ip());
+    match j.cache.get(&instance) {
+        Some(node) if node.stat.ephemeral_owner.is_none_or(|o| o == sid) => {}
+        Some(node) => {
+            // A node of ours from an earlier session (a restarted registry can show it for
+            // one more timeout): replace it.
+            ops.push(TxnOp::Delete {
+                path: instance.clone(),
+                expected: Some(node.stat.version),
+            });
+            ops.push(TxnOp::create_ephemeral(instance, value));
+        }
+        None => ops.push(TxnOp::create_ephemeral(instance, value)),
+    }
+    Ok(ops)
+}
+
+fn leave_ops(
+    j: &Job,
+    view: &JobView,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+) -> Vec<TxnOp> {
+    let p = &j.paths;
+    let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+    if view.instances.contains(me) {
+        ops.push(TxnOp::delete(p.instance(me)));
+    }
+    if view.leader.as_deref() == Some(me.as_str()) {
+        ops.push(TxnOp::Check(Check::Value(
+            p.leader_instance(),
+            me.as_str().into(),
+        )));
+        ops.push(TxnOp::delete(p.leader_instance()));
+    }
+    if view.triggers.contains_key(me) {
+        ops.push(TxnOp::delete(p.trigger(me)));
+    }
+    // The server node goes with its last instance, unless an operator disabled it.
+    let ip = me.server_ip();
+    let others_on_ip = view
+        .instances
+        .iter()
+        .any(|i| i != me && i.server_ip() == ip);
+    if !others_on_ip && view.servers.get(ip).is_some_and(|v| v.trim() == "ENABLED") {
+        ops.push(TxnOp::Check(Check::Value(
+            p.server_of(me),
+            b"ENABLED".to_vec(),
+        )));
+        ops.push(TxnOp::delete(p.server_of(me)));
+    }
+    ops
+}
+
+/// The leader's re-sharding decision.
+#[allow(clippy::too_many_arguments)]
+fn reshard(
+    j: &mut Job,
+    view: &JobView,
+    config: &JobConfig,
+    custom: Option<Arc<dyn ShardingStrategy>>,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    opts: &MachineOptions,
+    now: Now,
+    wake: &mut Vec<u64>,
+) -> Option<Action> {
+    let candidates = registry_order(view.eligible());
+    if candidates.is_empty() {
+        return None;
+    }
+    let n = config.sharding_total_count;
+    let live: BTreeSet<&InstanceId> = candidates.iter().collect();
+    let target: Assignment = match custom {
+        Some(s) => s.shard(&candidates, j.name(), n),
+        None => config
+            .job_sharding_strategy_type
+            .parse::<BuiltinStrategy>()
+            .unwrap_or_default()
+            .shard(&candidates, j.name(), n),
+    };
+    if !target.covers_exactly(n) {
+        return None;
+    }
+    let mut owners: BTreeMap<u32, InstanceId> = BTreeMap::new();
+    let mut moving: Vec<u32> = Vec::new();
+    for item in 0..n {
+        let current = view.items.get(&item).and_then(|v| v.owner.clone());
+        let valid = current.as_ref().is_some_and(|c| live.contains(c));
+        let want = if config.static_sharding && valid {
+            current.clone()
+        } else {
+            target.owner_of(item).cloned()
+        };
+        let Some(want) = want else { continue };
+        if current.as_ref() != Some(&want) {
+            moving.push(item);
+        }
+        owners.insert(item, want);
+    }
+    let removed: Vec<u32> = view
+        .items
+        .iter()
+        .filter(|(i, v)| **i >= n && v.exists)
+        .map(|(i, _)| *i)
+        .collect();
+    if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
+        j.reshard_wanted = None;
+        return None;
+    }
+    let wanted = *j.reshard_wanted.get_or_insert(now.mono);
+    let debounce_end = wanted.saturating_add(ms(opts.reshard_debounce));
+    if now.mono < debounce_end {
+        wake.push(debounce_end);
+        return None;
+    }
+    let is_running = |i: &u32| view.items.get(i).is_some_and(|v| v.running.is_some());
+    let blocked: Vec<u32> = moving.iter().copied().filter(is_running).collect();
+    let removed_blocked: Vec<u32> = removed.iter().copied().filter(is_running).collect();
+    let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
+    let p = &j.paths;
+    let mut ops = vec![
+        TxnOp::Check(Check::Session(sid)),
+        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+    ];
+    if (!blocked.is_empty() || !removed_blocked.is_empty()) && now.mono < wait_end {
+        wake.push(wait_end);
+        if view.necessary.is_none() {
+            ops.push(TxnOp::create(p.sharding_necessary(), Vec::<u8>::new()));
+            return Some(Action::Txn(Purpose::Flag, ops));
+        }
+        return None;
+    }
+    let pinned = blocked;
+    let moving: Vec<u32> = moving.into_iter().filter(|i| !pinned.contains(i)).collect();
+    for (item, owner) in owners.iter_mut() {
+        if pinned.contains(item) {
+            if let Some(c) = view.items.get(item).and_then(|v| v.owner.clone()) {
+                *owner = c;
+            }
+        }
+    }
+    let complete = pinned.is_empty() && removed_blocked.is_empty();
+    if let Some(v) = view.necessary {
+        if complete {
+            ops.push(TxnOp::Delete {
+                path: p.sharding_necessary(),
+                expected: Some(v),
+            });
+        }
+    } else if !complete {
+        ops.push(TxnOp::create(p.sharding_necessary(), Vec::<u8>::new()));
+    }
+    for item in &removed {
+        if removed_blocked.contains(item) {
+            continue;
+        }
+        let item_path = p.item(*item);
+        for path in j.cache.descendants_deepest_first(&item_path) {
+            ops.push(TxnOp::delete(path));
+        }
+        ops.push(TxnOp::delete(item_path));
+    }
+    for item in &moving {
+        let Some(owner) = owners.get(item) else {
+            continue;
+        };
+        let v = view.items.get(item);
+        if !v.is_some_and(|v| v.exists) {
+            ops.push(TxnOp::create(p.item(*item), Vec::<u8>::new()));
+        }
+        ops.push(TxnOp::Check(Check::Absent(p.item_running(*item))));
+        if v.is_some_and(|v| v.owner_stat.is_some()) {
+            ops.push(TxnOp::set(p.item_instance(*item), owner.as_str()));
+        } else {
+            ops.push(TxnOp::create(p.item_instance(*item), owner.as_str()));
+        }
+    }
+    if ops.len() == 2 {
+        return None;
+    }
+    Some(Action::Txn(Purpose::Reshard { owners, pinned }, ops))
+}
+
+/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone.
+fn housekeeping(
+    j: &mut Job,
+    view: &JobView,
+    config: &JobConfig,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    now: Now,
+) -> Option<Action> {
+    let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
+    if interval == 0 {
+        return None;
+    }
+    let last = *j.last_housekeeping.get_or_insert(now.mono);
+    if now.mono < last.saturating_add(interval) {
+        return None;
+    }
+    let live_ips: BTreeSet<&str> = view.instances.iter().map(InstanceId::server_ip).collect();
+    let p = &j.paths;
+    let mut ops = vec![
+        TxnOp::Check(Check::Session(sid)),
+        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+    ];
+    for (ip, value) in &view.servers {
+        if value.trim() == "ENABLED" && !live_ips.contains(ip.as_str()) {
+            if let Ok(path) = p.server(ip) {
+                ops.push(TxnOp::Check(Check::Value(
+                    path.clone(),
+                    b"ENABLED".to_vec(),
+                )));
+                ops.push(TxnOp::delete(path));
+            }
+        }
+    }
+    if ops.len() == 2 {
+        j.last_housekeeping = Some(now.mono);
+        return None;
+    }
+    Some(Action::Txn(Purpose::Housekeeping, ops))
+}
+
+/// The claim decision: own due items (cron, misfire, triggers) and failover orphans.
+#[allow(clippy::too_many_arguments)]
+fn claims(
+    j: &mut Job,
+    view: &JobView,
+    config: &JobConfig,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    opts: &MachineOptions,
+    now: Now,
+    wake: &mut Vec<u64>,
+) -> Option<Action> {
+    let n = config.sharding_total_count;
+    let now_ms = now.wall_ms();
+    let tolerance = i64::try_from(opts.misfire_tolerance.as_millis()).unwrap_or(i64::MAX);
+    // (fire, kind, counts_as_fire, parameter) → items with their current record.
+    let mut groups: ClaimGroups = BTreeMap::new();
+    let mut trigger_param: Option<String> = None;
+
+    let mine: Vec<u32> = (0..n)
+        .filter(|i| view.items.get(i).and_then(|v| v.owner.as_ref()) == Some(me))
+        .collect();
+    j.owned_since.retain(|i, _| mine.contains(i));
+    for &i in &mine {
+        j.owned_since.entry(i).or_insert(now_ms);
+    }
+
+    // Manual triggers: all my enabled items, once none of them runs.
+    if !j.triggers.is_empty() {
+        let busy = mine.iter().any(|i| {
+            j.running.contains_key(i) || view.items.get(i).is_some_and(|v| v.running.is_some())
+        });
+        if !busy {
+            trigger_param = j.triggers.pop_front();
+            for &i in &mine {
+                let v = view.items.get(&i);
+                if v.is_some_and(|v| v.disabled) {
+                    continue;
+                }
+                let rec = v.and_then(|v| v.record.clone());
+                groups
+                    .entry((now_ms, RunKind::Trigger))
+                    .or_default()
+                    .push((i, rec));
+            }
+        }
+    }
+
+    // Scheduled fires and misfires of my items.
+    if trigger_param.is_none() {
+        if let Some(cron) = &config.cron {
+            for &i in &mine {
+                if j.running.contains_key(&i) {
+                    continue;
+                }
+                let Some(v) = view.items.get(&i) else {
+                    continue;
+                };
+                if v.disabled || v.running.is_some() {
+                    continue;
+                }
+                let rec = v.record.clone();
+                let mut done = rec.as_ref().and_then(|(r, _)| r.done);
+                if let Some((r, _)) = &rec {
+                    if let Some(run) = &r.run {
+                        if config.failover {
+                            continue; // an orphan: failover below
+                        }
+                        if run.kind != RunKind::Trigger {
+                            done = Some(done.map_or(run.fire, |d| d.max(run.fire)));
+                        }
+                    }
+                }
+                let baseline =
+                    done.unwrap_or_else(|| j.owned_since.get(&i).copied().unwrap_or(now_ms));
+                let Some(after) = DateTime::<Utc>::from_timestamp_millis(baseline) else {
+                    continue;
+                };
+                let Some(first) = cron.next_after(after, &config.time_zone) else {
+                    continue;
+                };
+                let first_ms = first.timestamp_millis();
+                if first_ms > now_ms {
+                    wake.push(now.mono_at(first_ms));
+                    continue;
+                }
+                // Latest fire at or before now: several missed fires collapse into one.
+                let last = cron
+                    .fires_after(first, &config.time_zone)
+                    .take(MAX_CATCH_UP_STEPS)
+                    .map(|t| t.timestamp_millis())
+                    .take_while(|t| *t <= now_ms)
+                    .last()
+                    .unwrap_or(first_ms);
+                let late = now_ms - last;
+                let kind = if last == first_ms && late <= tolerance {
+                    RunKind::Scheduled
+                } else if config.misfire {
+                    RunKind::Misfire
+                } else if late <= tolerance {
+                    RunKind::Scheduled
+                } else {
+                    // Missed with misfire off: wait for the next fire.
+                    if let Some(next) = cron.next_after(now.wall, &config.time_zone) {
+                        wake.push(now.mono_at(next.timestamp_millis()));
+                    }
+                    continue;
+                };
+                groups.entry((last, kind)).or_default().push((i, rec));
+            }
+        }
+    }
+
+    // Failover: recorded runs whose marker vanished with their session.
+    let mut failover_items: Vec<(u32, RunRecord, CurrentRecord)> = Vec::new();
+    if config.failover && config.monitor_execution {
+        let mut orphans: Vec<u32> = Vec::new();
+        for (i, v) in &view.items {
+            if *i >= n || v.running.is_some() || j.running.contains_key(i) {
+                continue;
+            }
+            if let Some((r, _)) = &v.record {
+                if r.run.is_some() && v.failover.is_none() {
+                    orphans.push(*i);
+                }
+            }
+        }
+        j.orphan_seen.retain(|i, _| orphans.contains(i));
+        if !orphans.is_empty() {
+            let candidates = registry_order(view.eligible());
+            let share: BTreeSet<u32> = if candidates.is_empty() {
+                BTreeSet::new()
+            } else {
+                let split = BuiltinStrategy::AverageAllocation.shard(
+                    &candidates,
+                    j.paths.job_name(),
+                    u32::try_from(orphans.len()).unwrap_or(u32::MAX),
+                );
+                split
+                    .items_of(me)
+                    .iter()
+                    .filter_map(|k| orphans.get(*k as usize).copied())
+                    .collect()
+            };
+            for i in orphans {
+                let seen = *j.orphan_seen.entry(i).or_insert(now.mono);
+                let takeover = seen.saturating_add(ms(opts.failover_takeover_delay));
+                if !share.contains(&i) && now.mono < takeover {
+                    wake.push(takeover);
+                    continue;
+                }
+                let Some(v) = view.items.get(&i) else {
+                    continue;
+                };
+                let Some((r, ver)) = v.record.clone() else {
+                    continue;
+                };
+                let Some(run) = r.run.clone() else { continue };
+                // Our own items of this job may also be due; they are claimed separately.
+                groups.retain(|_, items| {
+                    items.retain(|(it, _)| *it != i);
+                    !items.is_empty()
+                });
+                failover_items.push((i, run, Some((r, ver))));
+            }
+        }
+    }
+
+    if groups.is_empty() && failover_items.is_empty() {
+        if let Some(p) = trigger_param {
+            // Nothing to run for the trigger (no items here): it is consumed.
+            let _ = p;
+        }
+        return None;
+    }
+
+    let p = &j.paths;
+    let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+    let mut claims_out: Vec<Claim> = Vec::new();
+    for ((fire, kind), items) in groups {
+        let mut claimed = Vec::new();
+        for (i, rec) in items {
+            ops.push(TxnOp::Check(Check::Value(
+                p.item_instance(i),
+                me.as_str().into(),
+            )));
+            let running_op = ops.len();
+            ops.push(TxnOp::create_ephemeral(p.item_running(i), me.as_str()));
+            let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
+            let done = match &prior.run {
+                Some(run) if run.kind != RunKind::Trigger && !config.failover => {
+                    Some(prior.done.map_or(run.fire, |d| d.max(run.fire)))
+                }
+                _ => prior.done,
+            };
+            let record = ItemRecord {
+                done,
+                run: Some(RunRecord {
+                    fire,
+                    kind,
+                    instance: me.clone(),
+                }),
+            };
+            let record_op = ops.len();
+            ops.push(record_write(
+                p.item_execution(i),
+                &record,
+                rec.as_ref().map(|(_, v)| *v),
+            ));
+            claimed.push(ClaimedItem {
+                item: i,
+                running_op,
+                record_op,
+                failover_op: None,
+                record,
+            });
+        }
+        let counts_as_fire = kind != RunKind::Trigger;
+        claims_out.push(Claim {
+            fire,
+            kind,
+            counts_as_fire,
+            parameter: if kind == RunKind::Trigger {
+                trigger_param.clone()
+            } else {
+                None
+            },
+            items: claimed,
+        });
+    }
+    // Failover items, grouped by the fire they re-run.
+    let mut by_fire: BTreeMap<(i64, bool), Vec<ClaimedItem>> = BTreeMap::new();
+    for (i, run, rec) in failover_items {
+        let running_op = ops.len();
+        ops.push(TxnOp::create_ephemeral(p.item_running(i), me.as_str()));
+        let failover_op = ops.len();
+        ops.push(TxnOp::create_ephemeral(p.item_failover(i), me.as_str()));
+        let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
+        let record = ItemRecord {
+            done: prior.done,
+            run: Some(RunRecord {
+                fire: run.fire,
+                kind: RunKind::Failover,
+                instance: me.clone(),
+            }),
+        };
+        let record_op = ops.len();
+        ops.push(record_write(
+            p.item_execution(i),
+            &record,
+            rec.as_ref().map(|(_, v)| *v),
+        ));
+        let counts = run.kind != RunKind::Trigger;
+        by_fire
+            .entry((run.fire, counts))
+            .or_default()
+            .push(ClaimedItem {
+                item: i,
+                running_op,
+                record_op,
+                failover_op: Some(failover_op),
+                record,
+            });
+    }
+    for ((fire, counts_as_fire), items) in by_fire {
+        claims_out.push(Claim {
+            fire,
+            kind: RunKind::Failover,
+            counts_as_fire,
+            parameter: None,
+            items,
+        });
+    }
+    Some(Action::Txn(Purpose::Claim(claims_out), ops))
+}
+
+/// An item's execution record as cached, with its version, if it has one.
+type CurrentRecord = Option<(ItemRecord, Version)>;
+
+/// Due items by (fire, kind), each with its current record.
+type ClaimGroups = BTreeMap<(i64, RunKind), Vec<(u32, CurrentRecord)>>;
+
+fn record_write(path: NodePath, record: &ItemRecord, version: Option<Version>) -> TxnOp {
+    match version {
+        Some(v) => TxnOp::Set {
+            path,
+            data: record.to_bytes(),
+            expected: Some(v),
+        },
+        None => TxnOp::Create {
+            path,
+            data: record.to_bytes(),
+            mode: CreateMode::Persistent,
+        },
+    }
+}

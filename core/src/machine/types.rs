@@ -1,0 +1,285 @@
+//! The machine's inputs and outputs.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::config::{JobConfig, KnownTypes};
+use crate::instance::InstanceId;
+use crate::registry::{RegistryError, RegistryOp, RequestId, Revision};
+
+use super::record::RunKind;
+
+/// A point in time as the driver sees it: a monotonic clock for timeouts and leases, and the
+/// wall clock for cron. The machine never reads a clock itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    /// Milliseconds of a monotonic clock (any origin; never goes back).
+    pub mono: u64,
+    /// The wall-clock time, UTC. May jump; only cron uses it.
+    pub wall: DateTime<Utc>,
+}
+
+impl Now {
+    /// The wall time in epoch milliseconds.
+    pub fn wall_ms(&self) -> i64 {
+        self.wall.timestamp_millis()
+    }
+
+    /// The monotonic time at which the wall clock will show `wall`, if it keeps its pace.
+    pub fn mono_at(&self, wall_ms: i64) -> u64 {
+        let delta = wall_ms.saturating_sub(self.wall_ms());
+        if delta <= 0 {
+            self.mono
+        } else {
+            self.mono.saturating_add(delta as u64)
+        }
+    }
+}
+
+/// Tunables of a [`Machine`](super::Machine). The defaults suit production.
+#[derive(Debug, Clone)]
+pub struct MachineOptions {
+    /// This instance's id (`ip@-@pid` by default).
+    pub instance_id: InstanceId,
+    /// Share of the session timeout kept as a safety margin: the instance stops starting items
+    /// and cancels running ones once `timeout × (1 − margin)` has passed since the last request
+    /// that proved its session alive. Default 1/3.
+    pub safety_margin: f64,
+    /// How long the leader waits after a membership change before re-sharding, so that a burst
+    /// of joins is one re-shard. Default 200 ms.
+    pub reshard_debounce: Duration,
+    /// How long the leader waits for running items that must move before it re-shards the
+    /// others and leaves the running ones where they are. Default 30 s.
+    pub reshard_wait: Duration,
+    /// How long an instance leaves a dead instance's orphaned items to the instance whose
+    /// share they are before claiming them itself. Default 2 s.
+    pub failover_takeover_delay: Duration,
+    /// How late a fire may start and still count as on time when `misfire` is off. Default 1 s.
+    pub misfire_tolerance: Duration,
+    /// First retry delay after a transient registry error (doubles up to 16×). Default 250 ms.
+    pub retry_backoff: Duration,
+    /// How long a graceful shutdown waits for running items before cancelling them. Default
+    /// 30 s.
+    pub shutdown_grace: Duration,
+    /// How long the machine waits for the watch to show its own committed writes before it
+    /// reloads the tree. Default 10 s.
+    pub sync_timeout: Duration,
+    /// Extra names accepted in job configurations (custom strategies).
+    pub known_types: KnownTypes,
+}
+
+impl MachineOptions {
+    /// Options with every default for the given instance.
+    pub fn new(instance_id: InstanceId) -> Self {
+        Self {
+            instance_id,
+            safety_margin: 1.0 / 3.0,
+            reshard_debounce: Duration::from_millis(200),
+            reshard_wait: Duration::from_secs(30),
+            failover_takeover_delay: Duration::from_secs(2),
+            misfire_tolerance: Duration::from_secs(1),
+            retry_backoff: Duration::from_millis(250),
+            shutdown_grace: Duration::from_secs(30),
+            sync_timeout: Duration::from_secs(10),
+            known_types: KnownTypes::default(),
+        }
+    }
+}
+
+/// A job to host: its local configuration and its type as written in the job root node.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobSpec {
+    /// The local configuration. The registry's copy wins unless it is missing or
+    /// `overwrite` is set.
+    pub config: JobConfig,
+    /// The job type or class name stored in `/{job}` (ElasticJob refuses to start a job whose
+    /// stored type differs; so does shardjob).
+    pub job_type: String,
+}
+
+/// Identifies one execution the machine asked the driver to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ExecutionId(pub u64);
+
+/// One item of an execution.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemRun {
+    /// The item.
+    pub item: u32,
+    /// Its `shardingItemParameters` entry, if any.
+    pub parameter: Option<String>,
+    /// The fencing token: the registry revision at which this run's `running` marker was
+    /// created. It grows with every run of the item; downstream systems can refuse writes that
+    /// carry a smaller token than one already seen.
+    pub fencing_token: Revision,
+}
+
+/// Items to start: one job, one fire, one kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Execution {
+    /// Its id, to report back with [`Machine::handle_execution_finished`](super::Machine).
+    pub id: ExecutionId,
+    /// The job.
+    pub job_name: String,
+    /// ElasticJob's task id: `{job}@-@{items}@-@READY@-@{instance id}`.
+    pub task_id: String,
+    /// `shardingTotalCount`.
+    pub sharding_total_count: u32,
+    /// `jobParameter`, or the trigger's parameter for a trigger that carried one.
+    pub job_parameter: String,
+    /// The scheduled fire time (the trigger time for a trigger).
+    pub fire_time: DateTime<Utc>,
+    /// Why it runs.
+    pub kind: RunKind,
+    /// The items, ascending.
+    pub items: Vec<ItemRun>,
+}
+
+/// How one item's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ItemOutcome {
+    /// The job body returned success.
+    Succeeded,
+    /// The job body failed, with a message.
+    Failed(String),
+    /// The run was cancelled before it finished.
+    Cancelled,
+}
+
+/// Why the machine asks for running items to be cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// The session could not be confirmed within the safety margin: another instance may take
+    /// the items over soon.
+    SessionInDoubt,
+    /// The session is gone; the items may already run elsewhere.
+    SessionLost,
+    /// A graceful shutdown's grace period ran out.
+    Shutdown,
+    /// The job was removed from this instance.
+    JobRemoved,
+}
+
+/// What the machine asks the driver to do, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// Run a registry request and report its reply with the id.
+    Registry {
+        /// Identifies the reply.
+        id: RequestId,
+        /// The request.
+        op: RegistryOp,
+    },
+    /// Start running items.
+    Start(Execution),
+    /// Signal cancellation to a running execution; report it finished when it stops.
+    Cancel {
+        /// The execution.
+        id: ExecutionId,
+        /// Why.
+        reason: CancelReason,
+    },
+    /// Close the registry session (the end of a graceful shutdown).
+    CloseSession,
+    /// Something worth logging or tracing.
+    Event(MachineEvent),
+}
+
+/// Things that happened, for logs, tracing and tests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MachineEvent {
+    /// The job is registered and runs on this instance.
+    JobActive {
+        /// The job.
+        job: String,
+    },
+    /// The registry's configuration of a job cannot be used; the job keeps its last good
+    /// configuration, or does not run if it has none. Other jobs are not affected.
+    ConfigInvalid {
+        /// The job.
+        job: String,
+        /// What is wrong.
+        error: String,
+    },
+    /// The job root holds another job type; the job does not run here.
+    JobTypeConflict {
+        /// The job.
+        job: String,
+        /// The type in the registry.
+        registry: String,
+        /// The local type.
+        local: String,
+    },
+    /// This instance became the job's leader.
+    BecameLeader {
+        /// The job.
+        job: String,
+    },
+    /// The leader wrote a new sharding plan.
+    Resharded {
+        /// The job.
+        job: String,
+        /// The new owners, item by item.
+        owners: BTreeMap<u32, InstanceId>,
+        /// Running items that kept their owner because they could not move yet.
+        pinned: Vec<u32>,
+    },
+    /// A node the machine reads holds something it cannot understand; it is treated as absent.
+    CorruptNode {
+        /// The node.
+        path: String,
+        /// What is wrong.
+        error: String,
+    },
+    /// A registry request failed.
+    RegistryFailed {
+        /// The job, if the request was for one.
+        job: Option<String>,
+        /// What the request was for.
+        purpose: &'static str,
+        /// The error.
+        error: RegistryError,
+    },
+    /// The end of an execution could not be recorded (the session was lost); the fire will be
+    /// failed over if failover is on.
+    CompletionLost {
+        /// The job.
+        job: String,
+        /// The items.
+        items: Vec<u32>,
+    },
+    /// The session could not be confirmed in time: items were cancelled and none start until
+    /// it is confirmed again.
+    SessionInDoubt,
+    /// The session ended; the instance re-registers with a new one.
+    SessionLost,
+    /// The instance left the job (removed, or shut down).
+    JobLeft {
+        /// The job.
+        job: String,
+    },
+}
+
+/// Errors of the operator commands.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MachineError {
+    /// No such job on this instance.
+    #[error("job {0:?} is not hosted by this instance")]
+    UnknownJob(String),
+    /// A job of that name is already hosted.
+    #[error("job {0:?} is already hosted by this instance")]
+    DuplicateJob(String),
+    /// The job's local configuration is invalid.
+    #[error("job {job:?} has an invalid configuration: {error}")]
+    InvalidConfig {
+        /// The job.
+        job: String,
+        /// What is wrong.
+        error: String,
+    },
+    /// The instance is shutting down.
+    #[error("the instance is shutting down")]
+    ShuttingDown,
+}
