@@ -98,6 +98,7 @@ pub struct Cluster {
     pub requests: Vec<u64>,
     /// Transactions sent, per node.
     pub transactions: Vec<u64>,
+    operator: Option<SessionId>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -129,6 +130,7 @@ impl Cluster {
             session_timeout: Duration::from_secs(3),
             requests: Vec::new(),
             transactions: Vec::new(),
+            operator: None,
         }
     }
 
@@ -516,6 +518,38 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// Writes a node as an operator would (creating it if missing), from a session of its own.
+    pub fn operator_write(&mut self, path: &str, data: &[u8]) {
+        let now = self.store_now();
+        let path = NodePath::new(path).unwrap_or_else(|e| panic!("{e}"));
+        let session = *self
+            .operator
+            .get_or_insert_with(|| self.store.open_session(Duration::from_secs(3600), now).id);
+        let result = match self.store.node(&path) {
+            Some(_) => self
+                .store
+                .set(session, &path, data.to_vec(), None, now)
+                .map(|_| ()),
+            None => self
+                .store
+                .create(
+                    session,
+                    &path,
+                    data.to_vec(),
+                    registry::CreateMode::Persistent,
+                    now,
+                )
+                .map(|_| ()),
+        };
+        result.unwrap_or_else(|e| panic!("operator write of {path}: {e}"));
+    }
+
+    /// The data of a node in the store, as text.
+    pub fn read(&self, path: &str) -> Option<String> {
+        let node = self.store.node(&NodePath::new(path).ok()?)?;
+        Some(String::from_utf8_lossy(&node.data).into_owned())
     }
 
     /// Whether a node exists in the store.

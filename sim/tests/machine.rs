@@ -1,7 +1,7 @@
 //! Behaviour of the core state machine, driven by hand: several real machines over one
-//! in-memory store on virtual time.
+//! in-memory store on virtual time (3 s session timeout, 1 ms registry latency).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use shardjob_core::machine::MachineEvent;
 use shardjob_core::machine::record::RunKind;
@@ -14,36 +14,49 @@ fn job(name: &str, cron: &str, total: u32) -> JobConfig {
     c
 }
 
-/// Fires of the 5-second job between two virtual times (ms), as epoch ms.
-fn fires(c: &Cluster, from: u64, to: u64, every_ms: u64) -> Vec<i64> {
-    let origin = c.wall_origin.timestamp_millis();
-    (from / every_ms + 1..=to / every_ms)
-        .map(|k| origin + (k * every_ms) as i64)
-        .collect()
+const A: &str = "10.0.0.1@-@1";
+const B: &str = "10.0.0.2@-@2";
+const C: &str = "10.0.0.3@-@3";
+const D: &str = "10.0.0.4@-@4";
+
+/// Epoch ms of the fire at virtual `ms`.
+fn fire_at(c: &Cluster, ms: u64) -> i64 {
+    c.wall_origin.timestamp_millis() + ms as i64
+}
+
+fn loads(owners: &BTreeMap<u32, String>) -> BTreeMap<String, usize> {
+    let mut load = BTreeMap::new();
+    for o in owners.values() {
+        *load.entry(o.clone()).or_default() += 1;
+    }
+    load
+}
+
+fn leader(c: &Cluster, job: &str) -> Option<String> {
+    c.read(&format!("/{job}/leader/election/instance"))
 }
 
 #[test]
 fn three_instances_share_items_and_each_fire_runs_once() {
     let mut c = Cluster::new();
     let j = job("pay", "0/5 * * * * ?", 6);
-    for id in ["10.0.0.1@-@1", "10.0.0.2@-@2", "10.0.0.3@-@3"] {
-        c.add_node(id, &[j.clone()]);
+    for id in [A, B, C] {
+        c.add_node(id, std::slice::from_ref(&j));
     }
     c.run_until(31_000);
     let owners = c.owners("pay");
     assert_eq!(owners.len(), 6, "{owners:?}");
-    let mut load: BTreeMap<&str, usize> = BTreeMap::new();
-    for o in owners.values() {
-        *load.entry(o.as_str()).or_default() += 1;
-    }
     assert_eq!(
-        load.values().copied().collect::<Vec<_>>(),
+        loads(&owners).into_values().collect::<Vec<_>>(),
         [2, 2, 2],
         "{owners:?}"
     );
+    // ElasticJob's order: the registry lists ids in reverse, so C gets items 0 and 1.
+    assert_eq!(owners[&0], C);
+    assert_eq!(owners[&5], A);
     c.assert_no_overlap();
-    // Every fire after the plan settled ran each item exactly once.
-    for fire in fires(&c, 1_000, 30_000, 5_000) {
+    for k in 1..=6 {
+        let fire = fire_at(&c, k * 5_000);
         for item in 0..6 {
             let n = c
                 .runs
@@ -54,4 +67,351 @@ fn three_instances_share_items_and_each_fire_runs_once() {
         }
     }
     assert!(c.runs.iter().all(|r| r.kind == RunKind::Scheduled));
+    // Started within a round trip of the fire time.
+    assert!(
+        c.runs.iter().all(|r| fire_at(&c, r.start) - r.fire <= 2),
+        "{:#?}",
+        c.runs
+    );
+}
+
+#[test]
+fn registry_traffic_is_two_transactions_per_fire_whatever_the_item_count() {
+    for items in [1, 50] {
+        let mut c = Cluster::new();
+        c.add_node(A, &[job("bulk", "* * * * * ?", items)]);
+        c.run_until(2_500);
+        let before = (c.requests[0], c.transactions[0]);
+        c.run_until(12_500);
+        let fires = 10;
+        assert_eq!(c.transactions[0] - before.1, 2 * fires, "{items} items");
+        assert_eq!(
+            c.requests[0] - before.0,
+            2 * fires,
+            "{items} items: no reads per fire"
+        );
+        assert_eq!(c.runs.iter().filter(|r| r.item == 0).count() as u64, 12);
+    }
+}
+
+#[test]
+fn leader_dies_during_resharding_and_the_next_leader_finishes_it() {
+    let mut c = Cluster::new();
+    let j = job("pay", "0/5 * * * * ?", 8);
+    for id in [A, B, C] {
+        c.add_node(id, std::slice::from_ref(&j));
+    }
+    c.run_until(2_000);
+    let old_leader = leader(&c, "pay").unwrap();
+    let leader_node = [A, B, C].iter().position(|id| *id == old_leader).unwrap();
+    // A fourth instance joins; the leader dies inside the debounce, before it re-shards.
+    c.add_node(D, std::slice::from_ref(&j));
+    c.run_for(100);
+    c.crash(leader_node);
+    // Its session expires after 3 s; a new leader is elected at once and re-shards over the
+    // three live instances.
+    c.run_until(9_000);
+    let new_leader = leader(&c, "pay").unwrap();
+    assert_ne!(new_leader, old_leader);
+    let owners = c.owners("pay");
+    assert!(owners.values().all(|o| *o != old_leader), "{owners:?}");
+    let mut l: Vec<usize> = loads(&owners).into_values().collect();
+    l.sort();
+    assert_eq!(l, [2, 3, 3], "{owners:?}");
+    c.run_until(21_000);
+    c.assert_no_overlap();
+    for k in 2..=4 {
+        let fire = fire_at(&c, k * 5_000);
+        for item in 0..8 {
+            let n = c
+                .runs
+                .iter()
+                .filter(|r| r.item == item && r.fire == fire)
+                .count();
+            assert_eq!(n, 1, "item {item} fire {k}");
+        }
+    }
+}
+
+#[test]
+fn partitioned_instance_stops_before_anyone_else_starts_its_items() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _| 20_000);
+    let mut j = job("long", "0 * * * * ?", 4);
+    j.failover = true;
+    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j));
+    c.run_until(61_000); // fire at 60 s; runs last 20 s
+    let a_items: BTreeSet<u32> = c
+        .runs
+        .iter()
+        .filter(|r| r.node == 0 && r.end.is_none())
+        .map(|r| r.item)
+        .collect();
+    assert_eq!(a_items.len(), 2);
+    c.partition(0);
+    c.run_until(75_000);
+    // A cancelled its runs before its session could expire (3 s after its last contact) ...
+    for r in c.runs.iter().filter(|r| r.node == 0) {
+        assert!(r.cancelled, "{r:?}");
+        assert!(r.end.unwrap() < 61_000 + 3_000, "{r:?}");
+    }
+    assert!(
+        c.nodes[0]
+            .events
+            .iter()
+            .any(|(_, e)| *e == MachineEvent::SessionInDoubt)
+    );
+    // ... and B took them over only after the expiry, as a failover of the same fire.
+    for item in &a_items {
+        let taken: Vec<_> = c
+            .runs
+            .iter()
+            .filter(|r| r.node == 1 && r.item == *item)
+            .collect();
+        assert_eq!(taken.len(), 1, "{item}: {taken:?}");
+        assert_eq!(taken[0].kind, RunKind::Failover);
+        assert_eq!(taken[0].fire, fire_at(&c, 60_000));
+        assert!(taken[0].start >= 61_000 + 3_000, "{:?}", taken[0]);
+    }
+    c.assert_no_overlap();
+    // A heals: it re-registers with a new session and gets items again.
+    c.heal(0);
+    c.run_until(100_000);
+    let owners = c.owners("long");
+    assert_eq!(loads(&owners).len(), 2, "{owners:?}");
+}
+
+#[test]
+fn failover_of_five_running_items_to_two_survivors_at_once() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _| 10_000);
+    let mut j = job("batch", "0/30 * * * * ?", 15);
+    j.failover = true;
+    for id in [A, B, C] {
+        c.add_node(id, std::slice::from_ref(&j));
+    }
+    c.run_until(31_000);
+    let victim_items: BTreeSet<u32> = c
+        .runs
+        .iter()
+        .filter(|r| r.node == 2 && r.end.is_none())
+        .map(|r| r.item)
+        .collect();
+    assert_eq!(victim_items.len(), 5);
+    c.crash(2);
+    c.run_until(40_000);
+    let taken: Vec<_> = c
+        .runs
+        .iter()
+        .filter(|r| r.kind == RunKind::Failover)
+        .collect();
+    assert_eq!(taken.len(), 5, "{taken:#?}");
+    assert_eq!(
+        taken.iter().map(|r| r.item).collect::<BTreeSet<_>>(),
+        victim_items
+    );
+    let by_node: BTreeSet<usize> = taken.iter().map(|r| r.node).collect();
+    assert_eq!(by_node.len(), 2, "both survivors take a share");
+    let first = taken.iter().map(|r| r.start).min().unwrap();
+    let last = taken.iter().map(|r| r.start).max().unwrap();
+    assert!(
+        first >= 33_000 && last - first <= 5,
+        "all at once after expiry: {taken:#?}"
+    );
+    assert!(taken.iter().all(|r| r.fire == fire_at(&c, 30_000)));
+    // Finished items of the dead instance are not run again: only the 5 running ones.
+    c.run_until(59_000);
+    assert_eq!(
+        c.runs
+            .iter()
+            .filter(|r| r.fire == fire_at(&c, 30_000))
+            .count(),
+        15 + 5
+    );
+    c.assert_no_overlap();
+}
+
+#[test]
+fn misfires_collapse_into_one_run_right_after() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _| 3_500);
+    c.add_node(A, &[job("slow", "* * * * * ?", 1)]);
+    c.run_until(9_000);
+    let runs: Vec<(i64, RunKind, u64)> = c
+        .runs
+        .iter()
+        .map(|r| (r.fire - fire_at(&c, 0), r.kind, r.start))
+        .collect();
+    // Fire 1 runs until 4.5 s; fires 2, 3, 4 come meanwhile and collapse into fire 4, which
+    // runs at once; then fires 5..8 collapse into 8.
+    assert_eq!(runs[0], (1_000, RunKind::Scheduled, 1_001));
+    assert_eq!(runs[1].0, 4_000);
+    assert_eq!(runs[1].1, RunKind::Misfire);
+    assert!(runs[1].2 <= 4_501 + 2, "{runs:?}");
+    assert_eq!(runs[2].0, 8_000);
+    assert_eq!(runs.len(), 3, "{runs:?}");
+
+    // With misfire off, missed fires are dropped: the next run is the next fire on time.
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _| 3_500);
+    let mut j = job("slow", "* * * * * ?", 1);
+    j.misfire = false;
+    c.add_node(A, &[j]);
+    c.run_until(9_000);
+    let runs: Vec<(i64, RunKind)> = c
+        .runs
+        .iter()
+        .map(|r| (r.fire - fire_at(&c, 0), r.kind))
+        .collect();
+    assert_eq!(
+        runs,
+        [(1_000, RunKind::Scheduled), (5_000, RunKind::Scheduled)]
+    );
+}
+
+#[test]
+fn trigger_while_running_is_queued() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _| 2_000);
+    c.add_node(A, &[job("report", "0 0 * * * ?", 2)]);
+    c.run_until(500);
+    c.trigger(0, "report");
+    c.run_until(1_000);
+    assert_eq!(c.runs.len(), 2);
+    assert!(
+        c.runs
+            .iter()
+            .all(|r| r.kind == RunKind::Trigger && r.end.is_none())
+    );
+    // Triggered again while running: the second run waits for the first.
+    c.trigger(0, "report");
+    c.run_until(5_000);
+    assert_eq!(c.runs.len(), 4, "{:#?}", c.runs);
+    assert!(c.runs[2].start >= c.runs[0].end.unwrap());
+    // A trigger node written by an operator (ElasticJob's trigger API) works too, and is
+    // consumed.
+    c.operator_write(&format!("/report/trigger/{A}"), b"");
+    c.run_until(8_000);
+    assert_eq!(c.runs.len(), 6);
+    assert!(!c.exists(&format!("/report/trigger/{A}")));
+    c.assert_no_overlap();
+}
+
+#[test]
+fn session_expiry_is_not_shutdown() {
+    let mut c = Cluster::new();
+    c.add_node(A, &[job("tick", "* * * * * ?", 2)]);
+    c.run_until(2_500);
+    let old = c.nodes[0].session.unwrap();
+    let now = std::time::Duration::from_millis(c.now);
+    assert!(c.store.expire_session(old, now));
+    c.run_until(6_500);
+    let new = c.nodes[0].session.unwrap();
+    assert_ne!(old, new);
+    assert!(
+        c.nodes[0]
+            .events
+            .iter()
+            .any(|(_, e)| *e == MachineEvent::SessionLost)
+    );
+    assert!(
+        c.exists(&format!("/tick/instances/{A}")),
+        "registered again"
+    );
+    // Fires keep running after the expiry.
+    assert!(c.runs.iter().any(|r| r.start > 4_000));
+    assert!(!c.nodes[0].machine.is_stopped());
+    c.assert_no_overlap();
+}
+
+#[test]
+fn graceful_leave_hands_over_without_waiting_for_a_timeout() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _| 300);
+    let j = job("pay", "* * * * * ?", 4);
+    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j));
+    c.run_until(3_100);
+    let leaver = [A, B]
+        .iter()
+        .position(|id| Some(id.to_string()) == leader(&c, "pay"))
+        .unwrap();
+    let stayer = 1 - leaver;
+    c.shutdown(leaver);
+    c.run_until(3_800);
+    assert!(c.nodes[leaver].machine.is_stopped());
+    // The running items finished (not cancelled), the leader node and the instance node went
+    // at once, and the other instance owns everything well before a session timeout (3 s).
+    assert!(c.runs.iter().all(|r| !r.cancelled));
+    let ids = [A, B];
+    assert_eq!(leader(&c, "pay").as_deref(), Some(ids[stayer]));
+    let owners = c.owners("pay");
+    assert!(owners.values().all(|o| o == ids[stayer]), "{owners:?}");
+    assert!(!c.exists(&format!("/pay/instances/{}", ids[leaver])));
+    // Its ENABLED server node is gone with it: nothing piles up.
+    assert!(!c.exists("/pay/servers/10.0.0.1") || leaver == 1);
+    c.run_until(6_000);
+    for k in 4..=5 {
+        let n = c
+            .runs
+            .iter()
+            .filter(|r| r.fire == fire_at(&c, k * 1_000))
+            .count();
+        assert_eq!(n, 4, "fire {k}");
+    }
+}
+
+#[test]
+fn bad_configuration_written_into_the_registry_stops_nothing() {
+    let mut c = Cluster::new();
+    c.add_node(
+        A,
+        &[
+            job("good", "* * * * * ?", 1),
+            job("other", "* * * * * ?", 1),
+        ],
+    );
+    c.run_until(2_500);
+    let mut yaml = c.read("/good/config").unwrap();
+    yaml = yaml
+        .replace("cron: '* * * * * ?'", "cron: 0 0 12 * * *")
+        .replace("cron: '*", "cron: 0 0 12 * * *");
+    assert!(yaml.contains("0 0 12 * * *"), "{yaml}");
+    c.operator_write("/good/config", yaml.as_bytes());
+    // A corrupt execution record of the other job is reported and overwritten, not fatal.
+    c.operator_write("/other/sharding/0/execution", b"{not json");
+    c.run_until(5_500);
+    let events: Vec<&MachineEvent> = c.nodes[0].events.iter().map(|(_, e)| e).collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, MachineEvent::ConfigInvalid { job, .. } if job == "good")),
+        "{events:#?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, MachineEvent::CorruptNode { .. }))
+    );
+    // Both jobs keep firing: "good" on its last good configuration.
+    for name in ["good", "other"] {
+        assert!(c.runs_of(name).iter().any(|r| r.start > 4_000), "{name}");
+    }
+    // Fixing the node is picked up without a restart.
+    c.operator_write(
+        "/good/config",
+        c.read("/good/config")
+            .unwrap()
+            .replace("0 0 12 * * *", "0/2 * * * * ?")
+            .as_bytes(),
+    );
+    c.run_until(12_500);
+    let late: Vec<i64> = c
+        .runs_of("good")
+        .iter()
+        .filter(|r| r.start > 6_000)
+        .map(|r| (r.fire - fire_at(&c, 0)) / 1000)
+        .collect();
+    assert!(late.iter().all(|s| s % 2 == 0), "{late:?}");
 }

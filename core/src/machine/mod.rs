@@ -220,6 +220,9 @@ struct Job {
     backoff: u32,
     owned_since: BTreeMap<u32, i64>,
     running: BTreeMap<u32, ExecutionId>,
+    /// Wall time (epoch ms) at which each item's last local run was recorded as finished:
+    /// fires up to then came while it ran.
+    last_end: BTreeMap<u32, i64>,
     triggers: VecDeque<String>,
     reshard_wanted: Option<u64>,
     orphan_seen: BTreeMap<u32, u64>,
@@ -339,6 +342,7 @@ impl Machine {
             backoff: 0,
             owned_since: BTreeMap::new(),
             running: BTreeMap::new(),
+            last_end: BTreeMap::new(),
             triggers: VecDeque::new(),
             reshard_wanted: None,
             orphan_seen: BTreeMap::new(),
@@ -425,7 +429,7 @@ impl Machine {
         if !self.executions.is_empty() || self.in_doubt {
             if let Session::Live(info) = self.session {
                 if self.probe.is_none() {
-                    at(Some(self.last_probe.saturating_add(ms(info.timeout) / 4)));
+                    at(Some(self.probe_due(info)));
                 }
             }
             if !self.in_doubt {
@@ -686,9 +690,16 @@ impl Machine {
         if self.probe.is_some() || (self.executions.is_empty() && !self.in_doubt) {
             return;
         }
-        if now.mono >= self.last_probe.saturating_add(ms(info.timeout) / 4) {
+        if now.mono >= self.probe_due(info) {
             self.probe_now(now);
         }
+    }
+
+    /// When the session should be confirmed again: a quarter timeout after the last
+    /// confirmation (claims and completions confirm it too) or the last probe.
+    fn probe_due(&self, info: SessionInfo) -> u64 {
+        let last = self.confirmed.unwrap_or(0).max(self.last_probe);
+        last.saturating_add(ms(info.timeout) / 4)
     }
 
     fn probe_now(&mut self, now: Now) {
@@ -1360,6 +1371,7 @@ impl Machine {
                         if j.running.get(&it.item) == Some(&id) {
                             j.running.remove(&it.item);
                         }
+                        j.last_end.insert(it.item, now.wall_ms());
                     }
                     if let Some(rev) = last_revision(&results) {
                         j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
@@ -1836,11 +1848,14 @@ fn claims(
                     .last()
                     .unwrap_or(first_ms);
                 let late = now_ms - last;
-                let kind = if last == first_ms && late <= tolerance {
+                // A fire that came while the item ran here is a misfire, however recent.
+                let overlapped = j.last_end.get(&i).is_some_and(|end| last <= *end);
+                let on_time = late <= tolerance && !overlapped;
+                let kind = if last == first_ms && on_time {
                     RunKind::Scheduled
                 } else if config.misfire {
                     RunKind::Misfire
-                } else if late <= tolerance {
+                } else if on_time {
                     RunKind::Scheduled
                 } else {
                     // Missed with misfire off: wait for the next fire.
