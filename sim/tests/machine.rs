@@ -415,3 +415,81 @@ fn bad_configuration_written_into_the_registry_stops_nothing() {
         .collect();
     assert!(late.iter().all(|s| s % 2 == 0), "{late:?}");
 }
+
+#[test]
+fn disabling_a_server_moves_its_items_and_survives_its_restart() {
+    let mut c = Cluster::new();
+    let j = job("pay", "* * * * * ?", 4);
+    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j));
+    c.run_until(2_500);
+    assert_eq!(loads(&c.owners("pay")).len(), 2);
+    c.operator_write("/pay/servers/10.0.0.1", b"DISABLED");
+    c.run_until(4_500);
+    let owners = c.owners("pay");
+    assert!(owners.values().all(|o| o == B), "{owners:?}");
+    assert!(
+        c.runs
+            .iter()
+            .filter(|r| r.start > 3_500)
+            .all(|r| r.node == 1)
+    );
+    // The operator's DISABLED is not overwritten when the instance restarts.
+    c.shutdown(0);
+    c.run_until(5_000);
+    c.add_node("10.0.0.1@-@9", std::slice::from_ref(&j));
+    c.run_until(7_000);
+    assert_eq!(c.read("/pay/servers/10.0.0.1").as_deref(), Some("DISABLED"));
+    assert!(c.owners("pay").values().all(|o| o == B));
+    // Enabling it gives it items again.
+    c.operator_write("/pay/servers/10.0.0.1", b"ENABLED");
+    c.run_until(9_000);
+    assert_eq!(loads(&c.owners("pay")).len(), 2, "{:?}", c.owners("pay"));
+    c.assert_no_overlap();
+}
+
+#[test]
+fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
+    let mut c = Cluster::new();
+    c.add_node(A, &[job("pay", "* * * * * ?", 6)]);
+    c.add_node(B, &[job("pay", "* * * * * ?", 6)]);
+    c.run_until(2_500);
+    assert!(c.exists("/pay/sharding/5/execution"));
+    let yaml = c
+        .read("/pay/config")
+        .unwrap()
+        .replace("shardingTotalCount: 6", "shardingTotalCount: 3");
+    c.operator_write("/pay/config", yaml.as_bytes());
+    c.run_until(5_500);
+    assert_eq!(
+        c.owners("pay").keys().copied().collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    for item in 3..6 {
+        assert!(
+            !c.exists(&format!("/pay/sharding/{item}")),
+            "item {item} left behind"
+        );
+    }
+    assert!(
+        c.runs
+            .iter()
+            .filter(|r| r.start > 4_000)
+            .all(|r| r.item < 3)
+    );
+    // Growing it again adds items.
+    let yaml = c
+        .read("/pay/config")
+        .unwrap()
+        .replace("shardingTotalCount: 3", "shardingTotalCount: 5");
+    c.operator_write("/pay/config", yaml.as_bytes());
+    c.run_until(8_500);
+    assert_eq!(c.owners("pay").len(), 5);
+    assert_eq!(
+        c.runs
+            .iter()
+            .filter(|r| r.fire == fire_at(&c, 8_000))
+            .count(),
+        5
+    );
+}

@@ -232,6 +232,7 @@ struct Job {
     reported_corrupt: BTreeSet<String>,
     last_config_error: Option<String>,
     last_housekeeping: Option<u64>,
+    last_reload: Option<u64>,
     wake: Option<u64>,
 }
 
@@ -352,6 +353,7 @@ impl Machine {
             reported_corrupt: BTreeSet::new(),
             last_config_error: None,
             last_housekeeping: None,
+            last_reload: None,
             wake: None,
         };
         self.jobs.insert(name.clone(), job);
@@ -782,6 +784,7 @@ impl Machine {
                 }
                 j.phase = Phase::Loaded;
                 j.backoff = 0;
+                j.last_reload = Some(now.mono);
                 self.refresh_config(&name);
             }
             RegistryReply::Failed(error) => {
@@ -1060,6 +1063,20 @@ impl Machine {
 
         let mut wake: Vec<u64> = Vec::new();
 
+        // Reconcile: reload the subtree every interval, so a change whose event was lost
+        // cannot leave this instance acting on a stale view for long.
+        let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
+        if interval > 0 {
+            if let Some(last) = j.last_reload {
+                let due = last.saturating_add(interval);
+                if now.mono >= due {
+                    self.start_load(name, now);
+                    return Action::Nothing;
+                }
+                wake.push(due);
+            }
+        }
+
         // Leader duties.
         if i_lead {
             let strategy = self
@@ -1074,7 +1091,7 @@ impl Machine {
             ) {
                 return action;
             }
-            if let Some(action) = housekeeping(j, &view, &config, &me, sid, now) {
+            if let Some(action) = housekeeping(j, &view, &config, &me, sid, now, &mut wake) {
                 return action;
             }
         } else if let Some(j) = self.jobs.get_mut(name) {
@@ -1720,6 +1737,7 @@ fn housekeeping(
     me: &InstanceId,
     sid: crate::registry::SessionId,
     now: Now,
+    wake: &mut Vec<u64>,
 ) -> Option<Action> {
     let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
     if interval == 0 {
@@ -1727,6 +1745,7 @@ fn housekeeping(
     }
     let last = *j.last_housekeeping.get_or_insert(now.mono);
     if now.mono < last.saturating_add(interval) {
+        wake.push(last.saturating_add(interval));
         return None;
     }
     let live_ips: BTreeSet<&str> = view.instances.iter().map(InstanceId::server_ip).collect();
