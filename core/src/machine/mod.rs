@@ -1098,6 +1098,12 @@ impl Machine {
             j.reshard_wanted = None;
         }
 
+        // Markers of this session that no local execution holds: a claim whose reply was lost
+        // (a timeout with unknown outcome) did apply. Adopt them: start what was claimed.
+        if self.lease_valid(now) {
+            self.adopt(name, &view, &me, sid, now);
+        }
+
         // Claims: own due items, triggers, failover.
         let can_claim = matches!(self.session, Session::Live(_)) && self.shutdown.is_none();
         let Some(j) = self.jobs.get_mut(name) else {
@@ -1110,6 +1116,131 @@ impl Machine {
         }
         j.wake = wake.into_iter().min();
         Action::Nothing
+    }
+
+    /// Starts executions for running markers this session created but holds no execution
+    /// for (their claim's reply was lost).
+    fn adopt(
+        &mut self,
+        name: &str,
+        view: &JobView,
+        me: &InstanceId,
+        sid: crate::registry::SessionId,
+        now: Now,
+    ) {
+        let Some(j) = self.jobs.get(name) else { return };
+        let mut groups: BTreeMap<(i64, RunKind), Vec<(ExecItem, Revision)>> = BTreeMap::new();
+        for (item, v) in &view.items {
+            if j.running.contains_key(item) {
+                continue;
+            }
+            let Some((holder, stat)) = &v.running else {
+                continue;
+            };
+            if holder.trim() != me.as_str() || stat.ephemeral_owner != Some(sid) {
+                continue;
+            }
+            let Some((record, version)) = &v.record else {
+                continue;
+            };
+            let Some(run) = &record.run else { continue };
+            if run.instance != *me {
+                continue;
+            }
+            let failover = match (run.kind, &v.failover) {
+                (RunKind::Failover, Some(f)) => Some(f.version),
+                _ => None,
+            };
+            groups.entry((run.fire, run.kind)).or_default().push((
+                ExecItem {
+                    item: *item,
+                    running_version: stat.version,
+                    record_version: *version,
+                    record: record.clone(),
+                    failover,
+                },
+                stat.created,
+            ));
+        }
+        for ((fire, kind), items) in groups {
+            let claim_items: Vec<(ExecItem, Revision)> = items;
+            self.start_execution(
+                name,
+                fire,
+                kind,
+                kind != RunKind::Trigger,
+                None,
+                claim_items,
+                now,
+            );
+        }
+    }
+
+    /// Records a new execution and asks the driver to start it.
+    #[allow(clippy::too_many_arguments)]
+    fn start_execution(
+        &mut self,
+        name: &str,
+        fire: i64,
+        kind: RunKind,
+        counts_as_fire: bool,
+        parameter: Option<String>,
+        items: Vec<(ExecItem, Revision)>,
+        _now: Now,
+    ) -> Option<ExecutionId> {
+        let config = self.jobs.get(name)?.config.clone()?;
+        self.next_execution += 1;
+        let id = ExecutionId(self.next_execution);
+        let mut runs = Vec::new();
+        let mut exec_items = Vec::new();
+        for (it, token) in items {
+            runs.push(ItemRun {
+                item: it.item,
+                parameter: config.item_parameter(it.item).map(str::to_owned),
+                fencing_token: token,
+            });
+            exec_items.push(it);
+        }
+        let j = self.jobs.get_mut(name)?;
+        for it in &exec_items {
+            j.running.insert(it.item, id);
+        }
+        let item_list: Vec<String> = exec_items.iter().map(|i| i.item.to_string()).collect();
+        self.executions.insert(
+            id,
+            Exec {
+                job: name.to_owned(),
+                epoch: self.epoch,
+                fire,
+                counts_as_fire,
+                items: exec_items,
+                cancelled: false,
+                finished: false,
+                completing: false,
+                retry_at: None,
+                backoff: 0,
+            },
+        );
+        let job_parameter = match (&kind, &parameter) {
+            (RunKind::Trigger, Some(p)) if !p.is_empty() => p.clone(),
+            _ => config.job_parameter.clone(),
+        };
+        let task_id = format!(
+            "{name}{DELIMITER}{}{DELIMITER}READY{DELIMITER}{}",
+            item_list.join(","),
+            self.opts.instance_id
+        );
+        self.out.push_back(Command::Start(Execution {
+            id,
+            job_name: name.to_owned(),
+            task_id,
+            sharding_total_count: config.sharding_total_count,
+            job_parameter,
+            fire_time: DateTime::<Utc>::from_timestamp_millis(fire).unwrap_or_default(),
+            kind,
+            items: runs,
+        }));
+        Some(id)
     }
 
     // ----- replies -----
@@ -1236,12 +1367,8 @@ impl Machine {
         if let Some(rev) = sync {
             j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
         }
-        let config = j.config.clone();
         for claim in claims {
-            self.next_execution += 1;
-            let id = ExecutionId(self.next_execution);
-            let mut exec_items = Vec::new();
-            let mut runs = Vec::new();
+            let mut items = Vec::new();
             for c in &claim.items {
                 let (Some(running), Some(record)) = (
                     created_stat(&results, c.running_op),
@@ -1253,73 +1380,55 @@ impl Machine {
                     .failover_op
                     .and_then(|i| created_stat(&results, i))
                     .map(|s| s.version);
-                exec_items.push(ExecItem {
-                    item: c.item,
-                    running_version: running.version,
-                    record_version: record,
-                    record: c.record.clone(),
-                    failover,
-                });
-                runs.push(ItemRun {
-                    item: c.item,
-                    parameter: config
-                        .as_ref()
-                        .and_then(|cfg| cfg.item_parameter(c.item).map(str::to_owned)),
-                    fencing_token: running.created,
-                });
+                items.push((
+                    ExecItem {
+                        item: c.item,
+                        running_version: running.version,
+                        record_version: record,
+                        record: c.record.clone(),
+                        failover,
+                    },
+                    running.created,
+                ));
             }
-            let Some(j) = self.jobs.get_mut(&name) else {
-                return;
-            };
-            for it in &exec_items {
-                j.running.insert(it.item, id);
-            }
-            let items: Vec<u32> = exec_items.iter().map(|i| i.item).collect();
-            self.executions.insert(
-                id,
-                Exec {
-                    job: name.clone(),
-                    epoch,
-                    fire: claim.fire,
-                    counts_as_fire: claim.counts_as_fire,
-                    items: exec_items,
-                    cancelled: false,
-                    finished: false,
-                    completing: false,
-                    retry_at: None,
-                    backoff: 0,
-                },
-            );
-            if !lease_ok || session.is_none() {
-                // The claim succeeded, but too late to be sure of the session for long enough:
-                // do not start; record at once so the markers go.
-                if let Some(e) = self.executions.get_mut(&id) {
-                    e.finished = true;
+            if !lease_ok || session.is_none() || epoch != self.epoch {
+                // The claim succeeded, but too late to be sure of the session for long
+                // enough: do not start; record the end at once so the markers go.
+                self.next_execution += 1;
+                let id = ExecutionId(self.next_execution);
+                let exec_items: Vec<ExecItem> = items.into_iter().map(|(i, _)| i).collect();
+                if let Some(j) = self.jobs.get_mut(&name) {
+                    for it in &exec_items {
+                        j.running.insert(it.item, id);
+                    }
                 }
+                self.executions.insert(
+                    id,
+                    Exec {
+                        job: name.clone(),
+                        epoch,
+                        fire: claim.fire,
+                        counts_as_fire: false,
+                        items: exec_items,
+                        cancelled: true,
+                        finished: true,
+                        completing: false,
+                        retry_at: None,
+                        backoff: 0,
+                    },
+                );
                 self.send_completion(id, now);
                 continue;
             }
-            let Some(cfg) = &config else { continue };
-            let job_parameter = match (&claim.kind, &claim.parameter) {
-                (RunKind::Trigger, Some(p)) if !p.is_empty() => p.clone(),
-                _ => cfg.job_parameter.clone(),
-            };
-            let item_list: Vec<String> = items.iter().map(u32::to_string).collect();
-            let task_id = format!(
-                "{name}{DELIMITER}{}{DELIMITER}READY{DELIMITER}{}",
-                item_list.join(","),
-                self.opts.instance_id
+            self.start_execution(
+                &name,
+                claim.fire,
+                claim.kind,
+                claim.counts_as_fire,
+                claim.parameter,
+                items,
+                now,
             );
-            self.out.push_back(Command::Start(Execution {
-                id,
-                job_name: name.clone(),
-                task_id,
-                sharding_total_count: cfg.sharding_total_count,
-                job_parameter,
-                fire_time: DateTime::<Utc>::from_timestamp_millis(claim.fire).unwrap_or_default(),
-                kind: claim.kind,
-                items: runs,
-            }));
         }
     }
 
