@@ -17,3 +17,5 @@ pub use shardjob_core as core;
 pub use shardjob_backend_mem as mem;
 
 pub mod cli;
+pub mod jobs;
+pub mod runtime;

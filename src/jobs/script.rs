@@ -1,0 +1,232 @@
+//! The Script job: runs a command per item, without a shell.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::{CapturedOutput, Job, JobError, ShardingContext, split_command_line};
+
+/// The prop holding the command line (required), split into arguments as a shell would quote
+/// them but run without a shell.
+pub const PROP_COMMAND_LINE: &str = "script.command.line";
+/// The prop holding the timeout of one item in milliseconds; `0` means none.
+pub const PROP_TIMEOUT: &str = "script.timeout.milliseconds";
+/// The prop holding how many bytes of each of stdout and stderr are kept per item (the end).
+pub const PROP_OUTPUT_LIMIT: &str = "script.output.limit.bytes";
+/// The timeout when [`PROP_TIMEOUT`] is not set: one hour.
+pub const DEFAULT_SCRIPT_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The output limit when [`PROP_OUTPUT_LIMIT`] is not set: 64 KiB per stream.
+pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
+
+/// How long a killed script may take to be reaped, and its pipes to drain, before the item is
+/// reported anyway.
+const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// ElasticJob's Script job (type `SCRIPT`): for each item, runs `script.command.line` with the
+/// item's [`ShardingContext`] JSON appended as the last argument.
+///
+/// Unlike ElasticJob: the command line is split into argv and run without a shell (quote
+/// arguments as in a shell; `$`, `;`, `|`, `*` mean nothing); each item has a timeout
+/// ([`PROP_TIMEOUT`], default one hour) after which the process is killed; a cancelled run
+/// kills it too; stdout and stderr are captured per item, the last [`PROP_OUTPUT_LIMIT`]
+/// bytes of each; exit status 0 is success, anything else (or a signal) a failure.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ScriptJob;
+
+enum End {
+    Exited(std::process::ExitStatus),
+    WaitFailed(std::io::Error),
+    TimedOut,
+    Cancelled,
+}
+
+#[async_trait]
+impl Job for ScriptJob {
+    fn job_type(&self) -> String {
+        "SCRIPT".to_owned()
+    }
+
+    async fn execute_item(
+        &self,
+        ctx: &ShardingContext,
+    ) -> Result<Option<CapturedOutput>, JobError> {
+        let line = ctx
+            .prop(PROP_COMMAND_LINE)
+            .filter(|l| !l.trim().is_empty())
+            .ok_or_else(|| JobError::Config(format!("props {PROP_COMMAND_LINE} is required")))?;
+        let mut argv = split_command_line(line)
+            .map_err(|e| JobError::Config(format!("{PROP_COMMAND_LINE}: {e}")))?;
+        let timeout = match ctx.prop(PROP_TIMEOUT) {
+            None => Some(DEFAULT_SCRIPT_TIMEOUT),
+            Some(text) => match text.trim().parse::<u64>() {
+                Ok(0) => None,
+                Ok(ms) => Some(Duration::from_millis(ms)),
+                Err(_) => {
+                    return Err(JobError::Config(format!(
+                        "{PROP_TIMEOUT}: {text:?} is not a number of milliseconds"
+                    )));
+                }
+            },
+        };
+        let limit = match ctx.prop(PROP_OUTPUT_LIMIT) {
+            None => DEFAULT_OUTPUT_LIMIT,
+            Some(text) => text.trim().parse::<usize>().map_err(|_| {
+                JobError::Config(format!("{PROP_OUTPUT_LIMIT}: {text:?} is not a byte count"))
+            })?,
+        };
+        argv.push(ctx.to_json());
+        let program = argv.remove(0);
+
+        let mut child = Command::new(&program)
+            .args(&argv)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| JobError::Io(format!("cannot start {program:?}: {e}")))?;
+        let stdout = Arc::new(Mutex::new(Tail::new(limit)));
+        let stderr = Arc::new(Mutex::new(Tail::new(limit)));
+        let mut readers = tokio::task::JoinSet::new();
+        if let Some(pipe) = child.stdout.take() {
+            readers.spawn(drain(pipe, Arc::clone(&stdout)));
+        }
+        if let Some(pipe) = child.stderr.take() {
+            readers.spawn(drain(pipe, Arc::clone(&stderr)));
+        }
+
+        let end = tokio::select! {
+            status = child.wait() => match status {
+                Ok(s) => End::Exited(s),
+                Err(e) => End::WaitFailed(e),
+            },
+            () = sleep_opt(timeout) => End::TimedOut,
+            _ = ctx.cancel.cancelled() => End::Cancelled,
+        };
+        if matches!(end, End::TimedOut | End::Cancelled) {
+            // Killing fails only if it already exited; reap it either way, within a bound.
+            let _ = child.start_kill();
+            let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
+        }
+        // A process it started may still hold the pipes open: read what is there, not more.
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while readers.join_next().await.is_some() {}
+        })
+        .await;
+        readers.abort_all();
+        let output = CapturedOutput {
+            stdout: snapshot(&stdout).0,
+            stdout_truncated: snapshot(&stdout).1,
+            stderr: snapshot(&stderr).0,
+            stderr_truncated: snapshot(&stderr).1,
+        };
+        match end {
+            End::Exited(status) if status.success() => Ok(Some(output)),
+            End::Exited(status) => Err(JobError::ScriptFailed {
+                status: describe(status),
+                output,
+            }),
+            End::WaitFailed(e) => Err(JobError::Io(format!("waiting for {program:?}: {e}"))),
+            End::TimedOut => Err(JobError::TimedOut {
+                after: timeout.unwrap_or_default(),
+                output,
+            }),
+            End::Cancelled => Err(JobError::Cancelled),
+        }
+    }
+}
+
+async fn sleep_opt(d: Option<Duration>) {
+    match d {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+fn describe(status: std::process::ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exit status {code}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(signal) = status.signal() {
+            return format!("signal {signal}");
+        }
+    }
+    status.to_string()
+}
+
+/// The last `limit` bytes of a stream.
+#[derive(Debug)]
+struct Tail {
+    limit: usize,
+    buf: Vec<u8>,
+    dropped: u64,
+}
+
+impl Tail {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            buf: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        // Trim in batches so a chatty script costs amortized O(1) per byte.
+        if self.buf.len() > self.limit.saturating_mul(2).max(4096) {
+            self.trim();
+        }
+    }
+
+    fn trim(&mut self) {
+        if self.buf.len() > self.limit {
+            let cut = self.buf.len() - self.limit;
+            self.buf.drain(..cut);
+            self.dropped += cut as u64;
+        }
+    }
+}
+
+fn snapshot(tail: &Mutex<Tail>) -> (String, u64) {
+    let mut t = tail.lock().unwrap_or_else(PoisonError::into_inner);
+    t.trim();
+    (String::from_utf8_lossy(&t.buf).into_owned(), t.dropped)
+}
+
+async fn drain(mut pipe: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
+    let mut chunk = [0u8; 8192];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => tail
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(&chunk[..n]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_end() {
+        let mut t = Tail::new(4);
+        for _ in 0..3000 {
+            t.push(b"abc");
+        }
+        t.push(b"xyz");
+        t.trim();
+        assert_eq!(t.buf, b"cxyz");
+        assert_eq!(t.dropped, 9003 - 4);
+    }
+}

@@ -1,0 +1,568 @@
+//! The driver: one tokio task that owns the [`Machine`] and carries out its commands.
+//!
+//! It follows the call order of the machine's documentation: open one recursive watch on `/`,
+//! report the live session as `Connected` (a client that is already connected does not emit
+//! it), then loop: drain every command the machine has, wait for the first of an operator
+//! command, a watch event, a registry reply, a finished execution or the machine's timer, and
+//! hand it to the machine with the current [`Now`].
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use shardjob_core::config::{ExecutorType, KnownTypes, Strictness};
+use shardjob_core::layout::{ItemLeaf, JobNode};
+use shardjob_core::machine::{
+    CancelReason, Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineError,
+    MachineEvent, Now,
+};
+use shardjob_core::registry::{
+    self, EventStream, NodePath, Registry, RegistryEvent, RegistryOp, RegistryReply, RequestId,
+    SessionEvent, WatchEventKind,
+};
+use shardjob_core::{InstanceId, JobConfig};
+use tokio::sync::{Semaphore, broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::exec::{self, ExecutionTask};
+use super::{Op, RunEvent, RuntimeError, SchedulerState};
+use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
+
+/// The driver's clock: a monotonic origin for the machine's `mono` milliseconds, and the
+/// wall clock for cron.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    origin: Instant,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+        }
+    }
+
+    pub(crate) fn now(&self) -> Now {
+        Now {
+            mono: u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX),
+            wall: Utc::now(),
+        }
+    }
+
+    /// The instant at which `mono` will read `ms`.
+    fn instant_at(&self, ms: u64) -> Instant {
+        self.origin + Duration::from_millis(ms)
+    }
+}
+
+/// What [`super::SchedulerBuilder::build`] hands over.
+pub(crate) struct Parts {
+    pub machine: Machine,
+    pub registry: Arc<dyn Registry>,
+    pub clock: Clock,
+    pub instance: InstanceId,
+    pub known: KnownTypes,
+    pub jobs: Vec<(JobConfig, Arc<dyn Job>)>,
+    pub stream: Box<dyn EventStream>,
+    pub ops: mpsc::UnboundedReceiver<Op>,
+    pub state: watch::Sender<SchedulerState>,
+    pub events: broadcast::Sender<RunEvent>,
+    pub cancel_timeout: Duration,
+}
+
+/// A hosted job as the driver knows it.
+pub(crate) struct JobEntry {
+    pub job: Arc<dyn Job>,
+    /// The configuration in force: the registry's copy once seen, else the local one.
+    pub effective: Arc<JobConfig>,
+    limiter: Option<(ExecutorType, Arc<Semaphore>)>,
+    pub resharding: ReshardingFlag,
+    pub warned_handler: bool,
+    /// Items that have an owner in the plan, as the watch shows it.
+    owned: BTreeSet<u32>,
+    /// Manual triggers held until the job has a plan (see [`Driver::release_triggers`]).
+    triggers: Vec<Option<String>>,
+}
+
+impl JobEntry {
+    fn new(config: JobConfig, job: Arc<dyn Job>) -> Self {
+        Self {
+            job,
+            effective: Arc::new(config),
+            limiter: None,
+            resharding: ReshardingFlag::default(),
+            warned_handler: false,
+            owned: BTreeSet::new(),
+            triggers: Vec::new(),
+        }
+    }
+
+    /// The job's item limiter for its current executor strategy (re-made when it changes).
+    fn limiter(&mut self) -> Arc<Semaphore> {
+        let kind = self.effective.job_executor_thread_pool_size_provider_type;
+        match &self.limiter {
+            Some((k, sem)) if *k == kind => Arc::clone(sem),
+            _ => {
+                let sem = Arc::new(Semaphore::new(executor_size(kind)));
+                self.limiter = Some((kind, Arc::clone(&sem)));
+                sem
+            }
+        }
+    }
+}
+
+/// How many items of one job run at once: `CPU` = available cores × 2, `SINGLE_THREAD` = 1.
+pub fn executor_size(kind: ExecutorType) -> usize {
+    match kind {
+        ExecutorType::Cpu => std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .saturating_mul(2),
+        ExecutorType::SingleThread => 1,
+    }
+}
+
+struct Running {
+    cancel: CancelSender,
+    task: JoinHandle<()>,
+}
+
+pub(crate) struct Driver {
+    machine: Machine,
+    registry: Arc<dyn Registry>,
+    clock: Clock,
+    instance: InstanceId,
+    known: KnownTypes,
+    jobs: BTreeMap<String, JobEntry>,
+    running: HashMap<ExecutionId, Running>,
+    /// Outstanding `GetTree` requests, by the job whose subtree they load.
+    trees: HashMap<RequestId, String>,
+    stream: Option<Box<dyn EventStream>>,
+    watch_rx: mpsc::UnboundedReceiver<RegistryEvent>,
+    watch_tx: mpsc::UnboundedSender<RegistryEvent>,
+    replies_tx: mpsc::UnboundedSender<(RequestId, RegistryReply)>,
+    replies_rx: mpsc::UnboundedReceiver<(RequestId, RegistryReply)>,
+    finished_tx: mpsc::UnboundedSender<exec::Finished>,
+    finished_rx: mpsc::UnboundedReceiver<exec::Finished>,
+    ops: mpsc::UnboundedReceiver<Op>,
+    ops_open: bool,
+    state: watch::Sender<SchedulerState>,
+    events: broadcast::Sender<RunEvent>,
+    cancel_timeout: Duration,
+    /// The `mono` of the last `handle_timeout`, so a timer that stays due cannot spin.
+    last_timeout: Option<u64>,
+    closed: bool,
+    /// How many manual triggers wait in [`JobEntry::triggers`].
+    held_triggers: usize,
+}
+
+impl Driver {
+    pub(crate) fn new(p: Parts) -> Self {
+        let (watch_tx, watch_rx) = mpsc::unbounded_channel();
+        let (replies_tx, replies_rx) = mpsc::unbounded_channel();
+        let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let jobs = p
+            .jobs
+            .into_iter()
+            .map(|(config, job)| (config.job_name.clone(), JobEntry::new(config, job)))
+            .collect();
+        Self {
+            machine: p.machine,
+            registry: p.registry,
+            clock: p.clock,
+            instance: p.instance,
+            known: p.known,
+            jobs,
+            running: HashMap::new(),
+            trees: HashMap::new(),
+            stream: Some(p.stream),
+            watch_rx,
+            watch_tx,
+            replies_tx,
+            replies_rx,
+            finished_tx,
+            finished_rx,
+            ops: p.ops,
+            ops_open: true,
+            state: p.state,
+            events: p.events,
+            cancel_timeout: p.cancel_timeout,
+            last_timeout: None,
+            closed: false,
+            held_triggers: 0,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        // The watch is read by a task of its own, so that no event is lost to a `select!`
+        // that drops a half-done `next()` (not every backend's stream is cancel-safe).
+        if let Some(mut stream) = self.stream.take() {
+            let tx = self.watch_tx.clone();
+            tokio::spawn(async move {
+                while let Some(ev) = stream.next().await {
+                    if tx.send(ev).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        // Only the forwarding task may keep the channel open: its end is the stream's end.
+        let (dead_tx, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.watch_tx, dead_tx));
+
+        tracing::info!(instance = %self.instance, jobs = self.jobs.len(), "scheduler started");
+        if let Some(info) = self.registry.session() {
+            let now = self.clock.now();
+            self.machine.handle_registry_event(
+                RegistryEvent::Session(SessionEvent::Connected(info)),
+                now,
+            );
+        }
+        let end = loop {
+            self.pump().await;
+            if self.held_triggers > 0 {
+                let now = self.clock.now();
+                self.release_triggers(now);
+                self.pump().await;
+            }
+            if self.machine.is_stopped() {
+                break SchedulerState::Stopped;
+            }
+            let deadline = self.timer_deadline();
+            tokio::select! {
+                op = self.ops.recv(), if self.ops_open => match op {
+                    Some(op) => self.on_op(op),
+                    None => {
+                        // Every handle is gone: leave gracefully, as on SIGTERM.
+                        self.ops_open = false;
+                        tracing::info!(instance = %self.instance, "every handle dropped: shutting down");
+                        let now = self.clock.now();
+                        self.machine.shutdown(now);
+                    }
+                },
+                ev = self.watch_rx.recv() => match ev {
+                    Some(ev) => self.on_watch(ev),
+                    None => break SchedulerState::Failed(
+                        "the registry watch ended: the registry client was closed or killed".to_owned(),
+                    ),
+                },
+                Some((id, reply)) = self.replies_rx.recv() => {
+                    if let Some(job) = self.trees.remove(&id) {
+                        self.observe_tree(&job, &reply);
+                    }
+                    let now = self.clock.now();
+                    self.machine.handle_registry_reply(id, reply, now);
+                }
+                Some(done) = self.finished_rx.recv() => {
+                    self.running.remove(&done.id);
+                    let now = self.clock.now();
+                    self.machine.handle_execution_finished(done.id, done.outcomes, now);
+                }
+                () = sleep_until(deadline), if deadline.is_some() => {
+                    let now = self.clock.now();
+                    self.last_timeout = Some(now.mono);
+                    self.machine.handle_timeout(now);
+                }
+            }
+        };
+        self.finish(end).await;
+    }
+
+    /// When to call `handle_timeout` next: the machine's time, but never again at a `mono`
+    /// already handled (a deadline that stays due is retried a millisecond later).
+    fn timer_deadline(&self) -> Option<Instant> {
+        let t = self.machine.poll_timeout()?;
+        let t = match self.last_timeout {
+            Some(last) if t <= last => last.saturating_add(1),
+            _ => t,
+        };
+        Some(self.clock.instant_at(t))
+    }
+
+    async fn finish(mut self, end: SchedulerState) {
+        if let SchedulerState::Failed(why) = &end {
+            tracing::error!(instance = %self.instance, "scheduler stopped: {why}");
+        }
+        for (_, r) in self.running.drain() {
+            r.cancel.cancel(CancelReason::SessionLost);
+            r.task.abort();
+        }
+        if !self.closed {
+            self.closed = true;
+            if let Err(e) = self.registry.close().await {
+                tracing::debug!(instance = %self.instance, "closing the registry client: {e}");
+            }
+        }
+        if end == SchedulerState::Stopped {
+            tracing::info!(instance = %self.instance, "scheduler stopped");
+        }
+        self.state.send_replace(end);
+    }
+
+    /// Carries out every command the machine has queued.
+    async fn pump(&mut self) {
+        while let Some(cmd) = self.machine.poll_command() {
+            match cmd {
+                Command::Registry { id, op } => {
+                    if let RegistryOp::GetTree(path) = &op {
+                        if let Some(job) = path.segments().next() {
+                            self.trees.insert(id, job.to_owned());
+                        }
+                    }
+                    let registry = Arc::clone(&self.registry);
+                    let tx = self.replies_tx.clone();
+                    tokio::spawn(async move {
+                        let reply = registry::execute(&*registry, op).await;
+                        // The driver may have stopped meanwhile; then nobody needs the reply.
+                        let _ = tx.send((id, reply));
+                    });
+                }
+                Command::Start(execution) => self.start(execution),
+                Command::Cancel { id, reason } => {
+                    if let Some(r) = self.running.get(&id) {
+                        tracing::warn!(instance = %self.instance, execution = id.0, ?reason, "cancelling running items");
+                        r.cancel.cancel(reason);
+                    }
+                }
+                Command::CloseSession => {
+                    self.closed = true;
+                    if let Err(e) = self.registry.close().await {
+                        tracing::warn!(instance = %self.instance, "closing the registry session: {e}");
+                    }
+                }
+                Command::Event(event) => self.on_event(event),
+            }
+        }
+    }
+
+    fn start(&mut self, execution: Execution) {
+        let id = execution.id;
+        let (cancel_tx, cancel) = CancelSignal::new();
+        let Some(entry) = self.jobs.get_mut(&execution.job_name) else {
+            // The machine only starts hosted jobs; answer rather than leave it waiting.
+            let outcomes = execution
+                .items
+                .iter()
+                .map(|i| {
+                    let why = "no job body is registered".to_owned();
+                    (i.item, ItemOutcome::Failed(why))
+                })
+                .collect();
+            let _ = self.finished_tx.send(exec::Finished { id, outcomes });
+            return;
+        };
+        let limiter = entry.limiter();
+        let task = ExecutionTask {
+            execution,
+            job: Arc::clone(&entry.job),
+            config: Arc::clone(&entry.effective),
+            limiter,
+            resharding: entry.resharding.clone(),
+            cancel,
+            cancel_timeout: self.cancel_timeout,
+            instance: self.instance.clone(),
+            events: self.events.clone(),
+            finished: self.finished_tx.clone(),
+            warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
+        };
+        let handle = tokio::spawn(task.run());
+        self.running.insert(
+            id,
+            Running {
+                cancel: cancel_tx,
+                task: handle,
+            },
+        );
+    }
+
+    fn on_op(&mut self, op: Op) {
+        let now = self.clock.now();
+        match op {
+            Op::Trigger {
+                job,
+                parameter,
+                reply,
+            } => {
+                let result = match self.jobs.get_mut(&job) {
+                    Some(entry) if self.machine.job_names().any(|j| j == job) => {
+                        entry.triggers.push(parameter);
+                        self.held_triggers += 1;
+                        Ok(())
+                    }
+                    _ => Err(RuntimeError::Machine(MachineError::UnknownJob(job))),
+                };
+                let _ = reply.send(result);
+            }
+            Op::AddJob { config, job, reply } => {
+                let spec = JobSpec {
+                    config: (*config).clone(),
+                    job_type: job.job_type(),
+                };
+                let result = self.machine.add_job(spec, now);
+                if result.is_ok() {
+                    tracing::info!(instance = %self.instance, job = %config.job_name, "job added");
+                    self.jobs
+                        .insert(config.job_name.clone(), JobEntry::new(*config, job));
+                }
+                let _ = reply.send(result.map_err(RuntimeError::from));
+            }
+            Op::RemoveJob { job, reply } => {
+                let result = self.machine.remove_job(&job, now);
+                let _ = reply.send(result.map_err(RuntimeError::from));
+            }
+            Op::Shutdown => {
+                tracing::info!(instance = %self.instance, "graceful shutdown requested");
+                self.machine.shutdown(now);
+            }
+        }
+    }
+
+    fn on_watch(&mut self, event: RegistryEvent) {
+        if let RegistryEvent::Node(ev) = &event {
+            let exists = ev.kind != WatchEventKind::Deleted;
+            self.observe_node(&ev.path, exists, &ev.data);
+        }
+        let now = self.clock.now();
+        self.machine.handle_registry_event(event, now);
+    }
+
+    /// Follows the nodes the driver needs besides the machine: the job's configuration in
+    /// force (its props, executor and error handler) and the re-sharding flag.
+    fn observe_node(&mut self, path: &NodePath, exists: bool, data: &[u8]) {
+        let Some((job, node)) = JobNode::parse(path) else {
+            return;
+        };
+        let Some(entry) = self.jobs.get_mut(job) else {
+            return;
+        };
+        match node {
+            JobNode::Config if exists => {
+                let parsed = std::str::from_utf8(data).ok().and_then(|text| {
+                    JobConfig::from_yaml_with(text, Strictness::Lenient, &self.known).ok()
+                });
+                // An unusable copy is reported by the machine, which keeps the last good one;
+                // so does the driver.
+                if let Some(config) = parsed.filter(|c| c.job_name == job) {
+                    if *entry.effective != config {
+                        entry.effective = Arc::new(config);
+                    }
+                }
+            }
+            JobNode::ShardingNecessary => entry.resharding.set(exists),
+            JobNode::ItemState(item, ItemLeaf::Instance) => {
+                if exists && !data.is_empty() {
+                    entry.owned.insert(item);
+                } else {
+                    entry.owned.remove(&item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Hands held manual triggers to the machine once their job is active and every item has
+    /// an owner in the sharding plan. The machine consumes a trigger at once and runs the items this instance owns at
+    /// that moment; before the first plan is written it owns none, and the trigger would be
+    /// lost. (A trigger that arrives while a re-sharding moves items still runs what the
+    /// instance owns then, as in ElasticJob.)
+    fn release_triggers(&mut self, now: Now) {
+        for (name, entry) in self.jobs.iter_mut() {
+            let total = entry.effective.sharding_total_count;
+            let planned = (0..total).all(|i| entry.owned.contains(&i));
+            if entry.triggers.is_empty() || !planned || !self.machine.is_active(name) {
+                continue;
+            }
+            self.held_triggers = self.held_triggers.saturating_sub(entry.triggers.len());
+            for parameter in entry.triggers.drain(..) {
+                if let Err(e) = self.machine.trigger(name, parameter, now) {
+                    tracing::warn!(instance = %self.instance, job = %name, "trigger refused: {e}");
+                }
+            }
+        }
+    }
+
+    fn observe_tree(&mut self, job: &str, reply: &RegistryReply) {
+        let RegistryReply::Tree(nodes) = reply else {
+            return;
+        };
+        if let Some(entry) = self.jobs.get_mut(job) {
+            entry.resharding.set(false);
+            entry.owned.clear();
+        }
+        for node in nodes {
+            self.observe_node(&node.path, true, &node.data);
+        }
+    }
+
+    fn on_event(&mut self, event: MachineEvent) {
+        let me = &self.instance;
+        match &event {
+            MachineEvent::JobActive { job } => tracing::info!(instance = %me, %job, "job active"),
+            MachineEvent::ConfigInvalid { job, error } => {
+                tracing::error!(instance = %me, %job, "configuration in the registry cannot be used: {error}")
+            }
+            MachineEvent::JobTypeConflict {
+                job,
+                registry,
+                local,
+            } => tracing::error!(
+                instance = %me, %job,
+                "the registry holds job type {registry:?}, this instance has {local:?}: the job does not run here"
+            ),
+            MachineEvent::BecameLeader { job } => {
+                tracing::info!(instance = %me, %job, "became leader")
+            }
+            MachineEvent::Resharded {
+                job,
+                owners,
+                pinned,
+            } => tracing::info!(instance = %me, %job, plan = %plan(owners), ?pinned, "re-sharded"),
+            MachineEvent::CorruptNode { path, error } => {
+                tracing::warn!(instance = %me, %path, "unreadable node, treated as absent: {error}")
+            }
+            MachineEvent::RegistryFailed {
+                job,
+                purpose,
+                error,
+            } => {
+                tracing::warn!(instance = %me, job = job.as_deref().unwrap_or("-"), purpose, "registry request failed: {error}")
+            }
+            MachineEvent::CompletionLost { job, items } => {
+                tracing::warn!(instance = %me, %job, ?items, "the end of a run could not be recorded (session lost)")
+            }
+            MachineEvent::SessionInDoubt => {
+                tracing::warn!(instance = %me, "session in doubt: running items cancelled, none start")
+            }
+            MachineEvent::SessionLost => {
+                tracing::warn!(instance = %me, "registry session lost: registering again")
+            }
+            MachineEvent::JobLeft { job } => {
+                tracing::info!(instance = %me, %job, "left the job");
+                if let Some(entry) = self.jobs.remove(job) {
+                    self.held_triggers = self.held_triggers.saturating_sub(entry.triggers.len());
+                }
+            }
+        }
+        let _ = self.events.send(RunEvent::Machine(event));
+    }
+}
+
+fn plan(owners: &BTreeMap<u32, InstanceId>) -> String {
+    let mut by: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (item, id) in owners {
+        by.entry(id.as_str()).or_default().push(item.to_string());
+    }
+    by.iter()
+        .map(|(id, items)| format!("{id}=[{}]", items.join(",")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,277 @@
+//! One execution: its items run as tasks, at most as many at once as the job's executor
+//! strategy allows, each through the job's error handler; the outcomes go back to the driver.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use chrono::Utc;
+use shardjob_core::config::ErrorHandlerType;
+use shardjob_core::machine::{Execution, ExecutionId, ItemOutcome};
+use shardjob_core::{InstanceId, JobConfig};
+use tokio::sync::{Semaphore, broadcast, mpsc};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+
+use super::{ItemRunInfo, RunEvent};
+use crate::jobs::{CancelSignal, Job, JobError, ReshardingFlag, ShardingContext};
+
+/// An execution's end, for the driver.
+pub(crate) struct Finished {
+    pub id: ExecutionId,
+    pub outcomes: BTreeMap<u32, ItemOutcome>,
+}
+
+pub(crate) struct ExecutionTask {
+    pub execution: Execution,
+    pub job: Arc<dyn Job>,
+    pub config: Arc<JobConfig>,
+    pub limiter: Arc<Semaphore>,
+    pub resharding: ReshardingFlag,
+    pub cancel: CancelSignal,
+    pub cancel_timeout: Duration,
+    pub instance: InstanceId,
+    pub events: broadcast::Sender<RunEvent>,
+    pub finished: mpsc::UnboundedSender<Finished>,
+    /// Whether to warn that the job's error handler is not built in (once per job).
+    pub warn_handler: bool,
+}
+
+/// What every item task of one execution shares.
+struct Shared {
+    job: Arc<dyn Job>,
+    limiter: Arc<Semaphore>,
+    handler: ErrorHandlerType,
+    events: broadcast::Sender<RunEvent>,
+    /// Set by a failing item when the error handler is `THROW`: items not started yet fail.
+    thrown: AtomicBool,
+}
+
+impl ExecutionTask {
+    pub(crate) async fn run(self) {
+        let exec = self.execution;
+        let handler = self.config.job_error_handler_type;
+        if self.warn_handler
+            && !matches!(
+                handler,
+                ErrorHandlerType::Log | ErrorHandlerType::Throw | ErrorHandlerType::Ignore
+            )
+        {
+            tracing::warn!(
+                job = %exec.job_name,
+                "error handler {handler} is not built in yet: failures are logged (LOG)"
+            );
+        }
+        let shared = Arc::new(Shared {
+            job: self.job,
+            limiter: self.limiter,
+            handler,
+            events: self.events,
+            thrown: AtomicBool::new(false),
+        });
+        let props = Arc::new(self.config.props.clone());
+        let mut set = JoinSet::new();
+        let mut tasks = HashMap::new();
+        let mut infos = BTreeMap::new();
+        for item in &exec.items {
+            let ctx = ShardingContext {
+                job_name: exec.job_name.clone(),
+                task_id: exec.task_id.clone(),
+                sharding_total_count: exec.sharding_total_count,
+                job_parameter: exec.job_parameter.clone(),
+                sharding_item: item.item,
+                sharding_parameter: item.parameter.clone(),
+                fire_time: exec.fire_time,
+                kind: exec.kind,
+                fencing_token: item.fencing_token.0,
+                props: Arc::clone(&props),
+                cancel: self.cancel.clone(),
+                resharding: self.resharding.clone(),
+            };
+            let info = ItemRunInfo {
+                instance: self.instance.clone(),
+                job: exec.job_name.clone(),
+                item: item.item,
+                execution: exec.id,
+                fire_time: exec.fire_time,
+                kind: exec.kind,
+                fencing_token: item.fencing_token.0,
+            };
+            infos.insert(item.item, info.clone());
+            let handle = set.spawn(run_item(ctx, info, Arc::clone(&shared)));
+            tasks.insert(handle.id(), item.item);
+        }
+
+        let mut outcomes = BTreeMap::new();
+        let mut hard_stop: Option<Instant> = None;
+        let mut aborted = false;
+        loop {
+            tokio::select! {
+                next = set.join_next_with_id() => match next {
+                    None => break,
+                    Some(Ok((id, outcome))) => {
+                        if let Some(item) = tasks.get(&id) {
+                            outcomes.insert(*item, outcome);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        let Some(&item) = tasks.get(&e.id()) else { continue };
+                        let (outcome, error) = if e.is_panic() {
+                            let why = panic_message(e.into_panic());
+                            tracing::error!(job = %exec.job_name, item, "job body panicked: {why}");
+                            (ItemOutcome::Failed(format!("panicked: {why}")), JobError::Panicked(why))
+                        } else {
+                            let why = format!(
+                                "ignored its cancellation for {} ms and was stopped",
+                                self.cancel_timeout.as_millis()
+                            );
+                            tracing::warn!(job = %exec.job_name, item, "item {why}");
+                            (ItemOutcome::Cancelled, JobError::Failed(why))
+                        };
+                        if let Some(run) = infos.get(&item) {
+                            let _ = shared.events.send(RunEvent::ItemFinished {
+                                run: run.clone(),
+                                outcome: outcome.clone(),
+                                error: Some(error),
+                                output: None,
+                                elapsed: Duration::ZERO,
+                            });
+                        }
+                        outcomes.insert(item, outcome);
+                    }
+                },
+                _ = self.cancel.cancelled(), if hard_stop.is_none() => {
+                    hard_stop = Some(Instant::now() + self.cancel_timeout);
+                }
+                () = sleep_until(hard_stop), if hard_stop.is_some() && !aborted => {
+                    aborted = true;
+                    set.abort_all();
+                }
+            }
+        }
+        let _ = self.finished.send(Finished {
+            id: exec.id,
+            outcomes,
+        });
+    }
+}
+
+async fn run_item(ctx: ShardingContext, run: ItemRunInfo, shared: Arc<Shared>) -> ItemOutcome {
+    let not_run = |outcome: ItemOutcome, error: Option<JobError>| {
+        let _ = shared.events.send(RunEvent::ItemFinished {
+            run: run.clone(),
+            outcome: outcome.clone(),
+            error,
+            output: None,
+            elapsed: Duration::ZERO,
+        });
+        outcome
+    };
+    let permit = tokio::select! {
+        permit = Arc::clone(&shared.limiter).acquire_owned() => permit.ok(),
+        _ = ctx.cancel.cancelled() => None,
+    };
+    if ctx.cancel.is_cancelled() {
+        return not_run(ItemOutcome::Cancelled, Some(JobError::Cancelled));
+    }
+    if shared.thrown.load(Ordering::Relaxed) {
+        let why = "not run: another item of this run failed and the error handler is THROW";
+        return not_run(
+            ItemOutcome::Failed(why.to_owned()),
+            Some(JobError::failed(why)),
+        );
+    }
+    let started = Utc::now();
+    let lateness = (started - ctx.fire_time).num_milliseconds();
+    tracing::debug!(
+        job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
+        kind = ?ctx.kind, token = ctx.fencing_token, lateness_ms = lateness, "item started"
+    );
+    let _ = shared.events.send(RunEvent::ItemStarted {
+        run: run.clone(),
+        at: started,
+    });
+    let t0 = Instant::now();
+    let result = shared.job.execute_item(&ctx).await;
+    drop(permit);
+    let elapsed = t0.elapsed();
+    let (outcome, error, output) = match result {
+        Ok(output) => {
+            tracing::info!(
+                job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
+                kind = ?ctx.kind, token = ctx.fencing_token, elapsed_ms = elapsed.as_millis() as u64,
+                "item succeeded"
+            );
+            if let Some(out) = &output {
+                if !out.stdout.is_empty() || !out.stderr.is_empty() {
+                    tracing::debug!(job = %ctx.job_name, item = ctx.sharding_item, stdout = %out.stdout, stderr = %out.stderr, "item output");
+                }
+            }
+            (ItemOutcome::Succeeded, None, output)
+        }
+        Err(e) if matches!(e, JobError::Cancelled) || ctx.cancel.is_cancelled() => {
+            tracing::warn!(
+                job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
+                token = ctx.fencing_token, reason = ?ctx.cancel.reason(), "item cancelled"
+            );
+            let output = e.output().cloned();
+            (ItemOutcome::Cancelled, Some(e), output)
+        }
+        Err(e) => {
+            handle_error(&shared, &ctx, &e);
+            let output = e.output().cloned();
+            (ItemOutcome::Failed(e.to_string()), Some(e), output)
+        }
+    };
+    let _ = shared.events.send(RunEvent::ItemFinished {
+        run,
+        outcome: outcome.clone(),
+        error,
+        output,
+        elapsed,
+    });
+    outcome
+}
+
+/// The job's error handler: `LOG` logs the failure as an error; `IGNORE` only at debug level;
+/// `THROW` logs it and fails the items of the same run that have not started yet (the
+/// failure escapes the run, as ElasticJob's rethrow ends its execution). Every failed item is
+/// reported as failed to the machine and to subscribers whatever the handler. Handlers that
+/// are not built in yet (`EMAIL`, `WECHAT`, `DINGTALK`, `WEBHOOK`) log like `LOG`.
+fn handle_error(shared: &Shared, ctx: &ShardingContext, error: &JobError) {
+    match shared.handler {
+        ErrorHandlerType::Ignore => tracing::debug!(
+            job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
+            token = ctx.fencing_token, "item failed (ignored): {error}"
+        ),
+        ErrorHandlerType::Throw => {
+            shared.thrown.store(true, Ordering::Relaxed);
+            tracing::error!(
+                job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
+                token = ctx.fencing_token, "item failed (THROW: the rest of the run is not started): {error}"
+            );
+        }
+        _ => tracing::error!(
+            job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
+            token = ctx.fencing_token, "item failed: {error}"
+        ),
+    }
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a non-text panic payload".to_owned()
+    }
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}

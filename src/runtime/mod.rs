@@ -1,0 +1,414 @@
+//! The runtime: a tokio driver around the core [`Machine`], and the API a service embeds.
+//!
+//! One [`Scheduler`] is one instance: one registry client (one session) and one recursive
+//! watch for all its jobs, one [`Machine`], one driver task. The driver feeds the machine
+//! watch events, registry replies, timer expiries and finished executions, and carries out
+//! its commands: registry requests (run concurrently), starting items (per-job concurrency by
+//! the executor strategy: `CPU` = cores × 2 items at once, `SINGLE_THREAD` = 1), cancelling
+//! them, closing the session at the end of a graceful shutdown, and logging what happens
+//! through `tracing`.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use shardjob::core::{CronExpr, JobConfig};
+//! use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
+//! use shardjob::mem::MemServer;
+//! use shardjob::runtime::Scheduler;
+//!
+//! struct Hello;
+//!
+//! #[async_trait::async_trait]
+//! impl SimpleJob for Hello {
+//!     async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+//!         println!("item {} of {}", ctx.sharding_item, ctx.sharding_total_count);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let server = MemServer::default();
+//! let config = JobConfig::new("hello", 4).with_cron(CronExpr::parse("0/5 * * * * ?")?);
+//! let scheduler = Scheduler::builder()
+//!     .registry(Arc::new(server.connect_default()))
+//!     .job(config, Hello)
+//!     .build()
+//!     .await?;
+//! scheduler.trigger("hello", Some("now".into())).await?;
+//! scheduler.shutdown().await?; // finishes running items and leaves the cluster
+//! # Ok(()) }
+//! ```
+
+mod driver;
+mod exec;
+mod ident;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use shardjob_core::machine::record::RunKind;
+use shardjob_core::machine::{
+    ExecutionId, ItemOutcome, Machine, MachineError, MachineEvent, MachineOptions,
+};
+use shardjob_core::registry::{NodePath, Registry, RegistryError};
+use shardjob_core::{InstanceId, InstanceIdError, JobConfig};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
+
+use crate::jobs::{CapturedOutput, Job, JobError};
+
+pub use ident::{default_instance_id, local_ipv4};
+
+/// How long a cancelled item may ignore its cancellation before the runtime drops it.
+pub const DEFAULT_CANCEL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How many [`RunEvent`]s a subscriber may fall behind before it misses some.
+pub const EVENT_CAPACITY: usize = 4096;
+
+/// Errors of the runtime.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RuntimeError {
+    /// [`SchedulerBuilder::build`] was called without a registry.
+    #[error("no registry was given to the scheduler builder")]
+    NoRegistry,
+    /// The instance id is not valid.
+    #[error("invalid instance id: {0}")]
+    InstanceId(#[from] InstanceIdError),
+    /// The machine refused an operator command (unknown or duplicate job, invalid
+    /// configuration, shutting down).
+    #[error(transparent)]
+    Machine(#[from] MachineError),
+    /// The registry watch could not be opened.
+    #[error("cannot watch the registry: {0}")]
+    Watch(RegistryError),
+    /// The scheduler has stopped (after a shutdown) and takes no more commands.
+    #[error("the scheduler has stopped")]
+    Stopped,
+    /// The scheduler stopped because it could not go on (its registry client was closed or
+    /// killed under it).
+    #[error("the scheduler failed: {0}")]
+    Failed(String),
+}
+
+/// Where a scheduler is in its life.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SchedulerState {
+    /// It runs.
+    Running,
+    /// It left gracefully and closed its session.
+    Stopped,
+    /// It stopped because it could not go on; running items were cancelled and dropped.
+    Failed(String),
+}
+
+/// One item's run, as reported in [`RunEvent`]s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemRunInfo {
+    /// The instance that runs it.
+    pub instance: InstanceId,
+    /// The job.
+    pub job: String,
+    /// The item.
+    pub item: u32,
+    /// The execution it belongs to.
+    pub execution: ExecutionId,
+    /// The scheduled fire time (the trigger time for a trigger).
+    pub fire_time: DateTime<Utc>,
+    /// Why it runs.
+    pub kind: RunKind,
+    /// Its fencing token.
+    pub fencing_token: u64,
+}
+
+/// What a scheduler reports to subscribers ([`SchedulerHandle::subscribe`]).
+#[derive(Debug, Clone)]
+pub enum RunEvent {
+    /// An item's job body is about to run.
+    ItemStarted {
+        /// Which run.
+        run: ItemRunInfo,
+        /// When the body started (wall clock).
+        at: DateTime<Utc>,
+    },
+    /// An item ended (or was never started because its run was cancelled first).
+    ItemFinished {
+        /// Which run.
+        run: ItemRunInfo,
+        /// How it ended.
+        outcome: ItemOutcome,
+        /// The error, for a failed or interrupted item.
+        error: Option<JobError>,
+        /// What the job captured (a script's stdout and stderr).
+        output: Option<CapturedOutput>,
+        /// How long the body ran.
+        elapsed: Duration,
+    },
+    /// Something the state machine reported (leadership, re-sharding, session trouble...).
+    Machine(MachineEvent),
+}
+
+/// Entry point: `Scheduler::builder()`.
+#[derive(Debug)]
+pub struct Scheduler;
+
+impl Scheduler {
+    /// A builder with no registry and no jobs.
+    pub fn builder() -> SchedulerBuilder {
+        SchedulerBuilder {
+            registry: None,
+            instance_id: None,
+            jobs: Vec::new(),
+            configure: Vec::new(),
+            cancel_timeout: DEFAULT_CANCEL_TIMEOUT,
+        }
+    }
+}
+
+type Configure = Box<dyn FnOnce(&mut MachineOptions) + Send>;
+
+/// Builds a scheduler: a registry, jobs, options; then [`SchedulerBuilder::build`].
+pub struct SchedulerBuilder {
+    registry: Option<Arc<dyn Registry>>,
+    instance_id: Option<InstanceId>,
+    jobs: Vec<(JobConfig, Arc<dyn Job>)>,
+    configure: Vec<Configure>,
+    cancel_timeout: Duration,
+}
+
+impl std::fmt::Debug for SchedulerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerBuilder")
+            .field("instance_id", &self.instance_id)
+            .field("jobs", &self.jobs.iter().map(|j| &j.0.job_name).collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SchedulerBuilder {
+    /// The registry client. Its session is this instance's; the scheduler closes it at the end
+    /// of a graceful shutdown.
+    pub fn registry(mut self, registry: Arc<dyn Registry>) -> Self {
+        self.registry = Some(registry);
+        self
+    }
+
+    /// This instance's id; by default [`default_instance_id`] (`{ip}@-@{pid}`). Several
+    /// schedulers in one process need distinct ids.
+    pub fn instance_id(mut self, id: InstanceId) -> Self {
+        self.instance_id = Some(id);
+        self
+    }
+
+    /// Adds a job: its local configuration and its body.
+    pub fn job(self, config: JobConfig, job: impl Job) -> Self {
+        self.job_arc(config, Arc::new(job))
+    }
+
+    /// Adds a job whose body is shared.
+    pub fn job_arc(mut self, config: JobConfig, job: Arc<dyn Job>) -> Self {
+        self.jobs.push((config, job));
+        self
+    }
+
+    /// Adjusts the machine's options (safety margin, re-shard debounce and wait, failover
+    /// take-over delay, shutdown grace, ...). The instance id set here is overridden by
+    /// [`SchedulerBuilder::instance_id`].
+    pub fn options(mut self, f: impl FnOnce(&mut MachineOptions) + Send + 'static) -> Self {
+        self.configure.push(Box::new(f));
+        self
+    }
+
+    /// How long a cancelled item may ignore its cancellation before it is dropped (default
+    /// [`DEFAULT_CANCEL_TIMEOUT`]).
+    pub fn cancel_timeout(mut self, timeout: Duration) -> Self {
+        self.cancel_timeout = timeout;
+        self
+    }
+
+    /// Validates the jobs, opens the registry watch and starts the driver task. Must be called
+    /// within a tokio runtime.
+    pub async fn build(self) -> Result<SchedulerHandle, RuntimeError> {
+        let registry = self.registry.ok_or(RuntimeError::NoRegistry)?;
+        let instance_id = match self.instance_id {
+            Some(id) => id,
+            None => default_instance_id()?,
+        };
+        let mut opts = MachineOptions::new(instance_id.clone());
+        for f in self.configure {
+            f(&mut opts);
+        }
+        opts.instance_id = instance_id.clone();
+        let known = opts.known_types.clone();
+        let clock = driver::Clock::new();
+        let mut machine = Machine::new(opts);
+        let mut jobs = Vec::new();
+        for (config, job) in self.jobs {
+            let spec = shardjob_core::machine::JobSpec {
+                config: config.clone(),
+                job_type: job.job_type(),
+            };
+            machine.add_job(spec, clock.now())?;
+            jobs.push((config, job));
+        }
+        let stream = registry
+            .watch(&NodePath::root())
+            .await
+            .map_err(RuntimeError::Watch)?;
+        let (ops_tx, ops_rx) = mpsc::unbounded_channel();
+        let (state_tx, state_rx) = watch::channel(SchedulerState::Running);
+        let (events_tx, _) = broadcast::channel(EVENT_CAPACITY);
+        let driver = driver::Driver::new(driver::Parts {
+            machine,
+            registry,
+            clock,
+            instance: instance_id.clone(),
+            known,
+            jobs,
+            stream,
+            ops: ops_rx,
+            state: state_tx,
+            events: events_tx.clone(),
+            cancel_timeout: self.cancel_timeout,
+        });
+        tokio::spawn(driver.run());
+        Ok(SchedulerHandle {
+            inner: Arc::new(Inner {
+                ops: ops_tx,
+                state: state_rx,
+                events: events_tx,
+                instance_id,
+            }),
+        })
+    }
+}
+
+/// Operator commands from handles to the driver.
+pub(crate) enum Op {
+    Trigger {
+        job: String,
+        parameter: Option<String>,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    AddJob {
+        config: Box<JobConfig>,
+        job: Arc<dyn Job>,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    RemoveJob {
+        job: String,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    Shutdown,
+}
+
+struct Inner {
+    ops: mpsc::UnboundedSender<Op>,
+    state: watch::Receiver<SchedulerState>,
+    events: broadcast::Sender<RunEvent>,
+    instance_id: InstanceId,
+}
+
+/// A running scheduler. Cheap to clone; when every clone is dropped the scheduler shuts down
+/// gracefully in the background.
+#[derive(Clone)]
+pub struct SchedulerHandle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for SchedulerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SchedulerHandle")
+            .field("instance_id", &self.inner.instance_id)
+            .field("state", &*self.inner.state.borrow())
+            .finish()
+    }
+}
+
+impl SchedulerHandle {
+    /// This instance's id.
+    pub fn instance_id(&self) -> &InstanceId {
+        &self.inner.instance_id
+    }
+
+    /// Where the scheduler is in its life.
+    pub fn state(&self) -> SchedulerState {
+        self.inner.state.borrow().clone()
+    }
+
+    /// Events from now on: items started and finished, and what the state machine reports. A
+    /// subscriber that falls more than [`EVENT_CAPACITY`] events behind misses some.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// Runs this instance's items of `job` once now; with a parameter, it replaces
+    /// `jobParameter` for that run. Queued while the items run.
+    pub async fn trigger(&self, job: &str, parameter: Option<String>) -> Result<(), RuntimeError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Op::Trigger {
+            job: job.to_owned(),
+            parameter,
+            reply,
+        })?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
+    /// Starts hosting a job at run time.
+    pub async fn add_job(&self, config: JobConfig, job: impl Job) -> Result<(), RuntimeError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Op::AddJob {
+            config: Box::new(config),
+            job: Arc::new(job),
+            reply,
+        })?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
+    /// Stops hosting a job: its running items finish (or are cancelled after the shutdown
+    /// grace), then the instance leaves the job's nodes. Returns once the removal has begun.
+    pub async fn remove_job(&self, job: &str) -> Result<(), RuntimeError> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Op::RemoveJob {
+            job: job.to_owned(),
+            reply,
+        })?;
+        rx.await.map_err(|_| self.gone())?
+    }
+
+    /// Leaves gracefully: no new items start, running ones finish (or are cancelled after
+    /// the shutdown grace), the instance's nodes are deleted so the others take over at once,
+    /// and the session is closed. Returns when that is done.
+    pub async fn shutdown(&self) -> Result<(), RuntimeError> {
+        // A driver that is gone already has stopped one way or the other: `wait` says how.
+        let _ = self.inner.ops.send(Op::Shutdown);
+        self.wait().await
+    }
+
+    /// Waits until the scheduler has stopped: `Ok` after a graceful shutdown, an error if it
+    /// failed.
+    pub async fn wait(&self) -> Result<(), RuntimeError> {
+        let mut rx = self.inner.state.clone();
+        loop {
+            match &*rx.borrow_and_update() {
+                SchedulerState::Running => {}
+                SchedulerState::Stopped => return Ok(()),
+                SchedulerState::Failed(why) => return Err(RuntimeError::Failed(why.clone())),
+            }
+            if rx.changed().await.is_err() {
+                return Err(RuntimeError::Failed(
+                    "the driver task ended without saying why".to_owned(),
+                ));
+            }
+        }
+    }
+
+    fn send(&self, op: Op) -> Result<(), RuntimeError> {
+        self.inner.ops.send(op).map_err(|_| self.gone())
+    }
+
+    fn gone(&self) -> RuntimeError {
+        match self.state() {
+            SchedulerState::Failed(why) => RuntimeError::Failed(why),
+            _ => RuntimeError::Stopped,
+        }
+    }
+}

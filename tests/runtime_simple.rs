@@ -1,0 +1,270 @@
+//! The real tokio driver over the in-memory registry, on real (short) time: Simple jobs on one
+//! and two instances, triggers, graceful hand-over, run-time add and remove.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use shardjob::core::machine::ItemOutcome;
+use shardjob::core::machine::record::RunKind;
+use shardjob::core::{CronExpr, InstanceId, JobConfig};
+use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
+use shardjob::mem::MemServer;
+use shardjob::runtime::{RunEvent, Scheduler, SchedulerHandle, SchedulerState};
+
+/// One item run as the job body saw it.
+#[derive(Debug, Clone)]
+struct Seen {
+    instance: String,
+    item: u32,
+    fire: DateTime<Utc>,
+    kind: RunKind,
+    token: u64,
+    started: DateTime<Utc>,
+    parameter: String,
+    sharding_parameter: Option<String>,
+}
+
+#[derive(Clone, Default)]
+struct Recorder {
+    instance: String,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    work: Duration,
+}
+
+#[async_trait]
+impl SimpleJob for Recorder {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        self.seen.lock().unwrap().push(Seen {
+            instance: self.instance.clone(),
+            item: ctx.sharding_item,
+            fire: ctx.fire_time,
+            kind: ctx.kind,
+            token: ctx.fencing_token,
+            started: Utc::now(),
+            parameter: ctx.job_parameter.clone(),
+            sharding_parameter: ctx.sharding_parameter.clone(),
+        });
+        tokio::select! {
+            () = tokio::time::sleep(self.work) => Ok(()),
+            _ = ctx.cancel.cancelled() => Err(JobError::Cancelled),
+        }
+    }
+
+    fn job_type(&self) -> String {
+        "RECORDER".to_owned()
+    }
+}
+
+fn every_second(name: &str, items: u32) -> JobConfig {
+    let mut config =
+        JobConfig::new(name, items).with_cron(CronExpr::parse("* * * * * ?").unwrap());
+    config.failover = true;
+    config
+}
+
+fn id(n: u32) -> InstanceId {
+    InstanceId::new(format!("127.0.0.{n}@-@{}", 1000 + n)).unwrap()
+}
+
+async fn start(
+    server: &MemServer,
+    n: u32,
+    config: JobConfig,
+    seen: &Arc<Mutex<Vec<Seen>>>,
+) -> SchedulerHandle {
+    let job = Recorder {
+        instance: id(n).to_string(),
+        seen: Arc::clone(seen),
+        work: Duration::from_millis(100),
+    };
+    Scheduler::builder()
+        .registry(Arc::new(server.connect(Duration::from_secs(3))))
+        .instance_id(id(n))
+        .options(|o| o.reshard_debounce = Duration::from_millis(50))
+        .job(config, job)
+        .build()
+        .await
+        .unwrap()
+}
+
+fn runs_by_fire(seen: &[Seen]) -> BTreeMap<DateTime<Utc>, Vec<Seen>> {
+    let mut by: BTreeMap<DateTime<Utc>, Vec<Seen>> = BTreeMap::new();
+    for s in seen.iter().filter(|s| s.kind != RunKind::Trigger) {
+        by.entry(s.fire).or_default().push(s.clone());
+    }
+    by
+}
+
+/// No (item, fire) ran twice; fencing tokens of an item grow with its fires.
+fn assert_no_duplicates(seen: &[Seen]) {
+    let mut keys = BTreeSet::new();
+    for s in seen.iter().filter(|s| s.kind != RunKind::Trigger) {
+        assert!(keys.insert((s.item, s.fire)), "ran twice: {s:?}\nall: {seen:#?}");
+    }
+    let mut last: BTreeMap<u32, (DateTime<Utc>, u64)> = BTreeMap::new();
+    let mut sorted: Vec<&Seen> = seen.iter().collect();
+    sorted.sort_by_key(|s| (s.started, s.item));
+    for s in sorted {
+        if let Some((_, token)) = last.get(&s.item) {
+            assert!(s.token > *token, "token did not grow: {s:?}");
+        }
+        last.insert(s.item, (s.fire, s.token));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_instance_runs_every_item_on_time() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut config = every_second("simple-one", 3);
+    config.sharding_item_parameters = [(0, "a".to_owned()), (2, "c".to_owned())].into();
+    config.job_parameter = "p".to_owned();
+    let handle = start(&server, 1, config, &seen).await;
+    let mut events = handle.subscribe();
+    tokio::time::sleep(Duration::from_millis(3300)).await;
+    handle.shutdown().await.unwrap();
+    assert_eq!(handle.state(), SchedulerState::Stopped);
+
+    let seen = seen.lock().unwrap().clone();
+    let by_fire = runs_by_fire(&seen);
+    // At least two whole fires ran in 3.3 s (the first may be partial: the job loads first).
+    let full: Vec<_> = by_fire.values().filter(|runs| runs.len() == 3).collect();
+    assert!(full.len() >= 2, "{by_fire:#?}");
+    for runs in &full {
+        let items: BTreeSet<u32> = runs.iter().map(|s| s.item).collect();
+        assert_eq!(items, BTreeSet::from([0, 1, 2]));
+        for s in runs.iter() {
+            let late = (s.started - s.fire).num_milliseconds();
+            assert!((0..900).contains(&late), "started {late} ms after its fire: {s:?}");
+            assert_eq!(s.kind, RunKind::Scheduled);
+            assert!(s.token > 0);
+            assert_eq!(s.parameter, "p");
+        }
+    }
+    let params: BTreeMap<u32, Option<String>> = seen
+        .iter()
+        .map(|s| (s.item, s.sharding_parameter.clone()))
+        .collect();
+    assert_eq!(params[&0].as_deref(), Some("a"));
+    assert_eq!(params[&1], None);
+    assert_eq!(params[&2].as_deref(), Some("c"));
+    assert_no_duplicates(&seen);
+
+    // Subscribers saw the items finish.
+    let mut finished = 0;
+    while let Ok(ev) = events.try_recv() {
+        if let RunEvent::ItemFinished { outcome, .. } = ev {
+            assert_eq!(outcome, ItemOutcome::Succeeded);
+            finished += 1;
+        }
+    }
+    assert!(finished >= 6, "{finished}");
+    // The instance left: its ephemeral and server nodes are gone.
+    let paths: Vec<String> = server.dump().iter().map(|n| n.path.to_string()).collect();
+    assert!(
+        !paths.iter().any(|p| p.starts_with("/simple-one/instances/")),
+        "{paths:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trigger_with_parameter_runs_at_once() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    // No cron: runs only when triggered.
+    let config = JobConfig::new("triggered", 2);
+    let handle = start(&server, 1, config, &seen).await;
+    // The job must be loaded and registered before its items are assigned; a trigger sent
+    // earlier waits in the queue.
+    handle.trigger("triggered", Some("manual".into())).await.unwrap();
+    let err = handle.trigger("no-such-job", None).await.unwrap_err();
+    assert!(err.to_string().contains("no-such-job"), "{err}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while seen.lock().unwrap().len() < 2 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    handle.shutdown().await.unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2, "{seen:#?}");
+    for s in &seen {
+        assert_eq!(s.kind, RunKind::Trigger);
+        assert_eq!(s.parameter, "manual");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_items_and_shutdown_hands_over() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let config = every_second("shared", 4);
+    let a = start(&server, 1, config.clone(), &seen).await;
+    let b = start(&server, 2, config, &seen).await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+
+    // Both ran items; each fire's items ran once, spread over both.
+    let shared_fires = {
+        let seen = seen.lock().unwrap();
+        let by_fire = runs_by_fire(&seen);
+        by_fire
+            .values()
+            .filter(|runs| {
+                let who: BTreeSet<&str> = runs.iter().map(|s| s.instance.as_str()).collect();
+                runs.len() == 4 && who.len() == 2
+            })
+            .count()
+    };
+    assert!(shared_fires >= 1, "{:#?}", seen.lock().unwrap());
+
+    // B leaves gracefully; A takes every item from the next fires on, with no session timeout
+    // to wait for (3 s here).
+    let left = Utc::now();
+    b.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    a.shutdown().await.unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    assert_no_duplicates(&seen);
+    let by_fire = runs_by_fire(&seen);
+    let after: Vec<_> = by_fire
+        .iter()
+        .filter(|(fire, _)| **fire > left + chrono::Duration::milliseconds(1200))
+        .collect();
+    assert!(!after.is_empty(), "{by_fire:#?}");
+    for (fire, runs) in after {
+        let items: BTreeSet<u32> = runs.iter().map(|s| s.item).collect();
+        assert_eq!(items, BTreeSet::from([0, 1, 2, 3]), "fire {fire}: {runs:#?}");
+        assert!(runs.iter().all(|s| s.instance == id(1).to_string()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_are_added_and_removed_at_run_time() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handle = start(&server, 1, JobConfig::new("idle", 1), &seen).await;
+    let job = Recorder {
+        instance: "late".into(),
+        seen: Arc::clone(&seen),
+        work: Duration::from_millis(10),
+    };
+    handle
+        .add_job(every_second("added", 2), job.clone())
+        .await
+        .unwrap();
+    let dup = handle.add_job(every_second("added", 2), job).await;
+    assert!(dup.is_err());
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let before = seen.lock().unwrap().len();
+    assert!(before >= 2, "{before}");
+    handle.remove_job("added").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = seen.lock().unwrap().len();
+    // At most a fire that was already being claimed when the removal came.
+    assert!(after <= before + 2, "{before} -> {after}");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert_eq!(seen.lock().unwrap().len(), after);
+    handle.shutdown().await.unwrap();
+}
