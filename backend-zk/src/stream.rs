@@ -1,0 +1,302 @@
+//! Event streams: one persistent recursive watch each, read by a background task.
+
+use std::collections::HashSet;
+use std::sync::Weak;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shardjob_core::registry::{
+    EventStream, NodePath, RegistryError, RegistryEvent, SessionEvent, SessionId, SessionInfo,
+    WatchEvent, WatchEventKind,
+};
+use tokio::sync::mpsc;
+use zookeeper_client as zk;
+
+use crate::{Inner, map_error, map_stat};
+
+struct ZkEventStream {
+    rx: mpsc::UnboundedReceiver<RegistryEvent>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[async_trait]
+impl EventStream for ZkEventStream {
+    async fn next(&mut self) -> Option<RegistryEvent> {
+        self.rx.recv().await
+    }
+}
+
+impl Drop for ZkEventStream {
+    fn drop(&mut self) {
+        // Dropping the watcher removes the watch from the server.
+        self.task.abort();
+    }
+}
+
+pub(crate) fn start(
+    inner: Weak<Inner>,
+    root: NodePath,
+    watcher: zk::PersistentWatcher,
+    session: SessionInfo,
+) -> Box<dyn EventStream> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let task = tokio::spawn(run(inner, root, watcher, session, tx));
+    Box::new(ZkEventStream { rx, task })
+}
+
+async fn run(
+    inner: Weak<Inner>,
+    root: NodePath,
+    mut watcher: zk::PersistentWatcher,
+    mut session: SessionInfo,
+    tx: mpsc::UnboundedSender<RegistryEvent>,
+) {
+    let mut suspended = false;
+    // Paths whose Created was dropped because the node was gone when read: their next
+    // Deleted is dropped too.
+    let mut vanished: HashSet<NodePath> = HashSet::new();
+    loop {
+        let event = tokio::select! {
+            e = watcher.changed() => e,
+            () = tx.closed() => return,
+        };
+        let out = match event.event_type {
+            zk::EventType::Session => match event.session_state {
+                zk::SessionState::Disconnected => {
+                    if suspended {
+                        continue;
+                    }
+                    suspended = true;
+                    vec![SessionEvent::Suspended(session.id)]
+                }
+                zk::SessionState::SyncConnected | zk::SessionState::ConnectedReadOnly => {
+                    if !suspended {
+                        continue;
+                    }
+                    // zookeeper-client 0.11 does not register persistent watches again after a
+                    // reconnection (its SetWatches request leaves them out): add the watch
+                    // anew before reporting the reconnection, so that every change after the
+                    // event is delivered.
+                    match rewatch(&inner, &root, session.id).await {
+                        Some(w) => {
+                            watcher = w;
+                            suspended = false;
+                            vec![SessionEvent::Reconnected(session.id)]
+                        }
+                        // Cut off again or the session is gone: the watcher says so next.
+                        None => continue,
+                    }
+                }
+                zk::SessionState::Closed => {
+                    let _ = tx.send(RegistryEvent::Session(SessionEvent::Closed));
+                    return;
+                }
+                // Expired, AuthFailed: the session is over; the watcher delivers nothing more.
+                _ => {
+                    if tx
+                        .send(RegistryEvent::Session(SessionEvent::Expired(session.id)))
+                        .is_err()
+                    {
+                        return;
+                    }
+                    vanished.clear();
+                    suspended = false;
+                    match renew(&inner, &root, session.id, &tx).await {
+                        Some((w, info)) => {
+                            watcher = w;
+                            session = info;
+                            vec![SessionEvent::Connected(info)]
+                        }
+                        None => {
+                            if inner.upgrade().is_none_or(|i| i.is_closed()) {
+                                let _ = tx.send(RegistryEvent::Session(SessionEvent::Closed));
+                            }
+                            return;
+                        }
+                    }
+                }
+            }
+            .into_iter()
+            .map(RegistryEvent::Session)
+            .collect(),
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged => {
+                let Some(path) = node_path(&event.path) else {
+                    continue;
+                };
+                let kind = if event.event_type == zk::EventType::NodeCreated {
+                    WatchEventKind::Created
+                } else {
+                    WatchEventKind::Changed
+                };
+                match read(&inner, &path).await {
+                    Read::Node(data, stat) => {
+                        vanished.remove(&path);
+                        vec![RegistryEvent::Node(WatchEvent {
+                            kind,
+                            path,
+                            data,
+                            stat: Some(stat),
+                        })]
+                    }
+                    Read::Gone => {
+                        if kind == WatchEventKind::Created {
+                            vanished.insert(path);
+                        }
+                        continue;
+                    }
+                    Read::Stop => continue,
+                }
+            }
+            zk::EventType::NodeDeleted => {
+                let Some(path) = node_path(&event.path) else {
+                    continue;
+                };
+                if vanished.remove(&path) {
+                    continue;
+                }
+                vec![RegistryEvent::Node(WatchEvent {
+                    kind: WatchEventKind::Deleted,
+                    path,
+                    data: Vec::new(),
+                    stat: None,
+                })]
+            }
+            zk::EventType::NodeChildrenChanged => continue,
+        };
+        for e in out {
+            if tx.send(e).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+fn node_path(raw: &str) -> Option<NodePath> {
+    let raw = if raw.is_empty() { "/" } else { raw };
+    match NodePath::new(raw) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            tracing::warn!(path = raw, error = %e, "ignoring a ZooKeeper event on an invalid path");
+            None
+        }
+    }
+}
+
+enum Read {
+    Node(Vec<u8>, shardjob_core::registry::Stat),
+    Gone,
+    /// The session or the registry ended: the stream learns it from its watcher next.
+    Stop,
+}
+
+/// Reads a node for an event, retrying transient failures until the session ends.
+async fn read(inner: &Weak<Inner>, path: &NodePath) -> Read {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return Read::Stop;
+        };
+        let timeout = strong.config.request_timeout;
+        let attempt = async {
+            let session = strong.session().await?;
+            session
+                .client
+                .get_data(path.as_str())
+                .await
+                .map_err(|e| map_error(e, path, None))
+        };
+        let result = tokio::time::timeout(timeout, attempt).await;
+        drop(strong);
+        match result {
+            Ok(Ok((data, stat))) => return Read::Node(data, map_stat(&stat)),
+            Ok(Err(RegistryError::NoNode(_))) => return Read::Gone,
+            Ok(Err(RegistryError::SessionExpired | RegistryError::Closed)) => return Read::Stop,
+            Ok(Err(RegistryError::NotAuthorized(msg))) => {
+                tracing::warn!(%path, %msg, "cannot read a watched node");
+                return Read::Stop;
+            }
+            Ok(Err(e)) => tracing::debug!(%path, error = %e, "retrying the read of a watched node"),
+            Err(_) => tracing::debug!(%path, "the read of a watched node timed out; retrying"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(500));
+    }
+}
+
+/// After a reconnection: watches `root` again in the same session.
+async fn rewatch(
+    inner: &Weak<Inner>,
+    root: &NodePath,
+    id: SessionId,
+) -> Option<zk::PersistentWatcher> {
+    for attempt in 0..5u32 {
+        let strong = inner.upgrade()?;
+        let session = strong.current.borrow().clone()?;
+        if session.info.id != id || strong.is_closed() {
+            return None;
+        }
+        let timeout = strong.config.request_timeout;
+        drop(strong);
+        let watched = tokio::time::timeout(
+            timeout,
+            session
+                .client
+                .watch(root.as_str(), zk::AddWatchMode::PersistentRecursive),
+        )
+        .await;
+        match watched {
+            Ok(Ok(w)) => return Some(w),
+            Ok(Err(zk::Error::SessionExpired | zk::Error::ClientClosed)) => return None,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, attempt, "cannot watch again after a reconnection")
+            }
+            Err(_) => tracing::debug!(attempt, "watching again after a reconnection timed out"),
+        }
+        tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+    }
+    None
+}
+
+/// After an expiry: waits for the next session and watches `root` on it again.
+async fn renew(
+    inner: &Weak<Inner>,
+    root: &NodePath,
+    old: SessionId,
+    tx: &mpsc::UnboundedSender<RegistryEvent>,
+) -> Option<(zk::PersistentWatcher, SessionInfo)> {
+    loop {
+        let strong = inner.upgrade()?;
+        if strong.is_closed() || tx.is_closed() {
+            return None;
+        }
+        let mut rx = strong.current.subscribe();
+        drop(strong);
+        // Wait for a session other than the expired one.
+        let session = loop {
+            let cur = rx.borrow_and_update().clone();
+            match cur {
+                Some(s) if s.info.id != old && !s.client.state().is_terminated() => break s,
+                _ => {}
+            }
+            tokio::select! {
+                changed = rx.changed() => changed.ok()?,
+                () = tx.closed() => return None,
+            }
+        };
+        drop(rx);
+        let watched = tokio::time::timeout(
+            Duration::from_secs(10),
+            session
+                .client
+                .watch(root.as_str(), zk::AddWatchMode::PersistentRecursive),
+        )
+        .await;
+        match watched {
+            Ok(Ok(w)) => return Some((w, session.info)),
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot watch again after an expiry"),
+            Err(_) => tracing::warn!("watching again after an expiry timed out"),
+        }
+        drop(session);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
