@@ -2,7 +2,11 @@
 //!
 //! - `shardjob plan` shows how a strategy assigns items to instances;
 //! - `shardjob cron next` lists the next fire times of a Quartz expression in a time zone;
-//! - `shardjob config check` validates a job YAML file and prints the effective configuration.
+//! - `shardjob config check` validates a job YAML file and prints the effective configuration;
+//! - `shardjob demo` runs three instances in this process over the in-memory registry and shows
+//!   who runs which item, a crash with failover, and a graceful leave;
+//! - `shardjob run <jobs.yaml>` runs config-only jobs (Script) until SIGTERM or Ctrl-C, then
+//!   leaves gracefully.
 //!
 //! Every command writes to the writer it is given and returns the process exit code, so tests
 //! run the real code without a subprocess: 0 when all is well, 1 when the input has problems
@@ -19,7 +23,8 @@ use shardjob_core::config::{self, KnownTypes, Strictness};
 use shardjob_core::sharding::{BuiltinStrategy, ShardingStrategy, registry_order};
 use shardjob_core::{CronExpr, InstanceId, JobTimeZone};
 
-/// Distributed, sharded cron jobs: preview and check tools.
+/// Distributed, sharded cron jobs: a demo, a runner for config-only jobs, preview and check
+/// tools.
 #[derive(Debug, Parser)]
 #[command(name = "shardjob", version, about)]
 pub struct Cli {
@@ -39,6 +44,37 @@ pub enum Command {
     /// Job configuration files.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Three instances in this process share a sharded job over the in-memory registry: see
+    /// who runs which item, a crash and its failover, and a graceful leave.
+    Demo(DemoArgs),
+    /// Run the Script jobs of a YAML file until SIGTERM or Ctrl-C, then leave gracefully.
+    Run(RunArgs),
+}
+
+/// Arguments of `shardjob demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// How long the demo runs, in seconds (at least 4).
+    #[arg(long, default_value_t = 30)]
+    pub seconds: u64,
+}
+
+/// Arguments of `shardjob run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The job file: a list of jobs in ElasticJob's keys, or the Spring Boot shape
+    /// (`elasticjob.regCenter`, `elasticjob.jobs.<name>` with `elasticJobType`).
+    pub file: PathBuf,
+    /// The registry: mem:// (in this process only), zk://host:port,host:port/namespace or
+    /// etcd://host:port/namespace. Overrides the file's `elasticjob.regCenter`.
+    #[arg(long)]
+    pub registry: Option<String>,
+    /// This instance's id (default `{ip}@-@{pid}`).
+    #[arg(long)]
+    pub instance_id: Option<String>,
+    /// Leave after this many seconds as if SIGTERM had come (for tests and trials).
+    #[arg(long, hide = true)]
+    pub exit_after: Option<u64>,
 }
 
 /// Arguments of `shardjob plan`.
@@ -121,6 +157,9 @@ pub enum CliError {
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
+    /// The async runtime could not be started.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(String),
 }
 
 /// The largest `--count` of `cron next`.
@@ -132,6 +171,8 @@ pub fn run(cli: Cli, now: DateTime<Utc>, out: &mut dyn Write) -> Result<ExitCode
         Command::Plan(args) => plan(&args, out)?,
         Command::Cron(CronCommand::Next(args)) => cron_next(&args, now, out)?,
         Command::Config(ConfigCommand::Check(args)) => config_check(&args, out)?,
+        Command::Demo(args) => demo(&args, out)?,
+        Command::Run(args) => run_jobs(&args, out)?,
     };
     Ok(match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -293,5 +334,147 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
                 .collect();
             Ok(Err(lines.join("\n")))
         }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Runtime(e.to_string()))
+}
+
+#[cfg(not(feature = "mem"))]
+fn demo(_: &DemoArgs, _: &mut dyn Write) -> Result<Outcome, CliError> {
+    Ok(Err(
+        "error: the demo runs on the in-memory registry: build with the `mem` feature".to_owned(),
+    ))
+}
+
+#[cfg(feature = "mem")]
+fn demo(args: &DemoArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
+    let rt = runtime()?;
+    match rt.block_on(crate::demo::run(args.seconds, out)) {
+        Ok(summary) if summary.duplicates == 0 => Ok(Ok(())),
+        Ok(summary) => Ok(Err(format!(
+            "error: {} (item, fire) pairs completed twice",
+            summary.duplicates
+        ))),
+        Err(crate::demo::DemoError::Output(e)) => Err(CliError::Output(e)),
+        Err(e) => Ok(Err(format!("error: {e}"))),
+    }
+}
+
+/// The session timeout of `shardjob run` when the file does not give one.
+pub const RUN_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
+    use crate::jobfile::{self, FileJobKind};
+    use crate::registry_url::RegistryUrl;
+
+    let file = args.file.display();
+    let text = match std::fs::read(&args.file) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(_) => return Ok(Err(format!("{file}: error: not UTF-8 text"))),
+        },
+        Err(e) => return Ok(Err(format!("{file}: error: cannot read: {e}"))),
+    };
+    let jobs = match jobfile::load(&text) {
+        Ok(jobs) => jobs,
+        Err(problems) => {
+            let lines: Vec<String> = problems.iter().map(|p| format!("{file}: {p}")).collect();
+            return Ok(Err(lines.join("\n")));
+        }
+    };
+    let url = args
+        .registry
+        .clone()
+        .or_else(|| jobs.registry.clone())
+        .unwrap_or_else(|| "mem://".to_owned());
+    let registry = match RegistryUrl::parse(&url) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(format!("error: --registry: {e}"))),
+    };
+    let instance_id = match &args.instance_id {
+        Some(id) => match InstanceId::new(id.as_str()) {
+            Ok(id) => Some(id),
+            Err(e) => return Ok(Err(format!("error: --instance-id: {e}"))),
+        },
+        None => None,
+    };
+    let session_timeout = jobs.session_timeout.unwrap_or(RUN_SESSION_TIMEOUT);
+    let rt = runtime()?;
+    rt.block_on(async {
+        let client = match registry.connect(session_timeout) {
+            Ok(c) => c,
+            Err(e) => return Ok(Err(format!("error: {e}"))),
+        };
+        let mut builder = crate::runtime::Scheduler::builder().registry(client);
+        if let Some(id) = instance_id {
+            builder = builder.instance_id(id);
+        }
+        let count = jobs.jobs.len();
+        for (config, kind) in jobs.jobs {
+            builder = match kind {
+                FileJobKind::Script => builder.job(config, crate::jobs::ScriptJob),
+                FileJobKind::Http => {
+                    return Ok(Err(format!(
+                        "{file}: error: job {:?}: HTTP jobs are not built in yet",
+                        config.job_name
+                    )));
+                }
+            };
+        }
+        let handle = match builder.build().await {
+            Ok(h) => h,
+            Err(e) => return Ok(Err(format!("error: {e}"))),
+        };
+        writeln!(
+            out,
+            "shardjob: running {count} job(s) as {} on {url}; SIGTERM or Ctrl-C leaves gracefully",
+            handle.instance_id()
+        )?;
+        out.flush()?;
+        let why = wait_for_stop(args.exit_after).await;
+        writeln!(out, "shardjob: {why}: leaving gracefully")?;
+        out.flush()?;
+        match handle.shutdown().await {
+            Ok(()) => {
+                writeln!(out, "shardjob: left")?;
+                Ok(Ok(()))
+            }
+            Err(e) => Ok(Err(format!("error: {e}"))),
+        }
+    })
+}
+
+/// Waits for SIGTERM, Ctrl-C (SIGINT) or the given number of seconds; says which came.
+async fn wait_for_stop(exit_after: Option<u64>) -> &'static str {
+    let timer = async {
+        match exit_after {
+            Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+            None => std::future::pending().await,
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = timer => "time is up",
+        () = term => "SIGTERM",
+        r = tokio::signal::ctrl_c() => match r {
+            Ok(()) => "Ctrl-C",
+            // No signal handling here: wait for the others.
+            Err(_) => std::future::pending().await,
+        },
     }
 }

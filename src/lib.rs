@@ -6,9 +6,12 @@
 //! disabled, items move. This crate is what applications embed and the `shardjob` command line.
 //! The sans-IO core lives in [`shardjob_core`] (re-exported as [`core`]).
 //!
-//! What is here today: the [`cli`] preview commands (`plan`, `cron next`, `config check`) over
-//! the core's sharding strategies, Quartz cron and job configuration. The runtime that runs
-//! jobs comes with the core state machine.
+//! - [`runtime`]: the tokio driver around the core state machine and the embedding API
+//!   ([`runtime::Scheduler`]);
+//! - [`jobs`]: the job kinds (Simple, Dataflow, Script) and the [`jobs::ShardingContext`] a job
+//!   sees;
+//! - [`registry_url`]: registries by URL (`mem://`; `zk://`, `etcd://` to come);
+//! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
 #![warn(missing_docs)]
 
 pub use shardjob_core as core;
@@ -17,5 +20,9 @@ pub use shardjob_core as core;
 pub use shardjob_backend_mem as mem;
 
 pub mod cli;
+#[cfg(feature = "mem")]
+pub mod demo;
+pub mod jobfile;
 pub mod jobs;
+pub mod registry_url;
 pub mod runtime;

@@ -59,8 +59,7 @@ impl SimpleJob for Recorder {
 }
 
 fn every_second(name: &str, items: u32) -> JobConfig {
-    let mut config =
-        JobConfig::new(name, items).with_cron(CronExpr::parse("* * * * * ?").unwrap());
+    let mut config = JobConfig::new(name, items).with_cron(CronExpr::parse("* * * * * ?").unwrap());
     config.failover = true;
     config
 }
@@ -102,7 +101,10 @@ fn runs_by_fire(seen: &[Seen]) -> BTreeMap<DateTime<Utc>, Vec<Seen>> {
 fn assert_no_duplicates(seen: &[Seen]) {
     let mut keys = BTreeSet::new();
     for s in seen.iter().filter(|s| s.kind != RunKind::Trigger) {
-        assert!(keys.insert((s.item, s.fire)), "ran twice: {s:?}\nall: {seen:#?}");
+        assert!(
+            keys.insert((s.item, s.fire)),
+            "ran twice: {s:?}\nall: {seen:#?}"
+        );
     }
     let mut last: BTreeMap<u32, (DateTime<Utc>, u64)> = BTreeMap::new();
     let mut sorted: Vec<&Seen> = seen.iter().collect();
@@ -138,7 +140,10 @@ async fn one_instance_runs_every_item_on_time() {
         assert_eq!(items, BTreeSet::from([0, 1, 2]));
         for s in runs.iter() {
             let late = (s.started - s.fire).num_milliseconds();
-            assert!((0..900).contains(&late), "started {late} ms after its fire: {s:?}");
+            assert!(
+                (0..900).contains(&late),
+                "started {late} ms after its fire: {s:?}"
+            );
             assert_eq!(s.kind, RunKind::Scheduled);
             assert!(s.token > 0);
             assert_eq!(s.parameter, "p");
@@ -165,7 +170,9 @@ async fn one_instance_runs_every_item_on_time() {
     // The instance left: its ephemeral and server nodes are gone.
     let paths: Vec<String> = server.dump().iter().map(|n| n.path.to_string()).collect();
     assert!(
-        !paths.iter().any(|p| p.starts_with("/simple-one/instances/")),
+        !paths
+            .iter()
+            .any(|p| p.starts_with("/simple-one/instances/")),
         "{paths:#?}"
     );
 }
@@ -179,7 +186,10 @@ async fn trigger_with_parameter_runs_at_once() {
     let handle = start(&server, 1, config, &seen).await;
     // The job must be loaded and registered before its items are assigned; a trigger sent
     // earlier waits in the queue.
-    handle.trigger("triggered", Some("manual".into())).await.unwrap();
+    handle
+        .trigger("triggered", Some("manual".into()))
+        .await
+        .unwrap();
     let err = handle.trigger("no-such-job", None).await.unwrap_err();
     assert!(err.to_string().contains("no-such-job"), "{err}");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
@@ -235,7 +245,11 @@ async fn two_instances_share_items_and_shutdown_hands_over() {
     assert!(!after.is_empty(), "{by_fire:#?}");
     for (fire, runs) in after {
         let items: BTreeSet<u32> = runs.iter().map(|s| s.item).collect();
-        assert_eq!(items, BTreeSet::from([0, 1, 2, 3]), "fire {fire}: {runs:#?}");
+        assert_eq!(
+            items,
+            BTreeSet::from([0, 1, 2, 3]),
+            "fire {fire}: {runs:#?}"
+        );
         assert!(runs.iter().all(|s| s.instance == id(1).to_string()));
     }
 }

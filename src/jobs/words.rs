@@ -104,7 +104,10 @@ mod tests {
 
     #[test]
     fn quotes() {
-        assert_eq!(split(r#"a 'b c' "d e" f"g"'h'"#), ["a", "b c", "d e", "fgh"]);
+        assert_eq!(
+            split(r#"a 'b c' "d e" f"g"'h'"#),
+            ["a", "b c", "d e", "fgh"]
+        );
         assert_eq!(split(r#"'' "" x"#), ["", "", "x"]);
         assert_eq!(split(r#""a \"b\" \\ \$ \n""#), [r#"a "b" \ $ \n"#]);
         assert_eq!(split(r#"'a\b'"#), [r"a\b"]);

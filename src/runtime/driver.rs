@@ -18,8 +18,8 @@ use shardjob_core::machine::{
     MachineEvent, Now,
 };
 use shardjob_core::registry::{
-    self, EventStream, NodePath, Registry, RegistryEvent, RegistryOp, RegistryReply, RequestId,
-    SessionEvent, WatchEventKind,
+    self, ErrorClass, EventStream, NodePath, Registry, RegistryEvent, RegistryOp, RegistryReply,
+    RequestId, SessionEvent, WatchEventKind,
 };
 use shardjob_core::{InstanceId, JobConfig};
 use tokio::sync::{Semaphore, broadcast, mpsc, watch};
@@ -215,10 +215,8 @@ impl Driver {
         tracing::info!(instance = %self.instance, jobs = self.jobs.len(), "scheduler started");
         if let Some(info) = self.registry.session() {
             let now = self.clock.now();
-            self.machine.handle_registry_event(
-                RegistryEvent::Session(SessionEvent::Connected(info)),
-                now,
-            );
+            self.machine
+                .handle_registry_event(RegistryEvent::Session(SessionEvent::Connected(info)), now);
         }
         let end = loop {
             self.pump().await;
@@ -514,11 +512,9 @@ impl Driver {
             MachineEvent::BecameLeader { job } => {
                 tracing::info!(instance = %me, %job, "became leader")
             }
-            MachineEvent::Resharded {
-                job,
-                owners,
-                pinned,
-            } => tracing::info!(instance = %me, %job, plan = %plan(owners), ?pinned, "re-sharded"),
+            MachineEvent::Resharded { job, owners, .. } => {
+                tracing::info!(instance = %me, %job, plan = %plan(owners), "re-sharded")
+            }
             MachineEvent::CorruptNode { path, error } => {
                 tracing::warn!(instance = %me, %path, "unreadable node, treated as absent: {error}")
             }
@@ -527,7 +523,20 @@ impl Driver {
                 purpose,
                 error,
             } => {
-                tracing::warn!(instance = %me, job = job.as_deref().unwrap_or("-"), purpose, "registry request failed: {error}")
+                let job = job.as_deref().unwrap_or("-");
+                match error.class() {
+                    // Another instance changed the node first: the machine re-reads and decides
+                    // again. Normal when instances start or move items at the same time.
+                    ErrorClass::Conflict => {
+                        tracing::debug!(instance = %me, job, purpose, "registry request lost a race: {error}")
+                    }
+                    ErrorClass::Fatal => {
+                        tracing::error!(instance = %me, job, purpose, "registry request failed: {error}")
+                    }
+                    _ => {
+                        tracing::warn!(instance = %me, job, purpose, "registry request failed: {error}")
+                    }
+                }
             }
             MachineEvent::CompletionLost { job, items } => {
                 tracing::warn!(instance = %me, %job, ?items, "the end of a run could not be recorded (session lost)")
@@ -544,6 +553,9 @@ impl Driver {
                     self.held_triggers = self.held_triggers.saturating_sub(entry.triggers.len());
                 }
             }
+            // Events a newer core adds are passed on to subscribers and logged at debug level.
+            #[allow(unreachable_patterns)]
+            other => tracing::debug!(instance = %me, event = ?other, "machine event"),
         }
         let _ = self.events.send(RunEvent::Machine(event));
     }

@@ -56,6 +56,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::jobs::{CapturedOutput, Job, JobError};
 
+pub use driver::executor_size;
 pub use ident::{default_instance_id, local_ipv4};
 
 /// How long a cancelled item may ignore its cancellation before the runtime drops it.
@@ -178,7 +179,10 @@ impl std::fmt::Debug for SchedulerBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SchedulerBuilder")
             .field("instance_id", &self.instance_id)
-            .field("jobs", &self.jobs.iter().map(|j| &j.0.job_name).collect::<Vec<_>>())
+            .field(
+                "jobs",
+                &self.jobs.iter().map(|j| &j.0.job_name).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }

@@ -1,0 +1,170 @@
+//! `shardjob demo` and `shardjob run`, in process and as the real binary.
+
+use std::io::Write as _;
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use clap::Parser;
+use shardjob::cli::{Cli, run};
+
+fn run_cli(args: &[&str]) -> (ExitCode, String) {
+    let cli = Cli::try_parse_from(std::iter::once("shardjob").chain(args.iter().copied()))
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let mut out = Vec::new();
+    let code = run(cli, Utc::now(), &mut out).unwrap();
+    (code, String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn demo_runs_to_completion() {
+    let t0 = Instant::now();
+    let (code, out) = run_cli(&["demo", "--seconds", "5"]);
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "{:?}", t0.elapsed());
+    for want in [
+        "instances A, B and C",
+        "fire (UTC)",
+        "C crashes",
+        "B leaves gracefully",
+        "summary:",
+        "no item completed twice",
+    ] {
+        assert!(out.contains(want), "missing {want:?} in:\n{out}");
+    }
+    // At least one row shows an item run.
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("    ") && (l.contains(" A") || l.contains(" B"))),
+        "{out}"
+    );
+}
+
+/// A file in a fresh directory of its own, removed when dropped.
+struct TempFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl TempFile {
+    fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn temp_dir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "shardjob-runtime-cli-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn job_file(body: &str) -> TempFile {
+    let dir = temp_dir();
+    let path = dir.join("jobs.yaml");
+    let mut f = std::fs::File::create(&path).unwrap();
+    f.write_all(body.as_bytes()).unwrap();
+    TempFile { dir, path }
+}
+
+#[cfg(unix)]
+#[test]
+fn run_executes_script_jobs_and_leaves() {
+    let dir = TempFile {
+        dir: temp_dir(),
+        path: std::path::PathBuf::new(),
+    };
+    let marker = dir.dir.join("ran");
+    let file = job_file(&format!(
+        "- jobName: touch\n  cron: '* * * * * ?'\n  shardingTotalCount: 2\n  props:\n    \
+         script.command.line: sh -c 'echo \"$0\" >> {}'\n",
+        marker.display()
+    ));
+    let (code, out) = run_cli(&[
+        "run",
+        file.path().to_str().unwrap(),
+        "--registry",
+        "mem://",
+        "--exit-after",
+        "3",
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(out.contains("running 1 job(s)"), "{out}");
+    assert!(out.contains("left"), "{out}");
+    let lines = std::fs::read_to_string(&marker).unwrap();
+    let items: Vec<u64> = lines
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(v["jobName"], "touch");
+            v["shardingItem"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(items.contains(&0) && items.contains(&1), "{lines}");
+}
+
+#[test]
+fn run_reports_bad_input() {
+    let file = job_file("- jobName: x\n  shardingTotalCount: 1\n");
+    let (code, _) = run_cli(&["run", file.path().to_str().unwrap()]);
+    assert_eq!(code, ExitCode::from(1));
+    let file = job_file(
+        "- jobName: x\n  shardingTotalCount: 1\n  props:\n    script.command.line: 'true'\n",
+    );
+    let (code, _) = run_cli(&[
+        "run",
+        file.path().to_str().unwrap(),
+        "--registry",
+        "zk://127.0.0.1:2181/ns",
+    ]);
+    assert_eq!(code, ExitCode::from(1));
+}
+
+/// The real binary leaves gracefully on SIGTERM.
+#[cfg(unix)]
+#[test]
+fn binary_leaves_on_sigterm() {
+    let file = job_file(
+        "- jobName: idle\n  cron: '0 0 0 * * ?'\n  shardingTotalCount: 1\n  props:\n    \
+         script.command.line: 'true'\n",
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(["run", file.path().to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    // Signal only the child this test started, by its id.
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("shardjob run did not leave after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = std::io::read_to_string(child.stdout.take().unwrap()).unwrap();
+    assert!(out.contains("SIGTERM: leaving gracefully"), "{out}");
+    assert!(out.contains("left"), "{out}");
+}
