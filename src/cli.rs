@@ -406,7 +406,7 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     let session_timeout = jobs.session_timeout.unwrap_or(RUN_SESSION_TIMEOUT);
     let rt = runtime()?;
     rt.block_on(async {
-        let client = match registry.connect(session_timeout) {
+        let client = match registry.connect(session_timeout).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(format!("error: {e}"))),
         };

@@ -10,7 +10,8 @@
 //!   ([`runtime::Scheduler`]);
 //! - [`jobs`]: the job kinds (Simple, Dataflow, Script) and the [`jobs::ShardingContext`] a job
 //!   sees;
-//! - [`registry_url`]: registries by URL (`mem://`; `zk://`, `etcd://` to come);
+//! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
+//!   to come);
 //! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
 #![warn(missing_docs)]
 

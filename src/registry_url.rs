@@ -1,5 +1,6 @@
-//! Registries by URL: `mem://`, `zk://host:port,host:port/namespace`,
-//! `etcd://host:port/namespace`.
+//! Registries by URL: `mem://` (the in-process store, feature `mem`, the default),
+//! `zk://host:port,host:port/namespace` (ZooKeeper, feature `zk`),
+//! `etcd://host:port/namespace` (etcd: not built in yet).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,8 +23,11 @@ pub enum RegistryUrlError {
         /// What is wrong.
         problem: &'static str,
     },
+    /// The registry could not be reached.
+    #[error("cannot connect to the registry: {0}")]
+    Connect(String),
     /// The backend for the scheme is not in this build.
-    #[error("{scheme}:// registries are not built in yet ({what}); use mem:// for now")]
+    #[error("{scheme}:// registries are not built in ({what}); mem:// is")]
     NotBuiltIn {
         /// The scheme.
         scheme: &'static str,
@@ -112,8 +116,9 @@ impl RegistryUrl {
         }
     }
 
-    /// Opens a client with one session of `session_timeout`.
-    pub fn connect(
+    /// Opens a client with one session of `session_timeout`. Must be called inside a tokio
+    /// runtime.
+    pub async fn connect(
         &self,
         session_timeout: Duration,
     ) -> Result<Arc<dyn Registry>, RegistryUrlError> {
@@ -124,16 +129,24 @@ impl RegistryUrl {
                 Ok(Arc::new(server.connect(session_timeout)))
             }
             #[cfg(not(feature = "mem"))]
-            RegistryUrl::Mem => {
-                let _ = session_timeout;
-                Err(RegistryUrlError::NotBuiltIn {
-                    scheme: "mem",
-                    what: "this build has no `mem` feature",
-                })
+            RegistryUrl::Mem => Err(RegistryUrlError::NotBuiltIn {
+                scheme: "mem",
+                what: "this build has no `mem` feature",
+            }),
+            #[cfg(feature = "zk")]
+            RegistryUrl::ZooKeeper { servers, namespace } => {
+                let config = shardjob_backend_zk::ZkConfig::new(servers.join(","))
+                    .namespace(namespace.clone())
+                    .session_timeout(session_timeout);
+                let registry = shardjob_backend_zk::ZkRegistry::connect(config)
+                    .await
+                    .map_err(|e| RegistryUrlError::Connect(e.to_string()))?;
+                Ok(Arc::new(registry))
             }
+            #[cfg(not(feature = "zk"))]
             RegistryUrl::ZooKeeper { .. } => Err(RegistryUrlError::NotBuiltIn {
                 scheme: "zk",
-                what: "the ZooKeeper backend is not finished",
+                what: "build shardjob with `--features zk`",
             }),
             RegistryUrl::Etcd { .. } => Err(RegistryUrlError::NotBuiltIn {
                 scheme: "etcd",
@@ -170,14 +183,30 @@ mod tests {
         assert!(RegistryUrl::parse("localhost:2181").is_err());
     }
 
-    #[test]
-    fn backends_not_built_say_so() {
-        let err = RegistryUrl::parse("zk://a:1/n")
+    #[tokio::test]
+    async fn backends_not_built_say_so() {
+        let err = RegistryUrl::parse("etcd://a:1/n")
             .unwrap()
             .connect(Duration::from_secs(1))
+            .await
             .err()
             .unwrap();
-        assert!(err.to_string().contains("not built in yet"), "{err}");
-        assert!(RegistryUrl::Mem.connect(Duration::from_secs(1)).is_ok());
+        assert!(err.to_string().contains("not built in"), "{err}");
+        #[cfg(not(feature = "zk"))]
+        {
+            let err = RegistryUrl::parse("zk://a:1/n")
+                .unwrap()
+                .connect(Duration::from_secs(1))
+                .await
+                .err()
+                .unwrap();
+            assert!(err.to_string().contains("--features zk"), "{err}");
+        }
+        assert!(
+            RegistryUrl::Mem
+                .connect(Duration::from_secs(1))
+                .await
+                .is_ok()
+        );
     }
 }
