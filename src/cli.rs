@@ -5,7 +5,7 @@
 //! - `shardjob config check` validates a job YAML file and prints the effective configuration;
 //! - `shardjob demo` runs three instances in this process over the in-memory registry and shows
 //!   who runs which item, a crash with failover, and a graceful leave;
-//! - `shardjob run <jobs.yaml>` runs config-only jobs (Script) until SIGTERM or Ctrl-C, then
+//! - `shardjob run <jobs.yaml>` runs config-only jobs (Script, HTTP) until SIGTERM or Ctrl-C, then
 //!   leaves gracefully.
 //!
 //! Every command writes to the writer it is given and returns the process exit code, so tests
@@ -47,7 +47,8 @@ pub enum Command {
     /// Three instances in this process share a sharded job over the in-memory registry: see
     /// who runs which item, a crash and its failover, and a graceful leave.
     Demo(DemoArgs),
-    /// Run the Script jobs of a YAML file until SIGTERM or Ctrl-C, then leave gracefully.
+    /// Run the Script and HTTP jobs of a YAML file until SIGTERM or Ctrl-C, then leave
+    /// gracefully.
     Run(RunArgs),
 }
 
@@ -418,12 +419,7 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         for (config, kind) in jobs.jobs {
             builder = match kind {
                 FileJobKind::Script => builder.job(config, crate::jobs::ScriptJob),
-                FileJobKind::Http => {
-                    return Ok(Err(format!(
-                        "{file}: error: job {:?}: HTTP jobs are not built in yet",
-                        config.job_name
-                    )));
-                }
+                FileJobKind::Http => builder.job(config, crate::jobs::HttpJob::new()),
             };
         }
         let handle = match builder.build().await {

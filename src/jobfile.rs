@@ -17,8 +17,7 @@ use shardjob_core::config::{self, KnownTypes, Strictness};
 
 use crate::jobs::PROP_COMMAND_LINE;
 
-/// The prop naming an HTTP job's URI.
-pub const PROP_HTTP_URI: &str = "http.uri";
+pub use crate::jobs::http::PROP_URI as PROP_HTTP_URI;
 
 /// The kind of a config-only job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

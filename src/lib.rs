@@ -8,7 +8,7 @@
 //!
 //! - [`runtime`]: the tokio driver around the core state machine and the embedding API
 //!   ([`runtime::Scheduler`]);
-//! - [`jobs`]: the job kinds (Simple, Dataflow, Script) and the [`jobs::ShardingContext`] a job
+//! - [`jobs`]: the job kinds (Simple, Dataflow, Script, HTTP) and the [`jobs::ShardingContext`] a job
 //!   sees;
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
 //!   to come);

@@ -6,11 +6,13 @@
 //! | Simple | implement [`SimpleJob`] and pass the value to the builder | the Rust type name |
 //! | Dataflow | implement [`DataflowJob`] and pass [`Dataflow`]`(value)` | the Rust type name |
 //! | Script | [`ScriptJob`]: `script.command.line` in `props` | `SCRIPT` |
+//! | HTTP | [`HttpJob`]: `http.uri`, `http.method`, ... in `props` (see [`http`]) | `HTTP` |
 //!
 //! Every kind runs per item: an execution of `n` items calls the job `n` times, each with the
 //! item's own context, at most as many at once as the job's executor strategy allows.
 
 mod dataflow;
+pub mod http;
 mod script;
 mod words;
 
@@ -27,6 +29,7 @@ use shardjob_core::machine::record::RunKind;
 use tokio::sync::watch;
 
 pub use dataflow::{Dataflow, DataflowJob, PROP_STREAMING};
+pub use http::HttpJob;
 pub use script::{
     DEFAULT_OUTPUT_LIMIT, DEFAULT_SCRIPT_TIMEOUT, PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT,
     PROP_TIMEOUT, ScriptJob,
@@ -282,6 +285,14 @@ pub enum JobError {
         /// What it printed.
         output: CapturedOutput,
     },
+    /// An HTTP job's response had a status at or above its failure threshold.
+    #[error("HTTP status {status}")]
+    HttpStatus {
+        /// The status.
+        status: u16,
+        /// The start of the response body.
+        output: CapturedOutput,
+    },
     /// The item ran longer than its timeout and was stopped.
     #[error("timed out after {} ms{}", .after.as_millis(), stderr_tail(.output))]
     TimedOut {
@@ -318,9 +329,9 @@ impl JobError {
     /// The output the job captured before it failed, if any.
     pub fn output(&self) -> Option<&CapturedOutput> {
         match self {
-            JobError::ScriptFailed { output, .. } | JobError::TimedOut { output, .. } => {
-                Some(output)
-            }
+            JobError::ScriptFailed { output, .. }
+            | JobError::TimedOut { output, .. }
+            | JobError::HttpStatus { output, .. } => Some(output),
             _ => None,
         }
     }
@@ -329,7 +340,8 @@ impl JobError {
 /// A job as the runtime drives it: one call per item.
 ///
 /// Implement [`SimpleJob`] (every `SimpleJob` is a `Job`) or [`DataflowJob`] (wrapped in
-/// [`Dataflow`]) rather than this trait; use [`ScriptJob`] for a command.
+/// [`Dataflow`]) rather than this trait; use [`ScriptJob`] for a command and [`HttpJob`] for
+/// a request.
 #[async_trait]
 pub trait Job: Send + Sync + 'static {
     /// The type written to the job's root node. An instance refuses to run a job whose root
