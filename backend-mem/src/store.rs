@@ -386,6 +386,28 @@ impl Store {
         true
     }
 
+    /// Models a registry restart at `now`: like ZooKeeper restoring sessions from its log, every
+    /// session that is not connected (cut off or killed) counts its timeout from now again, so
+    /// a dead client's ephemeral nodes stay visible for one more timeout. Returns how many
+    /// sessions were extended.
+    pub fn restart_sessions(&mut self, now: Duration) -> usize {
+        self.advance_to(now);
+        let now = self.now;
+        let mut n = 0;
+        for s in self.sessions.values_mut() {
+            if s.status != SessionStatus::Alive {
+                continue;
+            }
+            match &mut s.link {
+                Link::Killed { last_contact } => *last_contact = now,
+                Link::Suspended { since } => *since = now,
+                Link::Connected => continue,
+            }
+            n += 1;
+        }
+        n
+    }
+
     /// The session's client crashes (a hook): it never sends anything again, its watches end
     /// with no further event, and the session lingers with its ephemeral nodes until
     /// `last_contact + timeout` (the suspension time if it was suspended, else `now`). Returns

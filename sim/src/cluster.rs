@@ -1,26 +1,33 @@
 //! A deterministic cluster: several real core machines over one in-memory store, on virtual
-//! time. The ground the simulator stands on, and what the core's behaviour tests drive by hand.
+//! time. The engine of the simulator, and what the core's behaviour tests drive by hand.
 //!
 //! Everything runs on one thread in one order: registry requests are applied to the store when
 //! a machine emits them and answered after [`Cluster::latency`]; watch events are delivered as
 //! the store releases them; executions last what [`Cluster::duration`] says and end early when
-//! cancelled (after [`Cluster::cancel_delay`]), unless their job ignores cancellation.
+//! cancelled (after [`Cluster::cancel_delay`]), unless their job ignores cancellation. Faults:
+//! [`Cluster::crash`], [`Cluster::partition`] (both ways), [`Cluster::deafen`] (the node's
+//! requests arrive but it hears nothing back), [`Cluster::pause`] (a stop-the-world pause of
+//! the whole process), [`Cluster::restart_registry`], clock skew per node
+//! ([`Node::skew`]).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use shardjob_backend_mem::{Store, WatchId};
+use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{
     Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineEvent, MachineOptions,
     Now,
 };
 use shardjob_core::registry::{
-    self, NodePath, RegistryEvent, RegistryOp, RegistryReply, RequestId, SessionEvent, SessionId,
+    self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
+    SessionEvent, SessionId,
 };
 use shardjob_core::{InstanceId, JobConfig};
 
-/// One start or end of an item run, as the cluster saw it.
+/// One item run, as the cluster saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
     /// Which node ran it.
@@ -32,32 +39,52 @@ pub struct RunRecord {
     /// The scheduled fire (epoch ms).
     pub fire: i64,
     /// Why it ran.
-    pub kind: shardjob_core::machine::record::RunKind,
+    pub kind: RunKind,
     /// Its fencing token.
     pub token: u64,
     /// Virtual ms it started.
     pub start: u64,
     /// Virtual ms it ended, once it has.
     pub end: Option<u64>,
-    /// Whether it was cancelled.
+    /// When cancellation was signalled to it, if it was.
+    pub cancel_signal: Option<u64>,
+    /// Whether it was cut short (cancelled, or its process crashed).
     pub cancelled: bool,
+    /// Whether its process crashed under it.
+    pub crashed: bool,
+    /// When its process resumed from a pause during the run, if it did.
+    pub resumed: Option<u64>,
+    /// Whether the machine recorded its end in the registry.
+    pub recorded: bool,
 }
 
-/// How long a run of (job, item) lasts, ms.
-pub type RunDuration = Box<dyn Fn(&str, u32) -> u64>;
+/// How long a run of (job, item) that starts at a virtual time lasts, ms.
+pub type RunDuration = Box<dyn Fn(&str, u32, u64) -> u64>;
 
 /// One instance of the cluster.
 #[derive(Debug)]
 pub struct Node {
+    /// The instance id.
+    pub id: InstanceId,
     /// The real core machine.
     pub machine: Machine,
     /// Its live session, if any.
     pub session: Option<SessionId>,
     watch: Option<WatchId>,
-    /// Whether the process runs (false after a crash, until restarted).
+    /// Whether the process runs (false after a crash or a finished shutdown).
     pub up: bool,
-    /// Whether the node is cut off from the registry.
+    /// Whether it was crashed on purpose (as opposed to stopped).
+    pub crashed: bool,
+    /// Whether the node is cut off from the registry both ways.
     pub partitioned: bool,
+    /// Whether its requests reach the registry but nothing comes back.
+    pub deaf: bool,
+    /// Since when the whole process is paused, if it is.
+    pub paused: Option<u64>,
+    /// Milliseconds its wall clock is ahead of true time (negative: behind).
+    pub skew: i64,
+    /// Whether a graceful shutdown was asked for.
+    pub shutdown_requested: bool,
     replies: Vec<(u64, RequestId, RegistryReply)>,
     running: BTreeMap<ExecutionId, Running>,
     /// Events the machine reported, with their virtual time.
@@ -80,13 +107,17 @@ pub struct Cluster {
     pub now: u64,
     /// The wall-clock time at virtual 0.
     pub wall_origin: DateTime<Utc>,
-    /// The nodes.
+    /// The nodes, in the order they were added (a restarted process is a new node).
     pub nodes: Vec<Node>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
     /// Registry round-trip latency, ms.
     pub latency: u64,
-    /// How long a run of (job, item) lasts, ms.
+    /// Extra delay before a node sees watch events, ms.
+    pub watch_delay: u64,
+    /// How long a request whose answer never comes takes to time out, ms.
+    pub request_timeout: u64,
+    /// How long a run lasts.
     pub duration: RunDuration,
     /// How long a cancelled run takes to stop, ms.
     pub cancel_delay: u64,
@@ -94,10 +125,20 @@ pub struct Cluster {
     pub ignore_cancel: BTreeSet<String>,
     /// The session timeout of every node.
     pub session_timeout: Duration,
+    /// Options every new node starts from (its id is set per node).
+    pub options: Option<MachineOptions>,
     /// Registry requests sent, per node.
     pub requests: Vec<u64>,
     /// Transactions sent, per node.
     pub transactions: Vec<u64>,
+    /// A hash of everything that happened, for the determinism check.
+    pub trace: DefaultHasher,
+    /// Keep a readable log of what happened (costly).
+    pub keep_log: bool,
+    /// The readable log, when kept.
+    pub log: Vec<String>,
+    /// Runs (by index) whose end could not be recorded because the session was lost.
+    pub unrecorded: BTreeSet<usize>,
     operator: Option<SessionId>,
 }
 
@@ -124,17 +165,35 @@ impl Cluster {
             nodes: Vec::new(),
             runs: Vec::new(),
             latency: 1,
-            duration: Box::new(|_, _| 100),
+            watch_delay: 0,
+            request_timeout: 2_000,
+            duration: Box::new(|_, _, _| 100),
             cancel_delay: 10,
             ignore_cancel: BTreeSet::new(),
             session_timeout: Duration::from_secs(3),
+            options: None,
             requests: Vec::new(),
             transactions: Vec::new(),
+            trace: DefaultHasher::new(),
+            keep_log: false,
+            log: Vec::new(),
+            unrecorded: BTreeSet::new(),
             operator: None,
         }
     }
 
-    /// The machine's view of now.
+    /// Node `n`'s view of now.
+    pub fn time_of(&self, n: usize) -> Now {
+        let skew = self.nodes.get(n).map_or(0, |node| node.skew);
+        Now {
+            mono: self.now,
+            wall: self.wall_origin
+                + chrono::Duration::milliseconds(self.now as i64)
+                + chrono::Duration::milliseconds(skew),
+        }
+    }
+
+    /// The true wall time now.
     pub fn time(&self) -> Now {
         Now {
             mono: self.now,
@@ -146,15 +205,31 @@ impl Cluster {
         Duration::from_millis(self.now)
     }
 
+    fn note(&mut self, what: impl Hash, text: impl FnOnce() -> String) {
+        self.now.hash(&mut self.trace);
+        what.hash(&mut self.trace);
+        if self.keep_log {
+            let line = format!("{:>9.3}s {}", self.now as f64 / 1000.0, text());
+            self.log.push(line);
+        }
+    }
+
     /// Adds a node with the given jobs and connects it. Returns its index.
     pub fn add_node(&mut self, id: &str, jobs: &[JobConfig]) -> usize {
-        let opts = MachineOptions::new(InstanceId::new(id).unwrap_or_else(|e| panic!("{e}")));
+        let id = InstanceId::new(id).unwrap_or_else(|e| panic!("{e}"));
+        let mut opts = self
+            .options
+            .clone()
+            .unwrap_or_else(|| MachineOptions::new(id.clone()));
+        opts.instance_id = id.clone();
         self.add_node_with(opts, jobs)
     }
 
     /// Adds a node with options.
     pub fn add_node_with(&mut self, opts: MachineOptions, jobs: &[JobConfig]) -> usize {
+        let id = opts.instance_id.clone();
         let mut machine = Machine::new(opts);
+        let n = self.nodes.len();
         let now = self.time();
         for config in jobs {
             let spec = JobSpec {
@@ -164,18 +239,24 @@ impl Cluster {
             machine.add_job(spec, now).unwrap_or_else(|e| panic!("{e}"));
         }
         self.nodes.push(Node {
+            id: id.clone(),
             machine,
             session: None,
             watch: None,
             up: true,
+            crashed: false,
             partitioned: false,
+            deaf: false,
+            paused: None,
+            skew: 0,
+            shutdown_requested: false,
             replies: Vec::new(),
             running: BTreeMap::new(),
             events: Vec::new(),
         });
         self.requests.push(0);
         self.transactions.push(0);
-        let n = self.nodes.len() - 1;
+        self.note(("join", n), || format!("node {n} ({id}) starts"));
         self.connect(n);
         n
     }
@@ -184,10 +265,16 @@ impl Cluster {
         let now = self.store_now();
         let info = self.store.open_session(self.session_timeout, now);
         let watch = self.store.watch(info.id, &NodePath::root(), now).ok();
+        if let Some(w) = watch {
+            if self.watch_delay > 0 {
+                self.store
+                    .set_watch_latency(w, Duration::from_millis(self.watch_delay));
+            }
+        }
         let node = &mut self.nodes[n];
         node.session = Some(info.id);
         node.watch = watch;
-        let t = self.time();
+        let t = self.time_of(n);
         self.nodes[n]
             .machine
             .handle_registry_event(RegistryEvent::Session(SessionEvent::Connected(info)), t);
@@ -195,19 +282,20 @@ impl Cluster {
     }
 
     /// Crashes a node: it stops at once without closing its session, which expires after its
-    /// timeout. Its runs are gone (not reported).
+    /// timeout. Its runs stop with it.
     pub fn crash(&mut self, n: usize) {
         let now = self.store_now();
+        self.note(("crash", n), || format!("node {n} crashes"));
         let node = &mut self.nodes[n];
         node.up = false;
+        node.crashed = true;
         node.replies.clear();
-        let ids: Vec<ExecutionId> = node.running.keys().copied().collect();
-        for id in ids {
-            if let Some(r) = node.running.remove(&id) {
-                for i in r.runs {
-                    self.runs[i].end = Some(self.now);
-                    self.runs[i].cancelled = true;
-                }
+        let gone: Vec<Running> = std::mem::take(&mut node.running).into_values().collect();
+        for r in gone {
+            for i in r.runs {
+                self.runs[i].end = Some(self.now);
+                self.runs[i].cancelled = true;
+                self.runs[i].crashed = true;
             }
         }
         if let Some(s) = self.nodes[n].session {
@@ -218,20 +306,112 @@ impl Cluster {
     /// Cuts a node off from the registry (both ways).
     pub fn partition(&mut self, n: usize) {
         let now = self.store_now();
+        self.note(("partition", n), || format!("node {n} is cut off"));
         self.nodes[n].partitioned = true;
         if let Some(s) = self.nodes[n].session {
             self.store.suspend(s, now);
         }
     }
 
-    /// Heals a node's partition.
+    /// Heals a node's partition (and deafness).
     pub fn heal(&mut self, n: usize) {
         let now = self.store_now();
+        self.note(("heal", n), || format!("node {n} is reconnected"));
+        if self.nodes[n].deaf {
+            self.nodes[n].deaf = false;
+            if let Some(w) = self.nodes[n].watch {
+                self.store.release_watch(w);
+            }
+        }
+        if !self.nodes[n].partitioned {
+            return;
+        }
         self.nodes[n].partitioned = false;
         if let Some(s) = self.nodes[n].session {
             self.store.resume(s, now);
             if !self.store.is_alive(s) {
                 self.renew(n);
+            }
+        }
+    }
+
+    /// Makes a node deaf: its requests reach the registry (its session stays alive) but no
+    /// reply or event reaches it; requests time out after [`Cluster::request_timeout`].
+    pub fn deafen(&mut self, n: usize) {
+        self.note(("deaf", n), || format!("node {n} hears nothing"));
+        self.nodes[n].deaf = true;
+        if let Some(w) = self.nodes[n].watch {
+            self.store.hold_watch(w);
+        }
+    }
+
+    /// Pauses a whole process (a stop-the-world garbage collection): it handles nothing, its
+    /// runs make no progress, and its session is not kept alive.
+    pub fn pause(&mut self, n: usize) {
+        let now = self.store_now();
+        if self.nodes[n].paused.is_some() || !self.nodes[n].up {
+            return;
+        }
+        self.note(("pause", n), || format!("node {n} pauses"));
+        self.nodes[n].paused = Some(self.now);
+        if let Some(s) = self.nodes[n].session {
+            if !self.nodes[n].partitioned {
+                self.store.suspend(s, now);
+            }
+        }
+    }
+
+    /// Ends a pause: runs resume where they were, the client reconnects.
+    pub fn unpause(&mut self, n: usize) {
+        let Some(since) = self.nodes[n].paused.take() else {
+            return;
+        };
+        let now = self.store_now();
+        let frozen = self.now - since;
+        self.note(("unpause", n), || {
+            format!("node {n} resumes after {frozen} ms")
+        });
+        let resumed = self.now;
+        for r in self.nodes[n].running.values_mut() {
+            r.ends += frozen;
+            for &i in &r.runs {
+                self.runs[i].resumed = Some(resumed);
+            }
+        }
+        for reply in &mut self.nodes[n].replies {
+            reply.0 = reply.0.max(resumed);
+        }
+        if !self.nodes[n].partitioned {
+            if let Some(s) = self.nodes[n].session {
+                self.store.resume(s, now);
+                if !self.store.is_alive(s) {
+                    self.renew(n);
+                }
+            }
+        }
+    }
+
+    /// A registry restart: every connected client is cut off for `outage_ms`, and sessions
+    /// of clients that are gone count their timeout from now again (ZooKeeper restores them
+    /// from its log), so their ephemeral nodes stay one more timeout.
+    pub fn restart_registry(&mut self, outage_ms: u64) {
+        let now = self.store_now();
+        self.note("registry-restart", || {
+            format!("the registry restarts ({outage_ms} ms)")
+        });
+        let mut cut = Vec::new();
+        for n in 0..self.nodes.len() {
+            if self.nodes[n].up && !self.nodes[n].partitioned && self.nodes[n].paused.is_none() {
+                self.partition(n);
+                cut.push(n);
+            }
+        }
+        self.store.restart_sessions(now);
+        let until = self.now + outage_ms;
+        self.run_until(until);
+        for n in cut {
+            if self.nodes[n].up {
+                self.heal(n);
             }
         }
     }
@@ -248,17 +428,21 @@ impl Cluster {
 
     /// Operator command on a node's machine.
     pub fn trigger(&mut self, n: usize, job: &str) {
-        let t = self.time();
-        self.nodes[n]
-            .machine
-            .trigger(job, None, t)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let t = self.time_of(n);
+        self.note(("trigger", n, job), || format!("node {n}: trigger {job}"));
+        if let Err(e) = self.nodes[n].machine.trigger(job, None, t) {
+            self.note(("trigger-refused", n), || {
+                format!("node {n}: trigger refused: {e}")
+            });
+        }
         self.pump(n);
     }
 
     /// Starts a graceful shutdown of a node.
     pub fn shutdown(&mut self, n: usize) {
-        let t = self.time();
+        let t = self.time_of(n);
+        self.note(("shutdown", n), || format!("node {n}: graceful shutdown"));
+        self.nodes[n].shutdown_requested = true;
         self.nodes[n].machine.shutdown(t);
         self.pump(n);
     }
@@ -276,42 +460,27 @@ impl Cluster {
                         self.transactions[n] += 1;
                     }
                     let reply = self.execute(n, op);
-                    let at = self.now + self.latency;
+                    let (at, reply) = if self.nodes[n].deaf {
+                        (
+                            self.now + self.request_timeout,
+                            RegistryReply::Failed(RegistryError::Timeout),
+                        )
+                    } else {
+                        (self.now + self.latency, reply)
+                    };
                     self.nodes[n].replies.push((at, id, reply));
                 }
-                Command::Start(exec) => {
-                    let mut runs = Vec::new();
-                    let mut longest = 0;
-                    for item in &exec.items {
-                        longest = longest.max((self.duration)(&exec.job_name, item.item));
-                        runs.push(self.runs.len());
-                        self.runs.push(RunRecord {
-                            node: n,
-                            job: exec.job_name.clone(),
-                            item: item.item,
-                            fire: exec.fire_time.timestamp_millis(),
-                            kind: exec.kind,
-                            token: item.fencing_token.0,
-                            start: self.now,
-                            end: None,
-                            cancelled: false,
-                        });
-                    }
-                    let ends = self.now + longest;
-                    self.nodes[n].running.insert(
-                        exec.id,
-                        Running {
-                            exec,
-                            ends,
-                            cancelled: false,
-                            runs,
-                        },
-                    );
-                }
-                Command::Cancel { id, .. } => {
+                Command::Start(exec) => self.start(n, exec),
+                Command::Cancel { id, reason } => {
                     let now = self.now;
                     let delay = self.cancel_delay;
+                    self.note(("cancel", n, id.0), || {
+                        format!("node {n}: cancel {id:?} ({reason:?})")
+                    });
                     if let Some(r) = self.nodes[n].running.get_mut(&id) {
+                        for &i in &r.runs {
+                            self.runs[i].cancel_signal.get_or_insert(now);
+                        }
                         if !self.ignore_cancel.contains(&r.exec.job_name) {
                             r.cancelled = true;
                             r.ends = r.ends.min(now + delay);
@@ -320,6 +489,7 @@ impl Cluster {
                 }
                 Command::CloseSession => {
                     let now = self.store_now();
+                    self.note(("close", n), || format!("node {n} closes its session"));
                     if let Some(s) = self.nodes[n].session.take() {
                         let _ = self.store.close_session(s, now);
                     }
@@ -327,16 +497,80 @@ impl Cluster {
                 }
                 Command::Event(e) => {
                     let now = self.now;
+                    if let MachineEvent::RunRecorded { job, items } = &e {
+                        for item in items {
+                            let last = self.runs.iter().rposition(|r| {
+                                r.node == n && r.job == *job && r.item == *item && r.end.is_some()
+                            });
+                            if let Some(i) = last {
+                                self.runs[i].recorded = true;
+                            }
+                        }
+                    }
+                    if let MachineEvent::CompletionLost { job, items } = &e {
+                        for item in items {
+                            let last = self
+                                .runs
+                                .iter()
+                                .rposition(|r| r.node == n && r.job == *job && r.item == *item);
+                            if let Some(i) = last {
+                                self.unrecorded.insert(i);
+                            }
+                        }
+                    }
+                    self.note(("event", n), || format!("node {n}: {e:?}"));
                     self.nodes[n].events.push((now, e));
                 }
             }
         }
     }
 
+    fn start(&mut self, n: usize, exec: Execution) {
+        let mut runs = Vec::new();
+        let mut longest = 0;
+        for item in &exec.items {
+            longest = longest.max((self.duration)(&exec.job_name, item.item, self.now));
+            runs.push(self.runs.len());
+            let run = RunRecord {
+                node: n,
+                job: exec.job_name.clone(),
+                item: item.item,
+                fire: exec.fire_time.timestamp_millis(),
+                kind: exec.kind,
+                token: item.fencing_token.0,
+                start: self.now,
+                end: None,
+                cancel_signal: None,
+                cancelled: false,
+                crashed: false,
+                resumed: None,
+                recorded: false,
+            };
+            let key = (n, run.job.clone(), run.item, run.fire, run.token);
+            self.note(("start", key), || {
+                format!(
+                    "node {n}: start {}/{} fire {} {:?} token {}",
+                    run.job, run.item, run.fire, run.kind, run.token
+                )
+            });
+            self.runs.push(run);
+        }
+        let ends = self.now + longest;
+        self.nodes[n].running.insert(
+            exec.id,
+            Running {
+                exec,
+                ends,
+                cancelled: false,
+                runs,
+            },
+        );
+    }
+
     fn execute(&mut self, n: usize, op: RegistryOp) -> RegistryReply {
         let now = self.store_now();
         let Some(s) = self.nodes[n].session else {
-            return RegistryReply::Failed(registry::RegistryError::ConnectionLoss);
+            return RegistryReply::Failed(RegistryError::ConnectionLoss);
         };
         let result = match op {
             RegistryOp::Get(p) => self.store.get(s, &p, now).map(RegistryReply::Node),
@@ -353,30 +587,28 @@ impl Cluster {
     /// Runs the cluster until virtual time `until` (ms), processing everything due.
     pub fn run_until(&mut self, until: u64) {
         loop {
-            // Everything due now, in a fixed order: watch events, replies, run ends, timeouts.
-            let mut progressed = true;
-            while progressed {
-                progressed = false;
-                self.store.advance_to(self.store_now());
-                for n in 0..self.nodes.len() {
-                    progressed |= self.step_node(n);
-                }
-            }
-            let next = self.next_time();
-            match next {
+            self.settle();
+            match self.next_time() {
                 Some(t) if t <= until => self.now = t.max(self.now),
                 _ => {
                     self.now = until.max(self.now);
-                    self.store.advance_to(self.store_now());
-                    let mut again = true;
-                    while again {
-                        again = false;
-                        for n in 0..self.nodes.len() {
-                            again |= self.step_node(n);
-                        }
-                    }
+                    self.settle();
                     return;
                 }
+            }
+        }
+    }
+
+    /// Handles everything due now, in a fixed order per node.
+    fn settle(&mut self) {
+        let mut progressed = true;
+        let mut rounds = 0;
+        while progressed && rounds < 10_000 {
+            progressed = false;
+            rounds += 1;
+            self.store.advance_to(self.store_now());
+            for n in 0..self.nodes.len() {
+                progressed |= self.step_node(n);
             }
         }
     }
@@ -388,7 +620,7 @@ impl Cluster {
     }
 
     fn step_node(&mut self, n: usize) -> bool {
-        if !self.nodes[n].up {
+        if !self.nodes[n].up || self.nodes[n].paused.is_some() {
             return false;
         }
         let mut progressed = false;
@@ -396,37 +628,62 @@ impl Cluster {
         // Watch events.
         if let Some(w) = self.nodes[n].watch {
             let events = self.store.take_events(w, self.store_now());
-            for ev in events {
+            if !events.is_empty() {
                 progressed = true;
-                let renew = matches!(ev, RegistryEvent::Session(SessionEvent::Expired(_)));
-                if let RegistryEvent::Session(SessionEvent::Connected(info)) = &ev {
-                    self.nodes[n].session = Some(info.id);
+                // Node events go to the machine in batches; session events one by one, since
+                // the cluster acts on them (a new session after an expiry).
+                let mut batch = Vec::new();
+                for ev in events {
+                    match ev {
+                        RegistryEvent::Node(_) => batch.push(ev),
+                        RegistryEvent::Session(s) => {
+                            if !batch.is_empty() {
+                                let t = self.time_of(n);
+                                self.nodes[n]
+                                    .machine
+                                    .handle_registry_events(std::mem::take(&mut batch), t);
+                                self.pump(n);
+                            }
+                            if let SessionEvent::Connected(info) = &s {
+                                self.nodes[n].session = Some(info.id);
+                            }
+                            self.note(("session", n, format!("{s:?}")), || {
+                                format!("node {n}: {s:?}")
+                            });
+                            let t = self.time_of(n);
+                            self.nodes[n]
+                                .machine
+                                .handle_registry_event(RegistryEvent::Session(s), t);
+                            self.pump(n);
+                            if matches!(s, SessionEvent::Expired(_)) && !self.nodes[n].partitioned {
+                                self.renew(n);
+                            }
+                        }
+                    }
                 }
-                let t = self.time();
-                self.nodes[n].machine.handle_registry_event(ev, t);
-                self.pump(n);
-                if renew && !self.nodes[n].partitioned {
-                    self.renew(n);
+                if !batch.is_empty() {
+                    let t = self.time_of(n);
+                    self.nodes[n].machine.handle_registry_events(batch, t);
+                    self.pump(n);
                 }
             }
         }
         // Replies.
-        let due: Vec<(u64, RequestId, RegistryReply)> = {
+        if self.nodes[n].replies.iter().any(|r| r.0 <= now) {
             let node = &mut self.nodes[n];
             let (due, rest): (Vec<_>, Vec<_>) = node.replies.drain(..).partition(|r| r.0 <= now);
             node.replies = rest;
-            due
-        };
-        for (_, id, reply) in due {
-            progressed = true;
-            let reply = if self.nodes[n].partitioned {
-                RegistryReply::Failed(registry::RegistryError::ConnectionLoss)
-            } else {
-                reply
-            };
-            let t = self.time();
-            self.nodes[n].machine.handle_registry_reply(id, reply, t);
-            self.pump(n);
+            for (_, id, reply) in due {
+                progressed = true;
+                let reply = if self.nodes[n].partitioned {
+                    RegistryReply::Failed(RegistryError::ConnectionLoss)
+                } else {
+                    reply
+                };
+                let t = self.time_of(n);
+                self.nodes[n].machine.handle_registry_reply(id, reply, t);
+                self.pump(n);
+            }
         }
         // Runs that end.
         let ended: Vec<ExecutionId> = self.nodes[n]
@@ -453,7 +710,9 @@ impl Cluster {
                     self.runs[i].cancelled = r.cancelled;
                 }
             }
-            let t = self.time();
+            let job = r.exec.job_name.clone();
+            self.note(("end", n, id.0), || format!("node {n}: {job} {id:?} ends"));
+            let t = self.time_of(n);
             self.nodes[n]
                 .machine
                 .handle_execution_finished(id, outcomes, t);
@@ -465,18 +724,10 @@ impl Cluster {
             .poll_timeout()
             .is_some_and(|t| t <= now)
         {
-            progressed = true;
-            let t = self.time();
+            let t = self.time_of(n);
             self.nodes[n].machine.handle_timeout(t);
             self.pump(n);
-            // A timeout that stays due would spin: step past it.
-            if self.nodes[n]
-                .machine
-                .poll_timeout()
-                .is_some_and(|t| t <= now)
-            {
-                progressed = false;
-            }
+            // A timeout that stays due is handled again at the next step of time, not now.
         }
         progressed
     }
@@ -484,15 +735,15 @@ impl Cluster {
     fn next_time(&self) -> Option<u64> {
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
-        for node in self.nodes.iter().filter(|n| n.up) {
+        for node in self.nodes.iter().filter(|n| n.up && n.paused.is_none()) {
             if let Some(t) = node.machine.poll_timeout() {
                 at(t.max(self.now + 1));
             }
             for r in &node.replies {
-                at(r.0);
+                at(r.0.max(self.now + 1));
             }
             for r in node.running.values() {
-                at(r.ends);
+                at(r.ends.max(self.now + 1));
             }
         }
         if let Some(d) = self.store.next_deadline() {
@@ -501,6 +752,60 @@ impl Cluster {
                 .max(self.now + 1));
         }
         next
+    }
+
+    /// Writes a node as an operator would (creating it if missing), from a session of its own.
+    pub fn operator_write(&mut self, path: &str, data: &[u8]) {
+        let now = self.store_now();
+        let path = NodePath::new(path).unwrap_or_else(|e| panic!("{e}"));
+        let session = *self.operator.get_or_insert_with(|| {
+            self.store
+                .open_session(Duration::from_secs(1 << 30), now)
+                .id
+        });
+        let result = match self.store.node(&path) {
+            Some(_) => self
+                .store
+                .set(session, &path, data.to_vec(), None, now)
+                .map(|_| ()),
+            None => self
+                .store
+                .create(
+                    session,
+                    &path,
+                    data.to_vec(),
+                    registry::CreateMode::Persistent,
+                    now,
+                )
+                .map(|_| ()),
+        };
+        let text = String::from_utf8_lossy(data).into_owned();
+        self.note(("operator-write", path.to_string(), text.clone()), || {
+            format!("operator writes {path} = {text:?}: {result:?}")
+        });
+    }
+
+    /// Deletes a node as an operator would; missing is fine.
+    pub fn operator_delete(&mut self, path: &str) {
+        let now = self.store_now();
+        let Ok(path) = NodePath::new(path) else {
+            return;
+        };
+        let session = *self.operator.get_or_insert_with(|| {
+            self.store
+                .open_session(Duration::from_secs(1 << 30), now)
+                .id
+        });
+        let result = self.store.delete(session, &path, None, now);
+        self.note(("operator-delete", path.to_string()), || {
+            format!("operator deletes {path}: {result:?}")
+        });
+    }
+
+    /// The data of a node in the store, as text.
+    pub fn read(&self, path: &str) -> Option<String> {
+        let node = self.store.node(&NodePath::new(path).ok()?)?;
+        Some(String::from_utf8_lossy(&node.data).into_owned())
     }
 
     /// The current owner of each item of a job, from the store.
@@ -520,38 +825,6 @@ impl Cluster {
         out
     }
 
-    /// Writes a node as an operator would (creating it if missing), from a session of its own.
-    pub fn operator_write(&mut self, path: &str, data: &[u8]) {
-        let now = self.store_now();
-        let path = NodePath::new(path).unwrap_or_else(|e| panic!("{e}"));
-        let session = *self
-            .operator
-            .get_or_insert_with(|| self.store.open_session(Duration::from_secs(3600), now).id);
-        let result = match self.store.node(&path) {
-            Some(_) => self
-                .store
-                .set(session, &path, data.to_vec(), None, now)
-                .map(|_| ()),
-            None => self
-                .store
-                .create(
-                    session,
-                    &path,
-                    data.to_vec(),
-                    registry::CreateMode::Persistent,
-                    now,
-                )
-                .map(|_| ()),
-        };
-        result.unwrap_or_else(|e| panic!("operator write of {path}: {e}"));
-    }
-
-    /// The data of a node in the store, as text.
-    pub fn read(&self, path: &str) -> Option<String> {
-        let node = self.store.node(&NodePath::new(path).ok()?)?;
-        Some(String::from_utf8_lossy(&node.data).into_owned())
-    }
-
     /// Whether a node exists in the store.
     pub fn exists(&self, path: &str) -> bool {
         NodePath::new(path)
@@ -565,24 +838,20 @@ impl Cluster {
         self.runs.iter().filter(|r| r.job == job).collect()
     }
 
-    /// Panics if two runs of the same (job, item) overlap in time, or a (job, item, fire)
-    /// started twice without the first having been cut short.
+    /// Panics if two runs of the same (job, item) overlap in time (see
+    /// [`crate::checkers::overlap`]).
     pub fn assert_no_overlap(&self) {
-        for (a, ra) in self.runs.iter().enumerate() {
-            for rb in self.runs.iter().skip(a + 1) {
-                if ra.job != rb.job || ra.item != rb.item {
-                    continue;
-                }
-                let a_end = ra.end.unwrap_or(u64::MAX);
-                let b_end = rb.end.unwrap_or(u64::MAX);
-                let overlap = ra.start < b_end && rb.start < a_end;
-                assert!(!overlap, "overlapping runs:\n{ra:?}\n{rb:?}");
-                assert!(
-                    ra.token < rb.token || rb.start < ra.start,
-                    "tokens must grow: {ra:?} {rb:?}"
-                );
-            }
-        }
+        let found = crate::checkers::overlap::check(&self.runs, &self.ignore_cancel);
+        assert!(
+            found.violations.is_empty(),
+            "overlapping runs: {:#?}",
+            found.violations
+        );
+    }
+
+    /// The trace hash so far.
+    pub fn trace_hash(&self) -> u64 {
+        self.trace.finish()
     }
 }
 

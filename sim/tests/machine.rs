@@ -136,7 +136,7 @@ fn leader_dies_during_resharding_and_the_next_leader_finishes_it() {
 #[test]
 fn partitioned_instance_stops_before_anyone_else_starts_its_items() {
     let mut c = Cluster::new();
-    c.duration = Box::new(|_, _| 20_000);
+    c.duration = Box::new(|_, _, _| 20_000);
     let mut j = job("long", "0 * * * * ?", 4);
     j.failover = true;
     c.add_node(A, std::slice::from_ref(&j));
@@ -185,7 +185,7 @@ fn partitioned_instance_stops_before_anyone_else_starts_its_items() {
 #[test]
 fn failover_of_five_running_items_to_two_survivors_at_once() {
     let mut c = Cluster::new();
-    c.duration = Box::new(|_, _| 10_000);
+    c.duration = Box::new(|_, _, _| 10_000);
     let mut j = job("batch", "0/30 * * * * ?", 15);
     j.failover = true;
     for id in [A, B, C] {
@@ -235,7 +235,7 @@ fn failover_of_five_running_items_to_two_survivors_at_once() {
 #[test]
 fn misfires_collapse_into_one_run_right_after() {
     let mut c = Cluster::new();
-    c.duration = Box::new(|_, _| 3_500);
+    c.duration = Box::new(|_, _, _| 3_500);
     c.add_node(A, &[job("slow", "* * * * * ?", 1)]);
     c.run_until(9_000);
     let runs: Vec<(i64, RunKind, u64)> = c
@@ -254,7 +254,7 @@ fn misfires_collapse_into_one_run_right_after() {
 
     // With misfire off, missed fires are dropped: the next run is the next fire on time.
     let mut c = Cluster::new();
-    c.duration = Box::new(|_, _| 3_500);
+    c.duration = Box::new(|_, _, _| 3_500);
     let mut j = job("slow", "* * * * * ?", 1);
     j.misfire = false;
     c.add_node(A, &[j]);
@@ -273,7 +273,7 @@ fn misfires_collapse_into_one_run_right_after() {
 #[test]
 fn trigger_while_running_is_queued() {
     let mut c = Cluster::new();
-    c.duration = Box::new(|_, _| 2_000);
+    c.duration = Box::new(|_, _, _| 2_000);
     c.add_node(A, &[job("report", "0 0 * * * ?", 2)]);
     c.run_until(500);
     c.trigger(0, "report");
@@ -328,7 +328,7 @@ fn session_expiry_is_not_shutdown() {
 #[test]
 fn graceful_leave_hands_over_without_waiting_for_a_timeout() {
     let mut c = Cluster::new();
-    c.duration = Box::new(|_, _| 300);
+    c.duration = Box::new(|_, _, _| 300);
     let j = job("pay", "* * * * * ?", 4);
     c.add_node(A, std::slice::from_ref(&j));
     c.add_node(B, std::slice::from_ref(&j));

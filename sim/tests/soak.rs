@@ -22,7 +22,7 @@ fn soak(seed: u64) {
         job("slow", "0/3 * * * * ?", 3, false),
     ];
     let mut c = Cluster::new();
-    c.duration = Box::new(|job, item| {
+    c.duration = Box::new(|job, item, _| {
         if job == "fast" {
             300 + 50 * u64::from(item)
         } else {

@@ -34,10 +34,12 @@
 //!   eligible instance as soon as it is missing; no latch, nothing waits.
 //! - **Re-sharding**: the leader compares the plan with what the strategy gives for the live,
 //!   enabled instances (debounced) and writes the difference in one transaction that checks it
-//!   is still leader, its session, and that no moving item runs. Items that run and must move
-//!   hold the re-shard up to [`MachineOptions::reshard_wait`]; after that the others move and
-//!   the running ones stay until their run ends (`leader/sharding/necessary` marks the
-//!   pending remainder). Items beyond a reduced total are deleted with their state.
+//!   is still leader and its session. Items that must move while a live owner runs them wait
+//!   for the run to end, up to [`MachineOptions::reshard_wait`]
+//!   (`leader/sharding/necessary` marks the wait); then they move anyway, since their
+//!   `running` marker keeps the new owner from starting before the old run ends. Items of
+//!   owners that are gone move at once. Items beyond a reduced total are deleted with their
+//!   state.
 //! - **Fenced execution**: at a fire, an instance claims all its due items of a job in one
 //!   transaction: its session, ownership of every item, and the creation of session-bound
 //!   `running` markers; the markers' creation revision is the items' fencing token. The end
@@ -62,6 +64,8 @@
 //!   cancel them after a grace period), record them, and delete the instance and leader nodes
 //!   at once so others take over without waiting for a timeout.
 
+#[cfg(feature = "plant-bugs")]
+pub mod plant;
 pub mod record;
 mod types;
 mod view;
@@ -87,6 +91,20 @@ pub use types::{
     MachineEvent, MachineOptions, Now,
 };
 use view::{Cache, JobView};
+
+/// Whether a planted bug is switched on; always `false` without the `plant-bugs` feature.
+#[cfg(feature = "plant-bugs")]
+macro_rules! planted {
+    ($opts:expr, $bug:ident) => {
+        $opts.plants.contains(&plant::Plant::$bug)
+    };
+}
+#[cfg(not(feature = "plant-bugs"))]
+macro_rules! planted {
+    ($opts:expr, $bug:ident) => {
+        false
+    };
+}
 
 /// Most fires looked at when catching up missed fires of one item in one evaluation.
 const MAX_CATCH_UP_STEPS: usize = 100_000;
@@ -136,11 +154,13 @@ enum Purpose {
     Abdicate,
     Reshard {
         owners: BTreeMap<u32, InstanceId>,
-        pinned: Vec<u32>,
+        moved_running: Vec<u32>,
     },
     Housekeeping,
     Flag,
     Claim(Vec<Claim>),
+    /// Markers of this session found without an execution, confirmed by the transaction.
+    Adopt(Vec<((i64, RunKind), Vec<(ExecItem, Revision)>)>),
     ConsumeTrigger {
         parameter: String,
     },
@@ -234,6 +254,10 @@ struct Job {
     last_housekeeping: Option<u64>,
     last_reload: Option<u64>,
     wake: Option<u64>,
+    /// The last view read off the cache, with the cache version it was read at.
+    view: Option<(u64, JobView)>,
+    /// The load in flight, if any.
+    loading: Option<RequestId>,
 }
 
 impl Job {
@@ -354,6 +378,8 @@ impl Machine {
             last_config_error: None,
             last_housekeeping: None,
             last_reload: None,
+            view: None,
+            loading: None,
             wake: None,
         };
         self.jobs.insert(name.clone(), job);
@@ -444,31 +470,56 @@ impl Machine {
 
     /// A registry event from the watch on `/`, or a session change.
     pub fn handle_registry_event(&mut self, event: RegistryEvent, now: Now) {
-        match event {
-            RegistryEvent::Session(s) => self.handle_session(s, now),
-            RegistryEvent::Node(ev) => {
-                let Some((job, node)) = JobNode::parse(&ev.path) else {
-                    return;
-                };
-                let job = job.to_owned();
-                let Some(j) = self.jobs.get_mut(&job) else {
-                    return;
-                };
-                match j.phase {
-                    Phase::Waiting => return,
-                    Phase::Loading => {
-                        j.buffer.push(ev);
-                        return;
+        self.handle_registry_events(std::iter::once(event), now);
+    }
+
+    /// Several registry events at once, in order: node changes are applied first and each
+    /// affected job is evaluated once, which is much cheaper than one call per event when a
+    /// transaction changed many nodes.
+    pub fn handle_registry_events(
+        &mut self,
+        events: impl IntoIterator<Item = RegistryEvent>,
+        now: Now,
+    ) {
+        let mut touched: BTreeSet<String> = BTreeSet::new();
+        for event in events {
+            match event {
+                RegistryEvent::Session(s) => {
+                    for job in std::mem::take(&mut touched) {
+                        self.evaluate(&job, now);
                     }
-                    _ => {}
+                    self.handle_session(s, now);
                 }
-                j.cache.apply(ev);
-                if node == JobNode::Config || node == JobNode::Root {
-                    self.refresh_config(&job);
+                RegistryEvent::Node(ev) => {
+                    if let Some(job) = self.apply_node_event(ev) {
+                        touched.insert(job);
+                    }
                 }
-                self.evaluate(&job, now);
             }
         }
+        for job in touched {
+            self.evaluate(&job, now);
+        }
+    }
+
+    /// Applies a node event to its job's cache; returns the job if it should be evaluated.
+    fn apply_node_event(&mut self, ev: crate::registry::WatchEvent) -> Option<String> {
+        let (job, node) = JobNode::parse(&ev.path)?;
+        let job = job.to_owned();
+        let j = self.jobs.get_mut(&job)?;
+        match j.phase {
+            Phase::Waiting => return None,
+            Phase::Loading => {
+                j.buffer.push(ev);
+                return None;
+            }
+            _ => {}
+        }
+        j.cache.apply(ev);
+        if node == JobNode::Config || node == JobNode::Root {
+            self.refresh_config(&job);
+        }
+        Some(job)
     }
 
     /// The reply to a [`Command::Registry`] request.
@@ -508,10 +559,29 @@ impl Machine {
             _ => None,
         });
         match p.purpose {
-            Purpose::Load => self.on_load(p.job, reply, now),
-            Purpose::Probe => {}
+            Purpose::Load => self.on_load(id, p.job, reply, now),
+            Purpose::Probe => {
+                if ok {
+                    self.evaluate_all(now);
+                }
+            }
             Purpose::Complete(exec) => self.on_complete(exec, reply, now),
             Purpose::Claim(claims) => self.on_claim(p.job, claims, reply, now),
+            Purpose::Adopt(groups) => {
+                let name = p.job.clone().unwrap_or_default();
+                match reply {
+                    RegistryReply::Transacted(_) if self.lease_valid(now) => {
+                        for ((fire, kind), items) in groups {
+                            let counts = kind != RunKind::Trigger;
+                            self.start_execution(&name, fire, kind, counts, None, items, now);
+                        }
+                    }
+                    RegistryReply::Failed(error) => {
+                        self.after_failure(&name, error.class(), now);
+                    }
+                    _ => {}
+                }
+            }
             purpose => self.on_txn(p.job, purpose, reply, now),
         }
         if doubt_before != self.in_doubt {
@@ -609,6 +679,10 @@ impl Machine {
                 };
                 if ours {
                     self.session_lost(now);
+                    if planted!(self.opts, ShutdownOnSessionLoss) {
+                        self.jobs.clear();
+                        self.stopped = true;
+                    }
                 }
             }
             SessionEvent::Closed => {
@@ -661,7 +735,12 @@ impl Machine {
             return None;
         };
         let confirmed = self.confirmed?;
-        let window = (ms(info.timeout) as f64 * (1.0 - self.opts.safety_margin)).max(0.0) as u64;
+        let share = if planted!(self.opts, LeaseBeyondTimeout) {
+            1.5
+        } else {
+            1.0 - self.opts.safety_margin
+        };
+        let window = (ms(info.timeout) as f64 * share).max(0.0) as u64;
         Some(confirmed.saturating_add(window))
     }
 
@@ -670,6 +749,9 @@ impl Machine {
     }
 
     fn check_lease(&mut self, now: Now) {
+        if planted!(self.opts, NoSelfFencing) {
+            return;
+        }
         if self
             .executions
             .values()
@@ -768,14 +850,21 @@ impl Machine {
         let id = self.request(Some(name), Purpose::Load, RegistryOp::GetTree(root), now);
         if let Some(job) = self.jobs.get_mut(name) {
             job.busy = Some(id);
+            job.loading = Some(id);
         }
     }
 
-    fn on_load(&mut self, job: Option<String>, reply: RegistryReply, now: Now) {
+    fn on_load(&mut self, id: RequestId, job: Option<String>, reply: RegistryReply, now: Now) {
         let Some(name) = job else { return };
         let Some(j) = self.jobs.get_mut(&name) else {
             return;
         };
+        if j.loading != Some(id) {
+            // A later load replaced this one: its snapshot and the events buffered since do
+            // not fit together.
+            return;
+        }
+        j.loading = None;
         match reply {
             RegistryReply::Tree(nodes) => {
                 j.cache.load(nodes);
@@ -922,12 +1011,30 @@ impl Machine {
     }
 
     fn decide(&mut self, name: &str, now: Now) -> Action {
+        let Some(j) = self.jobs.get_mut(name) else {
+            return Action::Nothing;
+        };
+        // Reading the view parses every node of the job: do it once per change of the cache.
+        let version = j.cache.version;
+        let view = match j.view.take() {
+            Some((v, view)) if v == version => view,
+            _ => JobView::read(&j.cache, &j.paths),
+        };
+        let action = self.decide_with(name, &view, now);
+        if let Some(j) = self.jobs.get_mut(name) {
+            if j.cache.version == version {
+                j.view = Some((version, view));
+            }
+        }
+        action
+    }
+
+    fn decide_with(&mut self, name: &str, view: &JobView, now: Now) -> Action {
         let me = self.opts.instance_id.clone();
         let session = self.session_id();
         let Some(j) = self.jobs.get_mut(name) else {
             return Action::Nothing;
         };
-        let view = JobView::read(&j.cache, &j.paths);
         for (path, error) in &view.corrupt {
             // Reported on every evaluation would flood; report once per distinct problem.
             let msg = format!("{path}: {error}");
@@ -969,7 +1076,7 @@ impl Machine {
                 return Action::Nothing;
             }
             let ops = session
-                .map(|sid| leave_ops(j, &view, &me, sid))
+                .map(|sid| leave_ops(j, view, &me, sid))
                 .unwrap_or_default();
             if ops.len() <= 1 {
                 let name = name.to_owned();
@@ -1087,11 +1194,11 @@ impl Machine {
                 return Action::Nothing;
             };
             if let Some(action) = reshard(
-                j, &view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
+                j, view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
             ) {
                 return action;
             }
-            if let Some(action) = housekeeping(j, &view, &config, &me, sid, now, &mut wake) {
+            if let Some(action) = housekeeping(j, view, &config, &me, sid, now, &mut wake) {
                 return action;
             }
         } else if let Some(j) = self.jobs.get_mut(name) {
@@ -1101,7 +1208,16 @@ impl Machine {
         // Markers of this session that no local execution holds: a claim whose reply was lost
         // (a timeout with unknown outcome) did apply. Adopt them: start what was claimed.
         if self.lease_valid(now) {
-            self.adopt(name, &view, &me, sid, now);
+            if let Some(action) = self.adopt(name, view, &me, sid) {
+                return action;
+            }
+        } else if self
+            .jobs
+            .get(name)
+            .is_some_and(|j| adoptable(view, &me, sid, &j.running))
+        {
+            // Confirm the session first; the probe's reply evaluates the jobs again.
+            self.probe_now(now);
         }
 
         // Claims: own due items, triggers, failover.
@@ -1110,7 +1226,7 @@ impl Machine {
             return Action::Nothing;
         };
         if can_claim && enabled {
-            if let Some(action) = claims(j, &view, &config, &me, sid, &self.opts, now, &mut wake) {
+            if let Some(action) = claims(j, view, &config, &me, sid, &self.opts, now, &mut wake) {
                 return action;
             }
         }
@@ -1126,10 +1242,10 @@ impl Machine {
         view: &JobView,
         me: &InstanceId,
         sid: crate::registry::SessionId,
-        now: Now,
-    ) {
-        let Some(j) = self.jobs.get(name) else { return };
+    ) -> Option<Action> {
+        let j = self.jobs.get(name)?;
         let mut groups: BTreeMap<(i64, RunKind), Vec<(ExecItem, Revision)>> = BTreeMap::new();
+        let mut ops = vec![TxnOp::Check(Check::Session(sid))];
         for (item, v) in &view.items {
             if j.running.contains_key(item) {
                 continue;
@@ -1151,6 +1267,19 @@ impl Machine {
                 (RunKind::Failover, Some(f)) => Some(f.version),
                 _ => None,
             };
+            // The cache may be behind: start only what the registry confirms is still ours.
+            ops.push(TxnOp::Check(Check::Version(
+                j.paths.item_running(*item),
+                stat.version,
+            )));
+            ops.push(TxnOp::Check(Check::Value(
+                j.paths.item_running(*item),
+                me.as_str().into(),
+            )));
+            ops.push(TxnOp::Check(Check::Version(
+                j.paths.item_execution(*item),
+                *version,
+            )));
             groups.entry((run.fire, run.kind)).or_default().push((
                 ExecItem {
                     item: *item,
@@ -1162,18 +1291,13 @@ impl Machine {
                 stat.created,
             ));
         }
-        for ((fire, kind), items) in groups {
-            let claim_items: Vec<(ExecItem, Revision)> = items;
-            self.start_execution(
-                name,
-                fire,
-                kind,
-                kind != RunKind::Trigger,
-                None,
-                claim_items,
-                now,
-            );
+        if groups.is_empty() {
+            return None;
         }
+        Some(Action::Txn(
+            Purpose::Adopt(groups.into_iter().collect()),
+            ops,
+        ))
     }
 
     /// Records a new execution and asks the driver to start it.
@@ -1274,12 +1398,15 @@ impl Machine {
                         self.out
                             .push_back(Command::Event(MachineEvent::JobActive { job: name }));
                     }
-                    Purpose::Reshard { owners, pinned } => {
+                    Purpose::Reshard {
+                        owners,
+                        moved_running,
+                    } => {
                         j.reshard_wanted = None;
                         self.out.push_back(Command::Event(MachineEvent::Resharded {
                             job: name,
                             owners,
-                            pinned,
+                            moved_running,
                         }));
                     }
                     Purpose::Housekeeping => j.last_housekeeping = Some(now.mono),
@@ -1352,6 +1479,34 @@ impl Machine {
                     self.failed(Some(&name), "claim", error);
                 }
                 self.after_failure(&name, class, now);
+                if planted!(self.opts, IgnoreFailedClaim) {
+                    for claim in claims {
+                        let items = claim
+                            .items
+                            .iter()
+                            .map(|c| {
+                                let it = ExecItem {
+                                    item: c.item,
+                                    running_version: Version(0),
+                                    record_version: Version(0),
+                                    record: c.record.clone(),
+                                    failover: None,
+                                };
+                                (it, Revision(0))
+                            })
+                            .collect();
+                        let (fire, kind, counts) = (claim.fire, claim.kind, claim.counts_as_fire);
+                        self.start_execution(
+                            &name,
+                            fire,
+                            kind,
+                            counts,
+                            claim.parameter,
+                            items,
+                            now,
+                        );
+                    }
+                }
                 return;
             }
             _ => return,
@@ -1465,7 +1620,7 @@ impl Machine {
             }
         }
         for it in &exec.items {
-            let done = if exec.counts_as_fire {
+            let done = if exec.counts_as_fire && !planted!(self.opts, ForgetCompletion) {
                 Some(it.record.done.map_or(exec.fire, |d| d.max(exec.fire)))
             } else {
                 it.record.done
@@ -1492,6 +1647,11 @@ impl Machine {
                 let Some(exec) = self.executions.remove(&id) else {
                     return;
                 };
+                self.out
+                    .push_back(Command::Event(MachineEvent::RunRecorded {
+                        job: exec.job.clone(),
+                        items: exec.items.iter().map(|i| i.item).collect(),
+                    }));
                 if let Some(j) = self.jobs.get_mut(&exec.job) {
                     for it in &exec.items {
                         if j.running.get(&it.item) == Some(&id) {
@@ -1770,16 +1930,30 @@ fn reshard(
         wake.push(debounce_end);
         return None;
     }
+    // Items that run under a live owner wait for their run to end, up to a deadline. The
+    // `running` marker keeps the new owner from starting them while the old run lasts, so
+    // after the deadline they move anyway: waiting longer could starve a job whose runs
+    // overlap forever. Items of owners that are gone, or that run a failover, move at once.
     let is_running = |i: &u32| view.items.get(i).is_some_and(|v| v.running.is_some());
-    let blocked: Vec<u32> = moving.iter().copied().filter(is_running).collect();
-    let removed_blocked: Vec<u32> = removed.iter().copied().filter(is_running).collect();
+    let owner_live = |i: &u32| {
+        view.items
+            .get(i)
+            .and_then(|v| v.owner.as_ref())
+            .is_some_and(|o| live.contains(o))
+    };
+    let blocked: Vec<u32> = moving
+        .iter()
+        .copied()
+        .filter(|i| is_running(i) && owner_live(i))
+        .collect();
+    let removed_running: Vec<u32> = removed.iter().copied().filter(is_running).collect();
     let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
     let p = &j.paths;
     let mut ops = vec![
         TxnOp::Check(Check::Session(sid)),
         TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
     ];
-    if (!blocked.is_empty() || !removed_blocked.is_empty()) && now.mono < wait_end {
+    if (!blocked.is_empty() || !removed_running.is_empty()) && now.mono < wait_end {
         wake.push(wait_end);
         if view.necessary.is_none() {
             ops.push(TxnOp::create(p.sharding_necessary(), Vec::<u8>::new()));
@@ -1787,30 +1961,14 @@ fn reshard(
         }
         return None;
     }
-    let pinned = blocked;
-    let moving: Vec<u32> = moving.into_iter().filter(|i| !pinned.contains(i)).collect();
-    for (item, owner) in owners.iter_mut() {
-        if pinned.contains(item) {
-            if let Some(c) = view.items.get(item).and_then(|v| v.owner.clone()) {
-                *owner = c;
-            }
-        }
-    }
-    let complete = pinned.is_empty() && removed_blocked.is_empty();
+    let moved_running: Vec<u32> = moving.iter().copied().filter(is_running).collect();
     if let Some(v) = view.necessary {
-        if complete {
-            ops.push(TxnOp::Delete {
-                path: p.sharding_necessary(),
-                expected: Some(v),
-            });
-        }
-    } else if !complete {
-        ops.push(TxnOp::create(p.sharding_necessary(), Vec::<u8>::new()));
+        ops.push(TxnOp::Delete {
+            path: p.sharding_necessary(),
+            expected: Some(v),
+        });
     }
     for item in &removed {
-        if removed_blocked.contains(item) {
-            continue;
-        }
         let item_path = p.item(*item);
         for path in j.cache.descendants_deepest_first(&item_path) {
             ops.push(TxnOp::delete(path));
@@ -1825,7 +1983,9 @@ fn reshard(
         if !v.is_some_and(|v| v.exists) {
             ops.push(TxnOp::create(p.item(*item), Vec::<u8>::new()));
         }
-        ops.push(TxnOp::Check(Check::Absent(p.item_running(*item))));
+        if !moved_running.contains(item) {
+            ops.push(TxnOp::Check(Check::Absent(p.item_running(*item))));
+        }
         if v.is_some_and(|v| v.owner_stat.is_some()) {
             ops.push(TxnOp::set(p.item_instance(*item), owner.as_str()));
         } else {
@@ -1835,7 +1995,13 @@ fn reshard(
     if ops.len() == 2 {
         return None;
     }
-    Some(Action::Txn(Purpose::Reshard { owners, pinned }, ops))
+    Some(Action::Txn(
+        Purpose::Reshard {
+            owners,
+            moved_running,
+        },
+        ops,
+    ))
 }
 
 /// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone.
@@ -1901,7 +2067,10 @@ fn claims(
     let mut trigger_param: Option<String> = None;
 
     let mine: Vec<u32> = (0..n)
-        .filter(|i| view.items.get(i).and_then(|v| v.owner.as_ref()) == Some(me))
+        .filter(|i| {
+            planted!(opts, SkipOwnerCheck)
+                || view.items.get(i).and_then(|v| v.owner.as_ref()) == Some(me)
+        })
         .collect();
     j.owned_since.retain(|i, _| mine.contains(i));
     for &i in &mine {
@@ -1917,7 +2086,7 @@ fn claims(
             trigger_param = j.triggers.pop_front();
             for &i in &mine {
                 let v = view.items.get(&i);
-                if v.is_some_and(|v| v.disabled) {
+                if v.is_some_and(|v| v.disabled) && !planted!(opts, RunDisabledItems) {
                     continue;
                 }
                 let rec = v.and_then(|v| v.record.clone());
@@ -1939,7 +2108,7 @@ fn claims(
                 let Some(v) = view.items.get(&i) else {
                     continue;
                 };
-                if v.disabled || v.running.is_some() {
+                if (v.disabled && !planted!(opts, RunDisabledItems)) || v.running.is_some() {
                     continue;
                 }
                 let rec = v.record.clone();
@@ -1981,7 +2150,7 @@ fn claims(
                 let on_time = late <= tolerance && !overlapped;
                 let kind = if last == first_ms && on_time {
                     RunKind::Scheduled
-                } else if config.misfire {
+                } else if config.misfire && !planted!(opts, DropMisfires) {
                     RunKind::Misfire
                 } else if on_time {
                     RunKind::Scheduled
@@ -2006,7 +2175,14 @@ fn claims(
                 continue;
             }
             if let Some((r, _)) = &v.record {
-                if r.run.is_some() && v.failover.is_none() {
+                let orphan = r.run.is_some() && v.failover.is_none();
+                // Planted bug: a finished item of a dead owner counts as an orphan too.
+                let finished_of_dead = planted!(opts, FailoverFinished)
+                    && r.done.is_some()
+                    && v.owner
+                        .as_ref()
+                        .is_some_and(|o| !view.instances.contains(o));
+                if orphan || finished_of_dead {
                     orphans.push(*i);
                 }
             }
@@ -2041,7 +2217,17 @@ fn claims(
                 let Some((r, ver)) = v.record.clone() else {
                     continue;
                 };
-                let Some(run) = r.run.clone() else { continue };
+                let run = match (r.run.clone(), r.done, v.owner.clone()) {
+                    (Some(run), _, _) => run,
+                    (None, Some(done), Some(owner)) if planted!(opts, FailoverFinished) => {
+                        RunRecord {
+                            fire: done,
+                            kind: RunKind::Scheduled,
+                            instance: owner,
+                        }
+                    }
+                    _ => continue,
+                };
                 // Our own items of this job may also be due; they are claimed separately.
                 groups.retain(|_, items| {
                     items.retain(|(it, _)| *it != i);
@@ -2066,12 +2252,14 @@ fn claims(
     for ((fire, kind), items) in groups {
         let mut claimed = Vec::new();
         for (i, rec) in items {
-            ops.push(TxnOp::Check(Check::Value(
-                p.item_instance(i),
-                me.as_str().into(),
-            )));
+            if !planted!(opts, SkipOwnerCheck) {
+                ops.push(TxnOp::Check(Check::Value(
+                    p.item_instance(i),
+                    me.as_str().into(),
+                )));
+            }
             let running_op = ops.len();
-            ops.push(TxnOp::create_ephemeral(p.item_running(i), me.as_str()));
+            ops.push(running_marker(p.item_running(i), me, opts));
             let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
             let done = match &prior.run {
                 Some(run) if run.kind != RunKind::Trigger && !config.failover => {
@@ -2088,11 +2276,12 @@ fn claims(
                 }),
             };
             let record_op = ops.len();
-            ops.push(record_write(
-                p.item_execution(i),
-                &record,
-                rec.as_ref().map(|(_, v)| *v),
-            ));
+            let version = rec.as_ref().map(|(_, v)| *v);
+            if planted!(opts, SkipOwnerCheck) && version.is_some() {
+                ops.push(TxnOp::set(p.item_execution(i), record.to_bytes()));
+            } else {
+                ops.push(record_write(p.item_execution(i), &record, version));
+            }
             claimed.push(ClaimedItem {
                 item: i,
                 running_op,
@@ -2118,7 +2307,7 @@ fn claims(
     let mut by_fire: BTreeMap<(i64, bool), Vec<ClaimedItem>> = BTreeMap::new();
     for (i, run, rec) in failover_items {
         let running_op = ops.len();
-        ops.push(TxnOp::create_ephemeral(p.item_running(i), me.as_str()));
+        ops.push(running_marker(p.item_running(i), me, opts));
         let failover_op = ops.len();
         ops.push(TxnOp::create_ephemeral(p.item_failover(i), me.as_str()));
         let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
@@ -2160,11 +2349,35 @@ fn claims(
     Some(Action::Txn(Purpose::Claim(claims_out), ops))
 }
 
+/// Whether the view shows `running` markers of this session that no local execution holds.
+fn adoptable(
+    view: &JobView,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    running: &BTreeMap<u32, ExecutionId>,
+) -> bool {
+    view.items.iter().any(|(item, v)| {
+        !running.contains_key(item)
+            && v.running.as_ref().is_some_and(|(holder, stat)| {
+                holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)
+            })
+    })
+}
+
 /// An item's execution record as cached, with its version, if it has one.
 type CurrentRecord = Option<(ItemRecord, Version)>;
 
 /// Due items by (fire, kind), each with its current record.
 type ClaimGroups = BTreeMap<(i64, RunKind), Vec<(u32, CurrentRecord)>>;
+
+/// The creation of an item's `running` marker, bound to the session.
+fn running_marker(path: NodePath, me: &InstanceId, opts: &MachineOptions) -> TxnOp {
+    let _ = opts;
+    if planted!(opts, PersistentRunningMarkers) {
+        return TxnOp::create(path, me.as_str());
+    }
+    TxnOp::create_ephemeral(path, me.as_str())
+}
 
 fn record_write(path: NodePath, record: &ItemRecord, version: Option<Version>) -> TxnOp {
     match version {

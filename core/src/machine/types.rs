@@ -68,6 +68,9 @@ pub struct MachineOptions {
     pub sync_timeout: Duration,
     /// Extra names accepted in job configurations (custom strategies).
     pub known_types: KnownTypes,
+    /// Planted bugs switched on (simulator self-test only).
+    #[cfg(feature = "plant-bugs")]
+    pub plants: std::collections::BTreeSet<super::plant::Plant>,
 }
 
 impl MachineOptions {
@@ -84,6 +87,8 @@ impl MachineOptions {
             shutdown_grace: Duration::from_secs(30),
             sync_timeout: Duration::from_secs(10),
             known_types: KnownTypes::default(),
+            #[cfg(feature = "plant-bugs")]
+            plants: std::collections::BTreeSet::new(),
         }
     }
 }
@@ -223,8 +228,9 @@ pub enum MachineEvent {
         job: String,
         /// The new owners, item by item.
         owners: BTreeMap<u32, InstanceId>,
-        /// Running items that kept their owner because they could not move yet.
-        pinned: Vec<u32>,
+        /// Items that moved while a run of theirs lasted (after the wait deadline, or because
+        /// their owner was gone): the new owner starts them once that run ends.
+        moved_running: Vec<u32>,
     },
     /// A node the machine reads holds something it cannot understand; it is treated as absent.
     CorruptNode {
@@ -241,6 +247,13 @@ pub enum MachineEvent {
         purpose: &'static str,
         /// The error.
         error: RegistryError,
+    },
+    /// The end of an execution was recorded: its markers are gone and the fire counts as done.
+    RunRecorded {
+        /// The job.
+        job: String,
+        /// The items.
+        items: Vec<u32>,
     },
     /// The end of an execution could not be recorded (the session was lost); the fire will be
     /// failed over if failover is on.

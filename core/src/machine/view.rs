@@ -21,10 +21,13 @@ pub(crate) struct Cache {
     pub nodes: BTreeMap<NodePath, Cached>,
     /// The highest modification revision seen in the job's events or snapshot.
     pub seen: Option<Revision>,
+    /// Grows with every change, so readers can tell a cache they have read already.
+    pub version: u64,
 }
 
 impl Cache {
     pub fn load(&mut self, nodes: Vec<Node>) {
+        self.version += 1;
         self.nodes.clear();
         for node in nodes {
             self.note(node.stat.modified);
@@ -39,6 +42,7 @@ impl Cache {
     }
 
     pub fn apply(&mut self, event: WatchEvent) {
+        self.version += 1;
         match (event.kind, event.stat) {
             (WatchEventKind::Deleted, _) => {
                 self.nodes.remove(&event.path);

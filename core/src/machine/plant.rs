@@ -1,0 +1,82 @@
+//! Planted bugs: switches that each remove one safety measure of the machine, compiled in only
+//! with the `plant-bugs` feature. The simulator turns them on one at a time to prove its
+//! checkers can fail. Never enable the feature in a build that runs jobs.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// One planted bug.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Plant {
+    /// Never cancel running items when the session cannot be confirmed.
+    NoSelfFencing,
+    /// Trust the session for 1.5 session timeouts instead of less than one.
+    LeaseBeyondTimeout,
+    /// Fail over every item of a dead owner, finished ones included.
+    FailoverFinished,
+    /// Start the items of a claim even when the claim transaction failed.
+    IgnoreFailedClaim,
+    /// Stop for good when the session expires, like ElasticJob.
+    ShutdownOnSessionLoss,
+    /// Drop fires that came while the item was running, even with misfire on.
+    DropMisfires,
+    /// Do not record the finished fire when a run ends.
+    ForgetCompletion,
+    /// Run items an operator disabled.
+    RunDisabledItems,
+    /// Claim items without checking who owns them, and write the record unconditionally.
+    SkipOwnerCheck,
+    /// Create `running` markers persistent instead of bound to the session.
+    PersistentRunningMarkers,
+}
+
+impl Plant {
+    /// Every planted bug.
+    pub const ALL: [Plant; 10] = [
+        Plant::NoSelfFencing,
+        Plant::LeaseBeyondTimeout,
+        Plant::FailoverFinished,
+        Plant::IgnoreFailedClaim,
+        Plant::ShutdownOnSessionLoss,
+        Plant::DropMisfires,
+        Plant::ForgetCompletion,
+        Plant::RunDisabledItems,
+        Plant::SkipOwnerCheck,
+        Plant::PersistentRunningMarkers,
+    ];
+
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Plant::NoSelfFencing => "no-self-fencing",
+            Plant::LeaseBeyondTimeout => "lease-beyond-timeout",
+            Plant::FailoverFinished => "failover-finished",
+            Plant::IgnoreFailedClaim => "ignore-failed-claim",
+            Plant::ShutdownOnSessionLoss => "shutdown-on-session-loss",
+            Plant::DropMisfires => "drop-misfires",
+            Plant::ForgetCompletion => "forget-completion",
+            Plant::RunDisabledItems => "run-disabled-items",
+            Plant::SkipOwnerCheck => "skip-owner-check",
+            Plant::PersistentRunningMarkers => "persistent-running-markers",
+        }
+    }
+}
+
+impl fmt::Display for Plant {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Plant {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Plant::ALL
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Plant::ALL.iter().map(|p| p.name()).collect();
+                format!("unknown planted bug {s:?}; known: {}", names.join(", "))
+            })
+    }
+}

@@ -1,0 +1,226 @@
+//! `shardjob-sim`: runs seeded worlds of real shardjob machines under faults and checks them.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::Parser;
+use shardjob_sim::world::{self, SeedReport, WorldConfig};
+
+/// Runs seeded worlds of real shardjob machines under faults and checks the invariants.
+#[derive(Debug, Parser)]
+#[command(name = "shardjob-sim", version, about)]
+struct Args {
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    from: u64,
+    /// Replay one seed, with its timeline.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Instances at the start.
+    #[arg(long, default_value_t = 5)]
+    instances: usize,
+    /// Jobs per world.
+    #[arg(long, default_value_t = 20)]
+    jobs: usize,
+    /// Simulated hours per seed.
+    #[arg(long, default_value_t = 1.0)]
+    hours: f64,
+    /// Switch on one planted bug (needs the `plant` feature); stops at the first seed that
+    /// catches it.
+    #[arg(long)]
+    plant: Option<String>,
+    /// List the planted bugs compiled in, one per line.
+    #[arg(long)]
+    list_plants: bool,
+    /// With --seed: print the whole timeline, not only the part before the first violation.
+    #[arg(long)]
+    full_log: bool,
+    /// Run every Nth seed twice and compare the trace hashes (0: never).
+    #[arg(long, default_value_t = 10)]
+    determinism_every: u64,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.list_plants {
+        for name in plant_names() {
+            println!("{name}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let base = match config(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("shardjob-sim: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (from, count) = match args.seed {
+        Some(s) => (s, 1),
+        None => (args.from, args.seeds),
+    };
+    let started = Instant::now();
+    let mut violations = 0u64;
+    let mut sim_ms = 0u64;
+    let mut ran = 0u64;
+    let (mut retries, mut ignored, mut fenced) = (0, 0, 0);
+    for seed in from..from.saturating_add(count) {
+        let mut cfg = base.clone();
+        cfg.seed = seed;
+        cfg.keep_log = args.seed.is_some();
+        let report = world::run(&cfg);
+        ran += 1;
+        sim_ms += report.sim_ms;
+        retries += report.retries;
+        ignored += report.ignored_cancel;
+        fenced += report.fenced_after_pause;
+        if args.determinism_every > 0 && seed % args.determinism_every == 0 {
+            let again = world::run(&cfg);
+            if again.trace_hash != report.trace_hash {
+                violations += 1;
+                println!(
+                    "seed {seed}: determinism: trace hash {:#x} then {:#x}",
+                    report.trace_hash, again.trace_hash
+                );
+            }
+        }
+        if !report.violations.is_empty() {
+            violations += report.violations.len() as u64;
+            print_failure(&report, &args, &cfg);
+            if args.plant.is_some() {
+                println!(
+                    "plant {} caught at seed {seed} after {ran} seeds",
+                    args.plant.as_deref().unwrap_or("")
+                );
+                break;
+            }
+        } else if args.seed.is_some() {
+            for line in &report.log {
+                println!("{line}");
+            }
+        }
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let hours = sim_ms as f64 / 3_600_000.0;
+    let compression = if wall > 0.0 {
+        sim_ms as f64 / 1000.0 / wall
+    } else {
+        0.0
+    };
+    println!(
+        "seeds={ran} violations={violations} sim_hours={hours:.2} wall_s={wall:.2} compression={compression:.0}x"
+    );
+    println!(
+        "(retries={retries} overlaps_of_jobs_ignoring_cancel={ignored} fenced_after_pause={fenced})"
+    );
+    if args.plant.is_some() {
+        return if violations > 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        };
+    }
+    if violations > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
+    println!(
+        "seed {} FAILED ({} violations; faults {:?})",
+        report.seed,
+        report.violations.len(),
+        report.faults
+    );
+    for v in report.violations.iter().take(10) {
+        println!(
+            "  [{}] at {:.3}s: {}",
+            v.checker,
+            v.time as f64 / 1000.0,
+            v.message
+        );
+    }
+    // The timeline of the events that led there.
+    let first = report.violations.first().map_or(0, |v| v.time);
+    let mut replay = cfg.clone();
+    replay.keep_log = true;
+    let log = if report.log.is_empty() {
+        world::run(&replay).log
+    } else {
+        report.log.clone()
+    };
+    let from = if args.full_log {
+        0.0
+    } else {
+        first.saturating_sub(15_000) as f64 / 1000.0
+    };
+    let to = first as f64 / 1000.0 + 0.5;
+    println!("  timeline {from:.1}s..{to:.1}s:");
+    for line in log.iter().filter(|l| {
+        let t: f64 = l
+            .split_whitespace()
+            .next()
+            .and_then(|s| s.trim_end_matches('s').parse().ok())
+            .unwrap_or(0.0);
+        t >= from && t <= to
+    }) {
+        println!("    {line}");
+    }
+    let mut replay_cmd = format!(
+        "  replay: shardjob-sim --seed {} --instances {} --jobs {} --hours {}",
+        report.seed, args.instances, args.jobs, args.hours
+    );
+    if let Some(p) = &args.plant {
+        replay_cmd.push_str(&format!(" --plant {p}"));
+    }
+    println!("{replay_cmd}");
+}
+
+fn config(args: &Args) -> Result<WorldConfig, String> {
+    if !(args.hours > 0.0 && args.hours <= 1_000.0) {
+        return Err(format!("--hours must be in (0, 1000], not {}", args.hours));
+    }
+    let mut cfg = WorldConfig::standard(0);
+    cfg.instances = args.instances.clamp(1, 64);
+    cfg.job_count = args.jobs.clamp(1, 10_000);
+    cfg.duration_ms = (args.hours * 3_600_000.0) as u64;
+    if let Some(name) = &args.plant {
+        cfg.options = Some(plant_options(name)?);
+    }
+    Ok(cfg)
+}
+
+#[cfg(feature = "plant")]
+fn plant_names() -> Vec<&'static str> {
+    shardjob_core::machine::plant::Plant::ALL
+        .iter()
+        .map(|p| p.name())
+        .collect()
+}
+
+#[cfg(not(feature = "plant"))]
+fn plant_names() -> Vec<&'static str> {
+    Vec::new()
+}
+
+#[cfg(feature = "plant")]
+fn plant_options(name: &str) -> Result<shardjob_core::machine::MachineOptions, String> {
+    use shardjob_core::machine::{MachineOptions, plant::Plant};
+    let plant: Plant = name.parse()?;
+    let id = shardjob_core::InstanceId::new("0.0.0.0@-@0").map_err(|e| e.to_string())?;
+    let mut opts = MachineOptions::new(id);
+    opts.plants.insert(plant);
+    Ok(opts)
+}
+
+#[cfg(not(feature = "plant"))]
+fn plant_options(name: &str) -> Result<shardjob_core::machine::MachineOptions, String> {
+    Err(format!(
+        "--plant {name}: this build has no planted bugs; build with --features plant"
+    ))
+}

@@ -1,0 +1,69 @@
+//! Checker 4: after the heal, each job's plan covers `0..n-1`, every item is owned by exactly
+//! one live, registered, enabled instance, nothing is left beyond `n`, there is one leader and
+//! it is live, and every running process is registered in each of its jobs.
+
+use std::collections::BTreeSet;
+
+use super::Violation;
+use crate::cluster::Cluster;
+
+/// Checks the store and the nodes at the cluster's current time.
+pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut fail = |message: String| {
+        out.push(Violation {
+            checker: "convergence",
+            time: now,
+            message,
+        });
+    };
+    for (job, total) in jobs {
+        let live: BTreeSet<String> = c
+            .nodes
+            .iter()
+            .filter(|n| n.up && !n.crashed && !n.machine.is_stopped())
+            .map(|n| n.id.to_string())
+            .filter(|id| c.exists(&format!("/{job}/instances/{id}")))
+            .collect();
+        let owners = c.owners(job);
+        for item in 0..*total {
+            match owners.get(&item) {
+                None => fail(format!("{job}/{item} has no owner")),
+                Some(o) if !live.contains(o) => {
+                    fail(format!("{job}/{item} is owned by {o}, which is not live"))
+                }
+                Some(o) => {
+                    let ip = o.split("@-@").next().unwrap_or(o);
+                    if c.read(&format!("/{job}/servers/{ip}")).as_deref() == Some("DISABLED") {
+                        fail(format!(
+                            "{job}/{item} is owned by {o}, whose server is disabled"
+                        ));
+                    }
+                }
+            }
+        }
+        for item in owners.keys().filter(|i| **i >= *total) {
+            fail(format!("{job}/{item} is left beyond the total {total}"));
+        }
+        match c.read(&format!("/{job}/leader/election/instance")) {
+            None => fail(format!("{job} has no leader")),
+            Some(l) if !live.contains(&l) => fail(format!("{job}'s leader {l} is not live")),
+            Some(_) => {}
+        }
+        for n in c
+            .nodes
+            .iter()
+            .filter(|n| n.up && !n.crashed && !n.machine.is_stopped())
+        {
+            if !live.contains(n.id.as_str()) {
+                fail(format!("{job}: running process {} is not registered", n.id));
+            }
+        }
+    }
+    for (i, n) in c.nodes.iter().enumerate() {
+        if !n.crashed && n.machine.is_stopped() && !n.shutdown_requested {
+            fail(format!("node {i} ({}) stopped by itself", n.id));
+        }
+    }
+    out
+}

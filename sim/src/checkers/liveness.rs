@@ -1,0 +1,76 @@
+//! Checker 3: after the heal, every fire of every enabled item of a job with failover and
+//! misfire on completes within a bound: a run of that fire or a later one (missed fires
+//! collapse) ends, not cut short, by `fire + bound`.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use shardjob_core::JobConfig;
+
+use super::Violation;
+use crate::cluster::RunRecord;
+
+/// One job as it stands at the end, for the check.
+#[derive(Debug)]
+pub struct JobAtEnd {
+    /// The configuration in the registry at the end.
+    pub config: JobConfig,
+    /// Items disabled at the end.
+    pub disabled: Vec<u32>,
+    /// How late a fire may complete.
+    pub bound_ms: u64,
+}
+
+/// Checks fires in `[from, to]` (virtual ms); `origin` is the wall time at virtual 0.
+pub fn check(
+    runs: &[RunRecord],
+    jobs: &BTreeMap<String, JobAtEnd>,
+    origin: DateTime<Utc>,
+    from: u64,
+    to: u64,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let origin_ms = origin.timestamp_millis();
+    for (name, job) in jobs {
+        let c = &job.config;
+        if !(c.failover && c.misfire && c.monitor_execution) {
+            continue;
+        }
+        let Some(cron) = &c.cron else { continue };
+        let Some(start) = DateTime::<Utc>::from_timestamp_millis(origin_ms + from as i64) else {
+            continue;
+        };
+        let end_ms = origin_ms + to.saturating_sub(job.bound_ms) as i64;
+        for fire in cron.fires_after(start, &c.time_zone).take(10_000) {
+            let f = fire.timestamp_millis();
+            if f > end_ms {
+                break;
+            }
+            let deadline = (f - origin_ms) as u64 + job.bound_ms;
+            for item in 0..c.sharding_total_count {
+                if job.disabled.contains(&item) {
+                    continue;
+                }
+                let done = runs.iter().any(|r| {
+                    r.job == *name
+                        && r.item == item
+                        && r.fire >= f
+                        && !r.cancelled
+                        && r.end.is_some_and(|e| e <= deadline)
+                });
+                if !done {
+                    out.push(Violation {
+                        checker: "liveness",
+                        time: deadline,
+                        message: format!(
+                            "{name}/{item}: fire {f} (at {} s) not completed by {} s",
+                            (f - origin_ms) / 1000,
+                            deadline / 1000
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,19 @@
+//! Invariant checkers, one per module. Each reads what the world recorded (runs, the store,
+//! the nodes) and returns the violations it finds, with the virtual time of the first event
+//! that shows each one.
+
+pub mod convergence;
+pub mod liveness;
+pub mod once;
+pub mod overlap;
+
+/// One broken invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The checker that found it.
+    pub checker: &'static str,
+    /// Virtual ms of the event that shows it.
+    pub time: u64,
+    /// What is wrong.
+    pub message: String,
+}

@@ -1,0 +1,490 @@
+//! A seeded world: jobs, instances and a nemesis drawn from one seed, run on virtual time,
+//! then healed and checked.
+//!
+//! Each seed draws its own mix of faults (swarm testing): which kinds are on, how often, how
+//! long. The world runs in three phases: chaos (faults and operator actions), heal (every
+//! fault undone, every server and item enabled) and settle, after which the checkers look at
+//! everything that happened.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{RngCore, SeedableRng};
+use shardjob_core::config::Strictness;
+use shardjob_core::machine::MachineOptions;
+use shardjob_core::{CronExpr, InstanceId, JobConfig};
+
+use crate::checkers::{self, Violation};
+use crate::cluster::Cluster;
+
+/// The kinds of fault the nemesis can inject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fault {
+    /// A process crashes and is started again later with a new pid.
+    Crash,
+    /// A process is cut off from the registry, both ways.
+    Partition,
+    /// A process's requests reach the registry, but nothing comes back.
+    Deaf,
+    /// A process freezes (a long garbage-collection pause).
+    Pause,
+    /// The registry restarts, showing dead sessions' nodes for one more timeout.
+    RegistryRestart,
+    /// Registry requests and watch events are slow.
+    Latency,
+    /// Clocks are skewed and jump.
+    Clock,
+    /// Some jobs run longer than their interval.
+    Overrun,
+    /// Operators disable and enable servers and items, trigger jobs and change configuration.
+    Operator,
+}
+
+impl Fault {
+    /// Every fault kind.
+    pub const ALL: [Fault; 9] = [
+        Fault::Crash,
+        Fault::Partition,
+        Fault::Deaf,
+        Fault::Pause,
+        Fault::RegistryRestart,
+        Fault::Latency,
+        Fault::Clock,
+        Fault::Overrun,
+        Fault::Operator,
+    ];
+}
+
+/// The shape of a world.
+#[derive(Debug, Clone)]
+pub struct WorldConfig {
+    /// The seed: the same seed gives the same world and the same run.
+    pub seed: u64,
+    /// Instances at the start.
+    pub instances: usize,
+    /// Jobs drawn from the seed (ignored when `jobs` is given).
+    pub job_count: usize,
+    /// The users' own jobs; drawn from the seed when empty.
+    pub jobs: Vec<JobConfig>,
+    /// Simulated time, ms (chaos is the first 70 %, then heal and settle).
+    pub duration_ms: u64,
+    /// Fault kinds allowed; each seed turns on a random subset of them.
+    pub faults: BTreeSet<Fault>,
+    /// Keep a readable timeline (slower).
+    pub keep_log: bool,
+    /// Options of every instance (planted bugs are set here).
+    pub options: Option<MachineOptions>,
+}
+
+impl WorldConfig {
+    /// The standard world: 5 instances, 20 jobs, one simulated hour, every fault allowed.
+    pub fn standard(seed: u64) -> Self {
+        Self {
+            seed,
+            instances: 5,
+            job_count: 20,
+            jobs: Vec::new(),
+            duration_ms: 3_600_000,
+            faults: Fault::ALL.into_iter().collect(),
+            keep_log: false,
+            options: None,
+        }
+    }
+}
+
+/// The outcome of one seed.
+#[derive(Debug)]
+pub struct SeedReport {
+    /// The seed.
+    pub seed: u64,
+    /// Broken invariants.
+    pub violations: Vec<Violation>,
+    /// The hash of the whole trace.
+    pub trace_hash: u64,
+    /// Simulated ms.
+    pub sim_ms: u64,
+    /// Fires run again after a cut-short attempt.
+    pub retries: usize,
+    /// Overlaps of jobs that ignore cancellation (allowed, with growing tokens).
+    pub ignored_cancel: usize,
+    /// Overlaps of a paused process after it woke (allowed, with growing tokens).
+    pub fenced_after_pause: usize,
+    /// Item runs started.
+    pub runs: usize,
+    /// The faults this seed turned on.
+    pub faults: BTreeSet<Fault>,
+    /// The readable timeline, if kept.
+    pub log: Vec<String>,
+}
+
+const CRONS: [(&str, u64); 9] = [
+    ("* * * * * ?", 1_000),
+    ("0/2 * * * * ?", 2_000),
+    ("0/5 * * * * ?", 5_000),
+    ("0/15 * * * * ?", 15_000),
+    ("0 * * * * ?", 60_000),
+    ("0 0/2 * * * ?", 120_000),
+    ("0 0/5 * * * ?", 300_000),
+    ("0 0/15 * * * ?", 900_000),
+    ("0 0 * * * ?", 3_600_000),
+];
+
+struct Rng(ChaCha8Rng);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 { 0 } else { self.0.next_u64() % n }
+    }
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.below(hi.saturating_sub(lo) + 1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        if items.is_empty() {
+            None
+        } else {
+            items.get(self.below(items.len() as u64) as usize)
+        }
+    }
+}
+
+fn mix(a: u64, b: u64) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    (a, b).hash(&mut h);
+    h.finish()
+}
+
+/// Runs one seed of a world.
+pub fn run(cfg: &WorldConfig) -> SeedReport {
+    let mut rng = Rng(ChaCha8Rng::seed_from_u64(cfg.seed));
+    // Swarm: this seed's own mix of faults.
+    let mut faults: BTreeSet<Fault> = cfg
+        .faults
+        .iter()
+        .copied()
+        .filter(|_| rng.chance(50))
+        .collect();
+    if faults.is_empty() {
+        if let Some(f) = cfg.faults.iter().next() {
+            faults.insert(*f);
+        }
+    }
+
+    // Jobs.
+    let mut jobs: Vec<JobConfig> = cfg.jobs.clone();
+    let mut interval: BTreeMap<String, u64> = BTreeMap::new();
+    if jobs.is_empty() {
+        for k in 0..cfg.job_count.max(1) {
+            // The first job fires every second, so every world has a busy job.
+            let (cron, every) = if k == 0 {
+                CRONS[0]
+            } else {
+                *rng.pick(&CRONS).unwrap_or(&CRONS[0])
+            };
+            let mut j = JobConfig::new(format!("job{k}"), rng.between(1, 8) as u32);
+            j.cron = CronExpr::parse(cron).ok();
+            j.failover = rng.chance(80);
+            j.misfire = rng.chance(85);
+            j.reconcile_interval_minutes = rng.between(0, 2) as u32;
+            interval.insert(j.job_name.clone(), every);
+            jobs.push(j);
+        }
+    } else {
+        for j in &jobs {
+            let every = j
+                .cron
+                .as_ref()
+                .and_then(|c| {
+                    let a = c.next_after(chrono::Utc::now(), &j.time_zone)?;
+                    let b = c.next_after(a, &j.time_zone)?;
+                    Some((b - a).num_milliseconds().max(1) as u64)
+                })
+                .unwrap_or(60_000);
+            interval.insert(j.job_name.clone(), every);
+        }
+    }
+    // Run durations: a share of the interval; some jobs overrun it; some ignore cancellation.
+    let mut base: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let mut ignore_cancel = BTreeSet::new();
+    for j in &jobs {
+        let every = interval.get(&j.job_name).copied().unwrap_or(60_000);
+        let cap = every.min(20_000);
+        let (lo, hi) = if faults.contains(&Fault::Overrun) && rng.chance(20) {
+            (every, every * 3)
+        } else {
+            (cap / 20 + 1, cap / 2 + 1)
+        };
+        base.insert(j.job_name.clone(), (lo, hi));
+        if rng.chance(10) {
+            ignore_cancel.insert(j.job_name.clone());
+        }
+    }
+    let seed = cfg.seed;
+    let durations = base.clone();
+
+    let mut c = Cluster::new();
+    c.keep_log = cfg.keep_log;
+    c.options = cfg.options.clone();
+    c.ignore_cancel = ignore_cancel.clone();
+    c.session_timeout = Duration::from_millis(rng.between(2_000, 6_000));
+    if faults.contains(&Fault::Latency) {
+        c.latency = rng.between(1, 30);
+        c.watch_delay = rng.between(0, 300);
+    }
+    c.duration = Box::new(move |job, item, now| {
+        let (lo, hi) = durations.get(job).copied().unwrap_or((50, 200));
+        lo + mix(seed ^ u64::from(item), now) % (hi - lo + 1)
+    });
+
+    let mut next_pid = 100;
+    let mut ips: Vec<String> = Vec::new();
+    for k in 0..cfg.instances.max(1) {
+        let ip = format!("10.0.0.{}", k + 1);
+        c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+        next_pid += 1;
+        ips.push(ip);
+        if faults.contains(&Fault::Clock) {
+            let skew = rng.between(0, 2_000) as i64 - 1_000;
+            if let Some(n) = c.nodes.last_mut() {
+                n.skew = skew;
+            }
+        }
+    }
+
+    let heal_at = cfg.duration_ms * 7 / 10;
+    let settle = c.session_timeout.as_millis() as u64 * 2 + 20_000;
+    let mean_gap = (heal_at / 60).clamp(2_000, 60_000);
+    let mut restarts: Vec<(u64, String)> = Vec::new();
+    let mut undo: Vec<(u64, usize, Fault)> = Vec::new();
+    let mut t = rng.between(1_000, mean_gap);
+    while t < heal_at {
+        c.run_until(t);
+        // Restarts and undos that are due.
+        restarts.sort();
+        while restarts.first().is_some_and(|(at, _)| *at <= c.now) {
+            let (_, ip) = restarts.remove(0);
+            c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+            next_pid += 1;
+        }
+        undo.sort();
+        while undo.first().is_some_and(|(at, _, _)| *at <= c.now) {
+            let (_, n, f) = undo.remove(0);
+            match f {
+                Fault::Pause => c.unpause(n),
+                _ => c.heal(n),
+            }
+        }
+        let up: Vec<usize> = (0..c.nodes.len())
+            .filter(|n| c.nodes[*n].up && !c.nodes[*n].partitioned && !c.nodes[*n].deaf)
+            .filter(|n| c.nodes[*n].paused.is_none())
+            .collect();
+        let fault = *rng
+            .pick(&faults.iter().copied().collect::<Vec<_>>())
+            .unwrap_or(&Fault::Crash);
+        match fault {
+            Fault::Crash if up.len() > 1 => {
+                let n = *rng.pick(&up).unwrap_or(&0);
+                c.crash(n);
+                let ip = c.nodes[n].id.server_ip().to_owned();
+                restarts.push((c.now + rng.between(1_000, 60_000), ip));
+            }
+            Fault::Partition | Fault::Deaf | Fault::Pause if !up.is_empty() => {
+                let n = *rng.pick(&up).unwrap_or(&0);
+                let timeout = c.session_timeout.as_millis() as u64;
+                let length = rng.between(200, timeout * 2);
+                match fault {
+                    Fault::Partition => c.partition(n),
+                    Fault::Deaf => c.deafen(n),
+                    _ => c.pause(n),
+                }
+                undo.push((c.now + length, n, fault));
+            }
+            Fault::RegistryRestart => {
+                let outage = rng.between(100, 2_000);
+                c.restart_registry(outage);
+            }
+            Fault::Clock if !up.is_empty() => {
+                let n = *rng.pick(&up).unwrap_or(&0);
+                let jump = rng.between(0, 20_000) as i64 - 10_000;
+                c.nodes[n].skew += jump;
+            }
+            Fault::Operator => operator(&mut c, &mut rng, &jobs, &ips, &up),
+            _ => {}
+        }
+        t = c.now + rng.between(mean_gap / 4, mean_gap * 2);
+    }
+
+    // Heal.
+    c.run_until(heal_at);
+    for n in 0..c.nodes.len() {
+        c.unpause(n);
+        c.heal(n);
+        if c.nodes[n].skew.abs() > 1_000 {
+            c.nodes[n].skew = c.nodes[n].skew.signum() * 1_000;
+        }
+    }
+    for (_, ip) in restarts.drain(..) {
+        c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+        next_pid += 1;
+    }
+    let alive = c.nodes.iter().filter(|n| n.up && !n.crashed).count();
+    for k in alive..2 {
+        let ip = format!("10.0.1.{k}");
+        c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+        next_pid += 1;
+    }
+    for j in &jobs {
+        for ip in ips.iter().chain(std::iter::once(&"10.0.1.0".to_owned())) {
+            let path = format!("/{}/servers/{ip}", j.job_name);
+            if c.read(&path).as_deref() == Some("DISABLED") {
+                c.operator_write(&path, b"ENABLED");
+            }
+        }
+        let total = current_config(&c, &j.job_name)
+            .map_or(j.sharding_total_count, |cfg| cfg.sharding_total_count);
+        for item in 0..total.max(j.sharding_total_count) {
+            let path = format!("/{}/sharding/{item}/disabled", j.job_name);
+            if c.exists(&path) {
+                c.operator_delete(&path);
+            }
+        }
+    }
+    let check_from = heal_at + settle;
+    c.run_until(cfg.duration_ms.max(check_from + 10_000));
+    let end = c.now;
+
+    // Check.
+    let mut violations = Vec::new();
+    let overlaps = checkers::overlap::check(&c.runs, &ignore_cancel);
+    violations.extend(overlaps.violations);
+    let unrecorded = c.unrecorded.clone();
+    let once = checkers::once::check(&c.runs, &|i| unrecorded.contains(&i));
+    violations.extend(once.violations);
+    let mut at_end = BTreeMap::new();
+    let mut totals = Vec::new();
+    let max_skew = c
+        .nodes
+        .iter()
+        .map(|n| n.skew.unsigned_abs())
+        .max()
+        .unwrap_or(0);
+    for j in &jobs {
+        let Some(config) = current_config(&c, &j.job_name) else {
+            violations.push(Violation {
+                checker: "convergence",
+                time: end,
+                message: format!("{} has no readable configuration", j.job_name),
+            });
+            continue;
+        };
+        totals.push((j.job_name.clone(), config.sharding_total_count));
+        if ignore_cancel.contains(&j.job_name) {
+            continue;
+        }
+        let (_, hi) = base.get(&j.job_name).copied().unwrap_or((0, 0));
+        let bound = 2 * hi + 2 * max_skew + c.session_timeout.as_millis() as u64 + 5_000;
+        at_end.insert(
+            j.job_name.clone(),
+            checkers::liveness::JobAtEnd {
+                config,
+                disabled: Vec::new(),
+                bound_ms: bound,
+            },
+        );
+    }
+    violations.extend(checkers::liveness::check(
+        &c.runs,
+        &at_end,
+        c.wall_origin,
+        check_from,
+        end,
+    ));
+    violations.extend(checkers::convergence::check(&c, &totals, end));
+    violations.sort_by_key(|v| v.time);
+
+    SeedReport {
+        seed: cfg.seed,
+        violations,
+        trace_hash: c.trace_hash(),
+        sim_ms: end,
+        retries: once.retries,
+        ignored_cancel: overlaps.ignored_cancel,
+        fenced_after_pause: overlaps.fenced_after_pause,
+        runs: c.runs.len(),
+        faults,
+        log: std::mem::take(&mut c.log),
+    }
+}
+
+/// The configuration of a job as the registry holds it now.
+fn current_config(c: &Cluster, job: &str) -> Option<JobConfig> {
+    let text = c.read(&format!("/{job}/config"))?;
+    JobConfig::from_yaml(&text, Strictness::Lenient).ok()
+}
+
+fn operator(c: &mut Cluster, rng: &mut Rng, jobs: &[JobConfig], ips: &[String], up: &[usize]) {
+    let Some(job) = rng.pick(jobs).map(|j| j.job_name.clone()) else {
+        return;
+    };
+    match rng.below(9) {
+        0 => {
+            if let Some(ip) = rng.pick(ips) {
+                c.operator_write(&format!("/{job}/servers/{ip}"), b"DISABLED");
+            }
+        }
+        1 => {
+            if let Some(ip) = rng.pick(ips) {
+                c.operator_write(&format!("/{job}/servers/{ip}"), b"ENABLED");
+            }
+        }
+        2 => {
+            let item = rng.below(8);
+            if c.exists(&format!("/{job}/sharding/{item}")) {
+                c.operator_write(&format!("/{job}/sharding/{item}/disabled"), b"");
+            }
+        }
+        3 => {
+            let item = rng.below(8);
+            c.operator_delete(&format!("/{job}/sharding/{item}/disabled"));
+        }
+        4 => {
+            if let Some(&n) = rng.pick(up) {
+                c.trigger(n, &job);
+            }
+        }
+        5 => {
+            // ElasticJob's trigger API: a node per live instance.
+            let ids: Vec<InstanceId> = up.iter().map(|n| c.nodes[*n].id.clone()).collect();
+            for id in ids {
+                c.operator_write(&format!("/{job}/trigger/{id}"), b"");
+            }
+        }
+        k => {
+            let Some(mut config) = current_config(c, &job) else {
+                return;
+            };
+            match k {
+                6 => config.sharding_total_count = rng.between(1, 8) as u32,
+                7 => {
+                    let (cron, _) = *rng.pick(&CRONS[..5]).unwrap_or(&CRONS[0]);
+                    config.cron = CronExpr::parse(cron).ok();
+                }
+                _ => {
+                    if rng.chance(50) {
+                        config.failover = !config.failover;
+                    } else {
+                        config.misfire = !config.misfire;
+                    }
+                }
+            }
+            config
+                .sharding_item_parameters
+                .retain(|i, _| *i < config.sharding_total_count);
+            c.operator_write(&format!("/{job}/config"), config.to_yaml().as_bytes());
+        }
+    }
+}
