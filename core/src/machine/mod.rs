@@ -106,6 +106,9 @@ macro_rules! planted {
     };
 }
 
+/// How often every job is evaluated on a timeout, whether due or not (ms).
+const SWEEP_MS: u64 = 10_000;
+
 /// Most fires looked at when catching up missed fires of one item in one evaluation.
 const MAX_CATCH_UP_STEPS: usize = 100_000;
 
@@ -129,6 +132,7 @@ pub struct Machine {
     next_execution: u64,
     shutdown: Option<u64>,
     stopped: bool,
+    last_sweep: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -292,6 +296,7 @@ impl Machine {
             next_execution: 0,
             shutdown: None,
             stopped: false,
+            last_sweep: 0,
         }
     }
 
@@ -614,7 +619,24 @@ impl Machine {
         if self.shutdown.is_some_and(|d| now.mono >= d) {
             self.cancel_all(CancelReason::Shutdown);
         }
-        self.evaluate_all(now);
+        // Only the jobs whose time has come; every job now and then as a safety net (the
+        // decisions are level-triggered, so an extra evaluation is harmless, only costly).
+        if self.shutdown.is_some() || now.mono >= self.last_sweep.saturating_add(SWEEP_MS) {
+            self.last_sweep = now.mono;
+            self.evaluate_all(now);
+            return;
+        }
+        let due: Vec<String> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.wake.is_some_and(|w| w <= now.mono))
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in due {
+            self.evaluate(&name, now);
+        }
+        self.maybe_probe(now);
+        self.finish_shutdown_if_done();
     }
 
     /// An execution ended: every item's outcome.
