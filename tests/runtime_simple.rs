@@ -282,3 +282,86 @@ async fn jobs_are_added_and_removed_at_run_time() {
     assert_eq!(seen.lock().unwrap().len(), after);
     handle.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_instance_items_fail_over() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let config = every_second("crash", 4);
+    let mut handles = Vec::new();
+    let mut clients = Vec::new();
+    for n in 1..=2 {
+        let client = Arc::new(server.connect(Duration::from_secs(2)));
+        let job = Recorder {
+            instance: id(n).to_string(),
+            seen: Arc::clone(&seen),
+            work: Duration::from_millis(700),
+        };
+        let handle = Scheduler::builder()
+            .registry(client.clone())
+            .instance_id(id(n))
+            .options(|o| o.reshard_debounce = Duration::from_millis(50))
+            .job(config.clone(), job)
+            .build()
+            .await
+            .unwrap();
+        handles.push(handle);
+        clients.push(client);
+    }
+    // Wait until instance 2 is in the middle of a run, then kill its client: no goodbye.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
+    let crashed_fire = loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "instance 2 never ran"
+        );
+        let now = Utc::now();
+        let running = seen.lock().unwrap().iter().rev().find_map(|s| {
+            let age = (now - s.started).num_milliseconds();
+            (s.instance == id(2).to_string() && (100..400).contains(&age)).then_some(s.fire)
+        });
+        if let Some(fire) = running {
+            break fire;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    server.kill(clients[1].session_id().unwrap());
+    // Instance 2's driver notices that its client is gone and stops.
+    let err = tokio::time::timeout(Duration::from_secs(3), handles[1].wait())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(err.to_string().contains("registry"), "{err}");
+    // Session timeout 2 s, then failover and re-sharding.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let end = Utc::now();
+    handles[0].shutdown().await.unwrap();
+
+    let seen = seen.lock().unwrap().clone();
+    let crashed: BTreeSet<u32> = seen
+        .iter()
+        .filter(|s| s.instance == id(2).to_string() && s.fire == crashed_fire)
+        .map(|s| s.item)
+        .collect();
+    assert!(!crashed.is_empty());
+    // Every item the crash cut short ran again on instance 1, as a failover of that fire.
+    for item in &crashed {
+        assert!(
+            seen.iter().any(|s| s.instance == id(1).to_string()
+                && s.item == *item
+                && s.fire == crashed_fire
+                && s.kind == RunKind::Failover),
+            "item {item} of {crashed_fire} was not failed over: {seen:#?}"
+        );
+    }
+    // The last fires ran every item on instance 1.
+    let by_fire = runs_by_fire(&seen);
+    let (fire, runs) = by_fire
+        .iter()
+        .filter(|(f, _)| **f < end - chrono::Duration::milliseconds(900))
+        .last()
+        .unwrap();
+    let items: BTreeSet<u32> = runs.iter().map(|s| s.item).collect();
+    assert_eq!(items, BTreeSet::from([0, 1, 2, 3]), "{fire}: {runs:#?}");
+    assert!(runs.iter().all(|s| s.instance == id(1).to_string()));
+}
