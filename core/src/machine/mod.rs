@@ -164,7 +164,7 @@ enum Purpose {
     Flag,
     Claim(Vec<Claim>),
     /// Markers of this session found without an execution, confirmed by the transaction.
-    Adopt(Vec<((i64, RunKind), Vec<(ExecItem, Revision)>)>),
+    Adopt(Vec<(RunKey, Vec<(ExecItem, Revision)>)>),
     ConsumeTrigger {
         parameter: String,
     },
@@ -172,6 +172,9 @@ enum Purpose {
     Leave,
     Probe,
 }
+
+/// A fire and why it runs: what groups items into one execution.
+type RunKey = (i64, RunKind);
 
 /// One group of a claim: the items that will start as one execution.
 #[derive(Debug)]
@@ -1266,7 +1269,7 @@ impl Machine {
         sid: crate::registry::SessionId,
     ) -> Option<Action> {
         let j = self.jobs.get(name)?;
-        let mut groups: BTreeMap<(i64, RunKind), Vec<(ExecItem, Revision)>> = BTreeMap::new();
+        let mut groups: BTreeMap<RunKey, Vec<(ExecItem, Revision)>> = BTreeMap::new();
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
         for (item, v) in &view.items {
             if j.running.contains_key(item) {
