@@ -174,7 +174,31 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         }
     }
 
-    // Jobs.
+    // Jobs. A user's job that is not valid is reported, not run (nothing panics on input).
+    let invalid: Vec<Violation> = cfg
+        .jobs
+        .iter()
+        .filter_map(|j| j.validate().err().map(|e| (j, e)))
+        .map(|(j, e)| Violation {
+            checker: "config",
+            time: 0,
+            message: format!("job {:?} is not valid: {e}", j.job_name),
+        })
+        .collect();
+    if !invalid.is_empty() {
+        return SeedReport {
+            seed: cfg.seed,
+            violations: invalid,
+            trace_hash: 0,
+            sim_ms: 0,
+            retries: 0,
+            ignored_cancel: 0,
+            fenced_after_pause: 0,
+            runs: 0,
+            faults: BTreeSet::new(),
+            log: Vec::new(),
+        };
+    }
     let mut jobs: Vec<JobConfig> = cfg.jobs.clone();
     let mut interval: BTreeMap<String, u64> = BTreeMap::new();
     if jobs.is_empty() {

@@ -41,3 +41,14 @@ fn the_same_seed_gives_the_same_trace() {
         world::run(&small(2)).trace_hash
     );
 }
+
+#[test]
+fn an_invalid_user_job_is_reported_not_run() {
+    let cfg = WorldConfig {
+        jobs: vec![shardjob_core::JobConfig::new("bad name", 0)],
+        ..small(1)
+    };
+    let report = world::run(&cfg);
+    assert_eq!(report.violations.len(), 1);
+    assert_eq!(report.violations[0].checker, "config");
+}
