@@ -1,0 +1,92 @@
+//! The registry conformance suite against a real etcd server (started by the test kit: one
+//! server shared by the tests of this file, one of their own for the restart test).
+
+mod conformance;
+
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use conformance::Backend;
+use shardjob::core::registry::Registry;
+use shardjob_backend_etcd::{EtcdConfig, EtcdRegistry};
+use shardjob_testkit::Cluster;
+
+/// etcd's shortest lease.
+const TTL: Duration = Duration::from_secs(2);
+/// The restart test's leases must outlive the server's restart.
+const LONG_TTL: Duration = Duration::from_secs(6);
+
+static SHARED: OnceLock<Cluster> = OnceLock::new();
+
+fn shared() -> &'static Cluster {
+    SHARED.get_or_init(|| Cluster::etcd(1).unwrap_or_else(|e| panic!("{e}")))
+}
+
+struct Etcd {
+    endpoints: Vec<String>,
+    prefix: String,
+    ttl: Duration,
+    dedicated: Option<Mutex<Cluster>>,
+    clients: Mutex<Vec<EtcdRegistry>>,
+}
+
+#[async_trait]
+impl Backend for Etcd {
+    async fn client(&self, ns: &str) -> Box<dyn Registry> {
+        let config = EtcdConfig::new(self.endpoints.clone())
+            .namespace(format!("{}/{ns}", self.prefix))
+            .lease_ttl(self.ttl)
+            .request_timeout(Duration::from_secs(5));
+        let client = EtcdRegistry::connect(config).await.unwrap();
+        self.clients.lock().unwrap().push(client.clone());
+        Box::new(client)
+    }
+
+    async fn expire(&self, client: &dyn Registry) {
+        let id = client.session().expect("a session").id;
+        let found = self
+            .clients
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|c| c.session().is_some_and(|s| s.id == id))
+            .cloned()
+            .expect("a client of this harness");
+        found.expire_session().await.unwrap();
+    }
+
+    async fn interrupt(&self, _client: &dyn Registry) {
+        let cluster = self.dedicated.as_ref().expect("a server of its own");
+        tokio::task::block_in_place(|| {
+            let mut cluster = cluster.lock().unwrap();
+            cluster.kill(1).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            cluster.restart(1).unwrap();
+        });
+    }
+
+    fn session_timeout(&self) -> Duration {
+        self.ttl
+    }
+}
+
+async fn make(test: &str) -> Etcd {
+    let (endpoints, dedicated, ttl) = if test == "watches_resume_after_reconnect" {
+        let cluster =
+            tokio::task::block_in_place(|| Cluster::etcd(1).unwrap_or_else(|e| panic!("{e}")));
+        (cluster.endpoints(), Some(Mutex::new(cluster)), LONG_TTL)
+    } else {
+        let cluster = tokio::task::block_in_place(shared);
+        (cluster.endpoints(), None, TTL)
+    };
+    Etcd {
+        endpoints,
+        prefix: format!("/conformance/{test}"),
+        ttl,
+        dedicated,
+        clients: Mutex::new(Vec::new()),
+    }
+}
+
+conformance_tests!(make);
