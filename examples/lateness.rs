@@ -1,0 +1,107 @@
+//! Measures fire lateness (job body start − scheduled fire time), start-up time, resident
+//! memory and threads of one instance hosting many jobs on the in-memory registry.
+//!
+//! `cargo run --release --example lateness -- [JOBS] [SECONDS]` (default 1000 jobs, 10 s).
+//! Every job has one item and fires every second.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use shardjob::core::machine::MachineEvent;
+use shardjob::core::{CronExpr, JobConfig};
+use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
+use shardjob::mem::MemServer;
+use shardjob::runtime::{RunEvent, Scheduler};
+
+struct Probe {
+    lateness: Arc<Mutex<Vec<i64>>>,
+    after: chrono::DateTime<Utc>,
+}
+
+#[async_trait::async_trait]
+impl SimpleJob for Probe {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        let now = Utc::now();
+        if ctx.fire_time >= self.after {
+            let late = (now - ctx.fire_time).num_microseconds().unwrap_or(i64::MAX);
+            self.lateness.lock().map_err(JobError::failed)?.push(late);
+        }
+        Ok(())
+    }
+}
+
+fn proc_status(key: &str) -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .map(|l| l[key.len()..].trim().to_owned())
+        })
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let jobs: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1000);
+    let seconds: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10);
+    let cron = CronExpr::parse("* * * * * ?")?;
+    let lateness = Arc::new(Mutex::new(Vec::new()));
+    // Measure from the third second on: start-up is measured separately.
+    let after = Utc::now() + chrono::Duration::seconds(3);
+    let server = MemServer::default();
+    let t0 = Instant::now();
+    let mut builder = Scheduler::builder().registry(Arc::new(server.connect_default()));
+    for n in 0..jobs {
+        let config = JobConfig::new(format!("job-{n}"), 1).with_cron(cron.clone());
+        builder = builder.job(
+            config,
+            Probe {
+                lateness: Arc::clone(&lateness),
+                after,
+            },
+        );
+    }
+    let handle = builder.build().await?;
+    let mut events = handle.subscribe();
+    let mut active = 0;
+    while active < jobs {
+        match events.recv().await {
+            Ok(RunEvent::Machine(MachineEvent::JobActive { .. })) => active += 1,
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                eprintln!("missed {n} events while counting start-up");
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let startup = t0.elapsed();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let rss = proc_status("VmRSS:");
+    let threads = proc_status("Threads:");
+    handle.shutdown().await?;
+
+    let mut l = lateness.lock().map_err(|e| e.to_string())?.clone();
+    l.sort_unstable();
+    let pick = |q: f64| {
+        l.get(((l.len().max(1) - 1) as f64 * q) as usize)
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "{jobs} jobs, {seconds} s: start-up {} ms (all jobs active), {} item runs measured",
+        startup.as_millis(),
+        l.len()
+    );
+    println!(
+        "fire lateness: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+        pick(0.5) as f64 / 1000.0,
+        pick(0.99) as f64 / 1000.0,
+        l.last().copied().unwrap_or(0) as f64 / 1000.0
+    );
+    println!("resident memory {rss}, threads {threads}");
+    Ok(())
+}
