@@ -358,8 +358,8 @@ async fn a_crashed_instance_items_fail_over() {
     let by_fire = runs_by_fire(&seen);
     let (fire, runs) = by_fire
         .iter()
-        .filter(|(f, _)| **f < end - chrono::Duration::milliseconds(900))
-        .last()
+        .rev()
+        .find(|(f, _)| **f < end - chrono::Duration::milliseconds(900))
         .unwrap();
     let items: BTreeSet<u32> = runs.iter().map(|s| s.item).collect();
     assert_eq!(items, BTreeSet::from([0, 1, 2, 3]), "{fire}: {runs:#?}");
