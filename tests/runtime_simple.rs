@@ -365,3 +365,63 @@ async fn a_crashed_instance_items_fail_over() {
     assert_eq!(items, BTreeSet::from([0, 1, 2, 3]), "{fire}: {runs:#?}");
     assert!(runs.iter().all(|s| s.instance == id(1).to_string()));
 }
+
+/// Fails item 0, succeeds otherwise.
+struct FailFirst;
+
+#[async_trait]
+impl SimpleJob for FailFirst {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        if ctx.sharding_item == 0 {
+            Err(JobError::failed("item 0 always fails"))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+async fn outcomes_with(handler: &str) -> BTreeMap<u32, ItemOutcome> {
+    use shardjob::core::config::ExecutorType;
+    let server = MemServer::default();
+    let mut config = JobConfig::new("handled", 2);
+    config.job_executor_thread_pool_size_provider_type = ExecutorType::SingleThread;
+    config.job_error_handler_type = handler.parse().unwrap();
+    let handle = Scheduler::builder()
+        .registry(Arc::new(server.connect(Duration::from_secs(3))))
+        .instance_id(id(1))
+        .job(config, FailFirst)
+        .build()
+        .await
+        .unwrap();
+    let mut events = handle.subscribe();
+    handle.trigger("handled", None).await.unwrap();
+    let mut outcomes = BTreeMap::new();
+    while outcomes.len() < 2 {
+        let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let RunEvent::ItemFinished { run, outcome, .. } = ev {
+            outcomes.insert(run.item, outcome);
+        }
+    }
+    handle.shutdown().await.unwrap();
+    outcomes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_handlers() {
+    // LOG and IGNORE: the failure is reported, the other item runs.
+    for handler in ["LOG", "IGNORE"] {
+        let outcomes = outcomes_with(handler).await;
+        assert!(matches!(&outcomes[&0], ItemOutcome::Failed(m) if m.contains("always fails")));
+        assert_eq!(outcomes[&1], ItemOutcome::Succeeded, "{handler}");
+    }
+    // THROW (one item at a time): the failure ends the run; item 1 does not start.
+    let outcomes = outcomes_with("THROW").await;
+    assert!(matches!(&outcomes[&0], ItemOutcome::Failed(m) if m.contains("always fails")));
+    assert!(
+        matches!(&outcomes[&1], ItemOutcome::Failed(m) if m.contains("THROW")),
+        "{outcomes:?}"
+    );
+}

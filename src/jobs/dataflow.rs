@@ -84,3 +84,90 @@ impl<T: DataflowJob> Job for Dataflow<T> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Mutex;
+
+    use shardjob_core::machine::CancelReason;
+
+    use super::*;
+    use crate::jobs::CancelSignal;
+
+    /// Hands out `batches` batches of 2, then nothing; records what was processed.
+    struct Batches {
+        left: Mutex<u32>,
+        processed: Mutex<Vec<Vec<u32>>>,
+    }
+
+    impl Batches {
+        fn new(batches: u32) -> Self {
+            Self {
+                left: Mutex::new(batches),
+                processed: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
+    #[async_trait]
+    impl DataflowJob for Batches {
+        type Data = u32;
+
+        async fn fetch_data(&self, ctx: &ShardingContext) -> Result<Vec<u32>, JobError> {
+            let mut left = self.left.lock().unwrap();
+            if *left == 0 {
+                return Ok(Vec::new());
+            }
+            *left -= 1;
+            Ok(vec![ctx.sharding_item, *left])
+        }
+
+        async fn process_data(
+            &self,
+            _ctx: &ShardingContext,
+            data: Vec<u32>,
+        ) -> Result<(), JobError> {
+            self.processed.lock().unwrap().push(data);
+            Ok(())
+        }
+    }
+
+    fn ctx(streaming: bool) -> ShardingContext {
+        let props = BTreeMap::from([(PROP_STREAMING.to_owned(), streaming.to_string())]);
+        ShardingContext::new("flow", 2, 1).with_props(props)
+    }
+
+    #[tokio::test]
+    async fn one_off_processes_one_batch() {
+        let job = Dataflow(Batches::new(3));
+        job.execute_item(&ctx(false)).await.unwrap();
+        assert_eq!(*job.0.processed.lock().unwrap(), vec![vec![1, 2]]);
+    }
+
+    #[tokio::test]
+    async fn streaming_runs_until_fetch_is_empty() {
+        let job = Dataflow(Batches::new(3));
+        job.execute_item(&ctx(true)).await.unwrap();
+        assert_eq!(job.0.processed.lock().unwrap().len(), 3);
+    }
+
+    #[tokio::test]
+    async fn streaming_stops_on_resharding_and_cancellation() {
+        let job = Dataflow(Batches::new(5));
+        let c = ctx(true);
+        c.resharding.set(true);
+        job.execute_item(&c).await.unwrap();
+        assert_eq!(job.0.processed.lock().unwrap().len(), 1);
+
+        let job = Dataflow(Batches::new(5));
+        let (cancel, signal) = CancelSignal::new();
+        cancel.cancel(CancelReason::Shutdown);
+        let err = job
+            .execute_item(&ctx(true).with_cancel(signal))
+            .await
+            .unwrap_err();
+        assert_eq!(err, JobError::Cancelled);
+        assert_eq!(job.0.processed.lock().unwrap().len(), 1);
+    }
+}

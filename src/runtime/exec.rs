@@ -1,7 +1,7 @@
 //! One execution: its items run as tasks, at most as many at once as the job's executor
 //! strategy allows, each through the job's error handler; the outcomes go back to the driver.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,7 +10,7 @@ use chrono::Utc;
 use shardjob_core::config::ErrorHandlerType;
 use shardjob_core::machine::{Execution, ExecutionId, ItemOutcome};
 use shardjob_core::{InstanceId, JobConfig};
-use tokio::sync::{Semaphore, broadcast, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -71,9 +71,9 @@ impl ExecutionTask {
             thrown: AtomicBool::new(false),
         });
         let props = Arc::new(self.config.props.clone());
-        let mut set = JoinSet::new();
-        let mut tasks = HashMap::new();
-        let mut infos = BTreeMap::new();
+        // Items take the job's executor slots in ascending order (a FIFO queue, as
+        // ElasticJob's pool); each runs as a task of its own once it has one.
+        let mut queue = VecDeque::new();
         for item in &exec.items {
             let ctx = ShardingContext {
                 job_name: exec.job_name.clone(),
@@ -98,18 +98,36 @@ impl ExecutionTask {
                 kind: exec.kind,
                 fencing_token: item.fencing_token.0,
             };
-            infos.insert(item.item, info.clone());
-            let handle = set.spawn(run_item(ctx, info, Arc::clone(&shared)));
-            tasks.insert(handle.id(), item.item);
+            queue.push_back((ctx, info));
         }
 
+        let mut set = JoinSet::new();
+        let mut tasks = HashMap::new();
+        let mut infos = BTreeMap::new();
         let mut outcomes = BTreeMap::new();
         let mut hard_stop: Option<Instant> = None;
         let mut aborted = false;
-        loop {
+        while !queue.is_empty() || !set.is_empty() {
             tokio::select! {
-                next = set.join_next_with_id() => match next {
-                    None => break,
+                permit = Arc::clone(&shared.limiter).acquire_owned(), if !queue.is_empty() => {
+                    let Some((ctx, info)) = queue.pop_front() else { continue };
+                    let item = info.item;
+                    if shared.thrown.load(Ordering::Relaxed) {
+                        let why = "not run: another item of this run failed and the error \
+                                   handler is THROW";
+                        let outcome = ItemOutcome::Failed(why.to_owned());
+                        not_run(&shared, info, outcome.clone(), JobError::failed(why));
+                        outcomes.insert(item, outcome);
+                        continue;
+                    }
+                    // A closed semaphore is never made here; run without a slot if it were.
+                    let permit = permit.ok();
+                    infos.insert(item, info.clone());
+                    let handle = set.spawn(run_item(ctx, info, permit, Arc::clone(&shared)));
+                    tasks.insert(handle.id(), item);
+                }
+                next = set.join_next_with_id(), if !set.is_empty() => match next {
+                    None => {}
                     Some(Ok((id, outcome))) => {
                         if let Some(item) = tasks.get(&id) {
                             outcomes.insert(*item, outcome);
@@ -130,19 +148,19 @@ impl ExecutionTask {
                             (ItemOutcome::Cancelled, JobError::Failed(why))
                         };
                         if let Some(run) = infos.get(&item) {
-                            let _ = shared.events.send(RunEvent::ItemFinished {
-                                run: run.clone(),
-                                outcome: outcome.clone(),
-                                error: Some(error),
-                                output: None,
-                                elapsed: Duration::ZERO,
-                            });
+                            not_run(&shared, run.clone(), outcome.clone(), error);
                         }
                         outcomes.insert(item, outcome);
                     }
                 },
                 _ = self.cancel.cancelled(), if hard_stop.is_none() => {
                     hard_stop = Some(Instant::now() + self.cancel_timeout);
+                    // Items that have no slot yet never start.
+                    for (_, info) in queue.drain(..) {
+                        let item = info.item;
+                        not_run(&shared, info, ItemOutcome::Cancelled, JobError::Cancelled);
+                        outcomes.insert(item, ItemOutcome::Cancelled);
+                    }
                 }
                 () = sleep_until(hard_stop), if hard_stop.is_some() && !aborted => {
                     aborted = true;
@@ -157,30 +175,26 @@ impl ExecutionTask {
     }
 }
 
-async fn run_item(ctx: ShardingContext, run: ItemRunInfo, shared: Arc<Shared>) -> ItemOutcome {
-    let not_run = |outcome: ItemOutcome, error: Option<JobError>| {
-        let _ = shared.events.send(RunEvent::ItemFinished {
-            run: run.clone(),
-            outcome: outcome.clone(),
-            error,
-            output: None,
-            elapsed: Duration::ZERO,
-        });
-        outcome
-    };
-    let permit = tokio::select! {
-        permit = Arc::clone(&shared.limiter).acquire_owned() => permit.ok(),
-        _ = ctx.cancel.cancelled() => None,
-    };
+/// Reports an item that ended without its body running to its end.
+fn not_run(shared: &Shared, run: ItemRunInfo, outcome: ItemOutcome, error: JobError) {
+    let _ = shared.events.send(RunEvent::ItemFinished {
+        run,
+        outcome,
+        error: Some(error),
+        output: None,
+        elapsed: Duration::ZERO,
+    });
+}
+
+async fn run_item(
+    ctx: ShardingContext,
+    run: ItemRunInfo,
+    permit: Option<OwnedSemaphorePermit>,
+    shared: Arc<Shared>,
+) -> ItemOutcome {
     if ctx.cancel.is_cancelled() {
-        return not_run(ItemOutcome::Cancelled, Some(JobError::Cancelled));
-    }
-    if shared.thrown.load(Ordering::Relaxed) {
-        let why = "not run: another item of this run failed and the error handler is THROW";
-        return not_run(
-            ItemOutcome::Failed(why.to_owned()),
-            Some(JobError::failed(why)),
-        );
+        not_run(&shared, run, ItemOutcome::Cancelled, JobError::Cancelled);
+        return ItemOutcome::Cancelled;
     }
     let started = Utc::now();
     let lateness = (started - ctx.fire_time).num_milliseconds();
@@ -194,7 +208,6 @@ async fn run_item(ctx: ShardingContext, run: ItemRunInfo, shared: Arc<Shared>) -
     });
     let t0 = Instant::now();
     let result = shared.job.execute_item(&ctx).await;
-    drop(permit);
     let elapsed = t0.elapsed();
     let (outcome, error, output) = match result {
         Ok(output) => {
@@ -224,6 +237,9 @@ async fn run_item(ctx: ShardingContext, run: ItemRunInfo, shared: Arc<Shared>) -
             (ItemOutcome::Failed(e.to_string()), Some(e), output)
         }
     };
+    // The slot is released only now, so that a THROW above is seen by the items waiting for
+    // it.
+    drop(permit);
     let _ = shared.events.send(RunEvent::ItemFinished {
         run,
         outcome: outcome.clone(),
