@@ -425,3 +425,25 @@ async fn error_handlers() {
         "{outcomes:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_every_handle_leaves_gracefully() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handle = start(&server, 1, every_second("dropped", 1), &seen).await;
+    let id = handle.instance_id().to_string();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let alive = |server: &MemServer| {
+        server
+            .dump()
+            .iter()
+            .any(|n| n.path.to_string() == format!("/dropped/instances/{id}"))
+    };
+    assert!(alive(&server));
+    drop(handle);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    while alive(&server) {
+        assert!(tokio::time::Instant::now() < deadline, "still registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
