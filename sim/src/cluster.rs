@@ -139,6 +139,10 @@ pub struct Cluster {
     pub log: Vec<String>,
     /// Runs (by index) whose end could not be recorded because the session was lost.
     pub unrecorded: BTreeSet<usize>,
+    /// When an operator disabled each item (by its `disabled` node's path).
+    pub disabled_since: BTreeMap<String, u64>,
+    /// Runs (by index) that started although their item had been disabled for a while.
+    pub disabled_runs: Vec<usize>,
     operator: Option<SessionId>,
 }
 
@@ -178,6 +182,8 @@ impl Cluster {
             keep_log: false,
             log: Vec::new(),
             unrecorded: BTreeSet::new(),
+            disabled_since: BTreeMap::new(),
+            disabled_runs: Vec::new(),
             operator: None,
         }
     }
@@ -546,6 +552,15 @@ impl Cluster {
                 resumed: None,
                 recorded: false,
             };
+            let disabled = format!("/{}/sharding/{}/disabled", run.job, run.item);
+            if self.exists(&disabled)
+                && self
+                    .disabled_since
+                    .get(&disabled)
+                    .is_some_and(|t| *t + 1_000 <= self.now)
+            {
+                self.disabled_runs.push(self.runs.len());
+            }
             let key = (n, run.job.clone(), run.item, run.fire, run.token);
             self.note(("start", key), || {
                 format!(
@@ -779,6 +794,11 @@ impl Cluster {
                 )
                 .map(|_| ()),
         };
+        if path.as_str().ends_with("/disabled") && result.is_ok() {
+            self.disabled_since
+                .entry(path.to_string())
+                .or_insert(self.now);
+        }
         let text = String::from_utf8_lossy(data).into_owned();
         self.note(("operator-write", path.to_string(), text.clone()), || {
             format!("operator writes {path} = {text:?}: {result:?}")
@@ -797,6 +817,7 @@ impl Cluster {
                 .id
         });
         let result = self.store.delete(session, &path, None, now);
+        self.disabled_since.remove(path.as_str());
         self.note(("operator-delete", path.to_string()), || {
             format!("operator deletes {path}: {result:?}")
         });

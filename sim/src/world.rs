@@ -427,7 +427,17 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         check_from,
         end,
     ));
+    let slack = 2_000 + 2 * max_skew + c.latency * 4 + c.watch_delay * 2;
+    violations.extend(checkers::liveness::misfires(
+        &c.runs,
+        &at_end,
+        c.wall_origin,
+        check_from,
+        end,
+        slack,
+    ));
     violations.extend(checkers::convergence::check(&c, &totals, end));
+    violations.extend(checkers::disabled::check(&c));
     violations.sort_by_key(|v| v.time);
 
     SeedReport {

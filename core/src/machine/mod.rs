@@ -338,6 +338,19 @@ impl Machine {
             .unwrap_or_default()
     }
 
+    /// The job's effective configuration: the registry's copy once it is loaded.
+    pub fn config(&self, job: &str) -> Option<&JobConfig> {
+        self.jobs.get(job).and_then(|j| j.config.as_ref())
+    }
+
+    /// Whether the job's leader has a re-shard pending (`leader/sharding/necessary`), as far
+    /// as this instance's cache shows.
+    pub fn resharding_pending(&self, job: &str) -> bool {
+        self.jobs
+            .get(job)
+            .is_some_and(|j| j.cache.contains(&j.paths.sharding_necessary()))
+    }
+
     /// Whether the job is registered and runs here.
     pub fn is_active(&self, job: &str) -> bool {
         self.jobs.get(job).is_some_and(|j| j.phase == Phase::Active)
@@ -654,12 +667,15 @@ impl Machine {
             return;
         };
         exec.finished = true;
+        let job = exec.job.clone();
         if exec.epoch != self.epoch || self.session == Session::None {
             self.complete_lost(id);
         } else {
             self.send_completion(id, now);
         }
-        self.evaluate_all(now);
+        self.evaluate(&job, now);
+        self.maybe_probe(now);
+        self.finish_shutdown_if_done();
     }
 
     // ----- session -----
@@ -1279,6 +1295,11 @@ impl Machine {
                 continue;
             };
             if holder.trim() != me.as_str() || stat.ephemeral_owner != Some(sid) {
+                continue;
+            }
+            // Not while an operator has it disabled: it stays claimed, and starts once the
+            // item is enabled again.
+            if v.disabled && !planted!(self.opts, RunDisabledItems) {
                 continue;
             }
             let Some((record, version)) = &v.record else {
@@ -2007,6 +2028,13 @@ fn reshard(
         let v = view.items.get(item);
         if !v.is_some_and(|v| v.exists) {
             ops.push(TxnOp::create(p.item(*item), Vec::<u8>::new()));
+            // A new item starts with a record: fires before its creation are not due, whoever
+            // owns it and whatever that owner remembers from an earlier item of that number.
+            let baseline = ItemRecord {
+                done: Some(now.wall_ms()),
+                run: None,
+            };
+            ops.push(TxnOp::create(p.item_execution(*item), baseline.to_bytes()));
         }
         if !moved_running.contains(item) {
             ops.push(TxnOp::Check(Check::Absent(p.item_running(*item))));
@@ -2102,8 +2130,10 @@ fn claims(
         j.owned_since.entry(i).or_insert(now_ms);
     }
 
-    // Manual triggers: all my enabled items, once none of them runs.
-    if !j.triggers.is_empty() {
+    // Manual triggers: all my enabled items, once none of them runs. Before the job has a
+    // plan at all the trigger waits for one, rather than running nothing.
+    let planned = (0..n).any(|i| view.items.get(&i).is_some_and(|v| v.owner.is_some()));
+    if !j.triggers.is_empty() && planned {
         let busy = mine.iter().any(|i| {
             j.running.contains_key(i) || view.items.get(i).is_some_and(|v| v.running.is_some())
         });
@@ -2197,6 +2227,11 @@ fn claims(
         let mut orphans: Vec<u32> = Vec::new();
         for (i, v) in &view.items {
             if *i >= n || v.running.is_some() || j.running.contains_key(i) {
+                continue;
+            }
+            // A disabled item is not failed over either; its orphaned fire runs once it is
+            // enabled again.
+            if v.disabled && !planted!(opts, RunDisabledItems) {
                 continue;
             }
             if let Some((r, _)) = &v.record {

@@ -74,3 +74,63 @@ pub fn check(
     }
     out
 }
+
+/// Misfire compensation: after the heal, for a job with misfire on, a fire that comes while an
+/// item runs is run right after that run ends (missed fires collapse into one run of the
+/// latest). `slack_ms` covers clock skew and round trips.
+pub fn misfires(
+    runs: &[RunRecord],
+    jobs: &BTreeMap<String, JobAtEnd>,
+    origin: DateTime<Utc>,
+    from: u64,
+    to: u64,
+    slack_ms: u64,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let origin_ms = origin.timestamp_millis();
+    for (name, job) in jobs {
+        let c = &job.config;
+        if !(c.misfire && c.monitor_execution) {
+            continue;
+        }
+        let Some(cron) = &c.cron else { continue };
+        for r in runs
+            .iter()
+            .filter(|r| r.job == *name && !r.cancelled && r.start >= from)
+        {
+            let Some(end) = r.end else { continue };
+            if end + slack_ms >= to || r.item >= c.sharding_total_count {
+                continue;
+            }
+            let Some(start) = DateTime::<Utc>::from_timestamp_millis(origin_ms + r.start as i64)
+            else {
+                continue;
+            };
+            // The latest fire clearly inside the run.
+            let inside: Option<i64> = cron
+                .fires_after(start, &c.time_zone)
+                .map(|t| t.timestamp_millis())
+                .take_while(|t| *t + slack_ms as i64 <= origin_ms + end as i64)
+                .last();
+            let Some(fire) = inside else { continue };
+            let compensated = runs.iter().any(|x| {
+                x.job == *name
+                    && x.item == r.item
+                    && x.fire >= fire
+                    && x.start >= r.start
+                    && x.start <= end + slack_ms
+            });
+            if !compensated {
+                out.push(Violation {
+                    checker: "misfire",
+                    time: end + slack_ms,
+                    message: format!(
+                        "{name}/{}: fire {fire} came while node {}'s run ({} to {end}) lasted, and no run of it followed within {slack_ms} ms",
+                        r.item, r.node, r.start
+                    ),
+                });
+            }
+        }
+    }
+    out
+}

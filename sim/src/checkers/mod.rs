@@ -3,6 +3,7 @@
 //! that shows each one.
 
 pub mod convergence;
+pub mod disabled;
 pub mod liveness;
 pub mod once;
 pub mod overlap;
