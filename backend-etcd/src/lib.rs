@@ -331,6 +331,13 @@ pub(crate) fn map_error(e: etcd::Error) -> RegistryError {
             if lower.contains("request timed out") {
                 return RegistryError::Timeout;
             }
+            if lower.contains("authentication failed")
+                || lower.contains("invalid auth token")
+                || lower.contains("permission denied")
+                || lower.contains("user name is empty")
+            {
+                return RegistryError::NotAuthorized(format!("etcd: {msg}"));
+            }
             match Code::of(status.code() as i32) {
                 Code::Unavailable => RegistryError::ConnectionLoss,
                 Code::DeadlineExceeded | Code::Cancelled => RegistryError::Timeout,
@@ -715,21 +722,26 @@ impl Registry for EtcdRegistry {
         }
         let mut result = Ok(());
         if let Some(info) = info {
-            let mut c = self.inner.client.clone();
-            let revoked = tokio::time::timeout(
-                self.inner.config.request_timeout,
-                c.lease_revoke(info.id.0 as i64),
-            )
-            .await;
-            result = match revoked {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => match map_error(e) {
-                    // Already gone: the goal is reached.
-                    RegistryError::SessionExpired => Ok(()),
-                    e => Err(e),
-                },
-                Err(_) => Err(RegistryError::Timeout),
+            // Revoking is idempotent: retried on connection errors until the deadline.
+            let inner = &self.inner;
+            let work = async {
+                let mut backoff = Duration::from_millis(50);
+                loop {
+                    let mut c = inner.client.clone();
+                    match c.lease_revoke(info.id.0 as i64).await.map_err(map_error) {
+                        // Already gone: the goal is reached.
+                        Ok(_) | Err(RegistryError::SessionExpired) => return Ok(()),
+                        Err(RegistryError::ConnectionLoss | RegistryError::Timeout) => {
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(Duration::from_millis(500));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
             };
+            result = tokio::time::timeout(inner.config.request_timeout, work)
+                .await
+                .unwrap_or(Err(RegistryError::Timeout));
         }
         self.inner.emit(SessionEvent::Closed);
         result

@@ -128,6 +128,7 @@ async fn run(
                 },
                 msg = ws.message() => match msg {
                     Ok(Some(resp)) => {
+
                         if resp.canceled() || resp.compact_revision() > 0 {
                             break resp.compact_revision() > 0;
                         }
@@ -178,13 +179,23 @@ async fn run(
                 return;
             }
             strong.nudge.notify_one();
+            // Session events keep flowing while the watch is down.
+            if !forward_pending(&mut sessions, &tx) {
+                return;
+            }
             let start = if compacted { None } else { Some(next_rev) };
-            let timeout = strong.config.request_timeout;
+            // Opening a watch is quick when the member is there: do not wait on a dead one.
+            let timeout = strong
+                .config
+                .connect_timeout
+                .max(Duration::from_secs(1))
+                .min(strong.config.request_timeout);
             let opened = tokio::time::timeout(timeout, open(&strong, &key, start)).await;
             match opened {
                 Ok(Ok(Ok((ws, next)))) => {
                     if compacted {
-                        // Changes were lost: tell the consumer to reload.
+                        // Changes were lost: tell the consumer to reload. (Without a lease
+                        // right now, the Expired/Connected pair on its way says so.)
                         if let Some(info) = strong.lease() {
                             let _ =
                                 tx.send(RegistryEvent::Session(SessionEvent::Suspended(info.id)));
@@ -207,5 +218,29 @@ async fn run(
             }
             backoff = (backoff * 2).min(Duration::from_secs(1));
         };
+    }
+}
+
+/// Forwards the session events already queued; `false` once the stream should end.
+fn forward_pending(
+    sessions: &mut broadcast::Receiver<SessionEvent>,
+    tx: &mpsc::UnboundedSender<RegistryEvent>,
+) -> bool {
+    loop {
+        match sessions.try_recv() {
+            Ok(SessionEvent::Closed) | Err(broadcast::error::TryRecvError::Closed) => {
+                let _ = tx.send(RegistryEvent::Session(SessionEvent::Closed));
+                return false;
+            }
+            Ok(e) => {
+                if tx.send(RegistryEvent::Session(e)).is_err() {
+                    return false;
+                }
+            }
+            Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                tracing::warn!(missed = n, "a watch stream missed session events");
+            }
+            Err(broadcast::error::TryRecvError::Empty) => return true,
+        }
     }
 }
