@@ -204,3 +204,50 @@ async fn users_and_lease_expiry() {
     );
     authed.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_checks_and_the_bare_key_space() {
+    use shardjob_core::registry::{Check, ErrorClass, TxnOp};
+    let etcd = tokio::task::block_in_place(|| Cluster::etcd(1).unwrap());
+    let endpoints = etcd.endpoints();
+
+    // The lease ends behind the client's back (before its keep-alive notices): a transaction
+    // guarded by the session does not commit.
+    let c = EtcdRegistry::connect(EtcdConfig::new(endpoints.clone()).namespace("guard"))
+        .await
+        .unwrap();
+    let sid = c.session().unwrap().id;
+    let mut raw = etcd::Client::connect(endpoints.clone(), None)
+        .await
+        .unwrap();
+    raw.lease_revoke(sid.0 as i64).await.unwrap();
+    let e = c
+        .transact(vec![
+            TxnOp::Check(Check::Session(sid)),
+            TxnOp::create(p("/guarded"), "x"),
+        ])
+        .await
+        .unwrap_err();
+    assert_eq!(e.class(), ErrorClass::LostSession, "{e:?}");
+    assert_eq!(c.get(&p("/guarded")).await.unwrap(), None);
+    c.close().await.unwrap();
+
+    // Without a namespace the tree is the whole key space; session markers are not nodes.
+    let bare = EtcdRegistry::connect(EtcdConfig::new(endpoints))
+        .await
+        .unwrap();
+    bare.create(&p("/top"), b"t".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    bare.create(&p("/top/e"), Vec::new(), CreateMode::Ephemeral)
+        .await
+        .unwrap();
+    let names = bare.children(&NodePath::root()).await.unwrap();
+    assert!(names.contains(&"top".to_owned()), "{names:?}");
+    assert!(names.contains(&"guard".to_owned()), "{names:?}");
+    assert!(names.iter().all(|n| !n.contains('\0')), "{names:?}");
+    assert_eq!(bare.children(&p("/top")).await.unwrap(), ["e"]);
+    let tree = bare.get_tree(&p("/top")).await.unwrap();
+    assert_eq!(tree.len(), 2);
+    bare.close().await.unwrap();
+}
