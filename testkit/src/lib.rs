@@ -12,8 +12,9 @@
 //! Every server runs under a tiny `sh` watchdog that holds the read end of a pipe whose write
 //! end only this process has: when the [`Cluster`] is dropped, or this process ends in any way
 //! (a panic, an abort, SIGKILL of the test binary, a `static` that is never dropped), the pipe
-//! closes and the watchdog SIGKILLs the server it started. Signals go only to the PIDs this
-//! crate started; nothing is looked up by name.
+//! closes and the watchdog SIGKILLs the server it started and deletes the member's directory
+//! (a killed or stopped member keeps it for [`Cluster::restart`]). Signals go only to the PIDs
+//! this crate started; nothing is looked up by name.
 //!
 //! # Binaries
 //!
@@ -513,11 +514,17 @@ impl Cluster {
         let log = m.dir.join("server.log");
         // The watchdog starts the server, reports its PID, and SIGKILLs it as soon as its
         // stdin (our pipe) closes: on drop, or when this process ends for any reason.
+        // A line "keep" on the pipe (a kill or stop of the member) keeps its directory for a
+        // restart; end of file (the cluster dropped, or this process gone) removes it.
         let script = "\"$@\" >>\"$SHARDJOB_LOG\" 2>&1 </dev/null &\n\
                       echo $!\n\
-                      read -r _ignored || true\n\
+                      read -r line || line=\n\
                       kill -9 $! 2>/dev/null\n\
                       wait $! 2>/dev/null\n\
+                      if [ \"$line\" != keep ]; then\n\
+                        rm -rf \"$SHARDJOB_DIR\"\n\
+                        rmdir \"${SHARDJOB_DIR%/*}\" 2>/dev/null\n\
+                      fi\n\
                       exit 0\n";
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c")
@@ -526,6 +533,7 @@ impl Cluster {
             .args(&argv)
             .current_dir(&m.dir)
             .env("SHARDJOB_LOG", &log)
+            .env("SHARDJOB_DIR", &m.dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -588,7 +596,7 @@ impl Cluster {
         if alive(p.pid) {
             signal(p.pid, libc::SIGKILL)?;
         }
-        finish(&mut p);
+        finish(&mut p, true);
         Ok(())
     }
 }
@@ -598,15 +606,21 @@ impl Drop for Cluster {
         for m in &mut self.members {
             if let Some(mut p) = m.process.take() {
                 let _ = signal(p.pid, libc::SIGKILL);
-                finish(&mut p);
+                finish(&mut p, false);
             }
         }
     }
 }
 
-/// Closes the watchdog's pipe and reaps it (it SIGKILLs the server, which is gone by now).
-fn finish(p: &mut Process) {
-    drop(p.pipe.take());
+/// Closes the watchdog's pipe and reaps it (it SIGKILLs the server, which is gone by now, and
+/// removes the member's directory unless `keep`).
+fn finish(p: &mut Process, keep: bool) {
+    if let Some(mut pipe) = p.pipe.take() {
+        if keep {
+            let _ = pipe.write_all(b"keep\n");
+        }
+        drop(pipe);
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match p.watchdog.try_wait() {

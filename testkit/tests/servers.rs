@@ -62,7 +62,9 @@ fn etcd_three_members_leader_failover() {
 fn dropping_a_cluster_kills_its_servers() {
     let etcd = Cluster::etcd(1).unwrap();
     let pid = etcd.pid(1).unwrap().unwrap();
+    let dir = etcd.dir().to_path_buf();
     drop(etcd);
+    assert!(!dir.exists(), "{dir:?} is left behind");
     let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .map_or(true, |s| s.contains(") Z") || s.contains(") X"));
     assert!(gone, "etcd {pid} still runs");
