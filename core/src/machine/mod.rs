@@ -1326,6 +1326,7 @@ impl Machine {
                 j.paths.item_execution(*item),
                 *version,
             )));
+            ops.push(TxnOp::Check(Check::Absent(j.paths.item_disabled(*item))));
             groups.entry((run.fire, run.kind)).or_default().push((
                 ExecItem {
                     item: *item,
@@ -2318,6 +2319,10 @@ fn claims(
                     me.as_str().into(),
                 )));
             }
+            if !planted!(opts, RunDisabledItems) {
+                // The cache may not show an operator's disable yet: the registry checks it.
+                ops.push(TxnOp::Check(Check::Absent(p.item_disabled(i))));
+            }
             let running_op = ops.len();
             ops.push(running_marker(p.item_running(i), me, opts));
             let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
@@ -2366,6 +2371,10 @@ fn claims(
     // Failover items, grouped by the fire they re-run.
     let mut by_fire: BTreeMap<(i64, bool), Vec<ClaimedItem>> = BTreeMap::new();
     for (i, run, rec) in failover_items {
+        if !planted!(opts, RunDisabledItems) {
+            // The cache may not show an operator's disable yet: the registry checks it.
+            ops.push(TxnOp::Check(Check::Absent(p.item_disabled(i))));
+        }
         let running_op = ops.len();
         ops.push(running_marker(p.item_running(i), me, opts));
         let failover_op = ops.len();
