@@ -309,14 +309,18 @@ fn cron_next(
     Ok(Ok(()))
 }
 
+/// A UTF-8 file's text, or the one-line error to print.
+fn read_text(path: &std::path::Path) -> Result<String, String> {
+    let file = path.display();
+    let bytes = std::fs::read(path).map_err(|e| format!("{file}: error: cannot read: {e}"))?;
+    String::from_utf8(bytes).map_err(|_| format!("{file}: error: not UTF-8 text"))
+}
+
 fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     let file = args.file.display();
-    let text = match std::fs::read(&args.file) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => text,
-            Err(_) => return Ok(Err(format!("{file}: error: not UTF-8 text"))),
-        },
-        Err(e) => return Ok(Err(format!("{file}: error: cannot read: {e}"))),
+    let text = match read_text(&args.file) {
+        Ok(text) => text,
+        Err(e) => return Ok(Err(e)),
     };
     match config::parse_jobs_file(&text, Strictness::Strict, &KnownTypes::default()) {
         Ok(jobs) => {
@@ -374,12 +378,9 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     use crate::registry_url::RegistryUrl;
 
     let file = args.file.display();
-    let text = match std::fs::read(&args.file) {
-        Ok(bytes) => match String::from_utf8(bytes) {
-            Ok(text) => text,
-            Err(_) => return Ok(Err(format!("{file}: error: not UTF-8 text"))),
-        },
-        Err(e) => return Ok(Err(format!("{file}: error: cannot read: {e}"))),
+    let text = match read_text(&args.file) {
+        Ok(text) => text,
+        Err(e) => return Ok(Err(e)),
     };
     let jobs = match jobfile::load(&text) {
         Ok(jobs) => jobs,

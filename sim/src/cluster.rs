@@ -137,8 +137,6 @@ pub struct Cluster {
     pub keep_log: bool,
     /// The readable log, when kept.
     pub log: Vec<String>,
-    /// Runs (by index) whose end could not be recorded because the session was lost.
-    pub unrecorded: BTreeSet<usize>,
     /// When an operator disabled each item (by its `disabled` node's path).
     pub disabled_since: BTreeMap<String, u64>,
     /// Runs (by index) that started although their item had been disabled for a while.
@@ -181,7 +179,6 @@ impl Cluster {
             trace: DefaultHasher::new(),
             keep_log: false,
             log: Vec::new(),
-            unrecorded: BTreeSet::new(),
             disabled_since: BTreeMap::new(),
             disabled_runs: Vec::new(),
             operator: None,
@@ -510,17 +507,6 @@ impl Cluster {
                             });
                             if let Some(i) = last {
                                 self.runs[i].recorded = true;
-                            }
-                        }
-                    }
-                    if let MachineEvent::CompletionLost { job, items } = &e {
-                        for item in items {
-                            let last = self
-                                .runs
-                                .iter()
-                                .rposition(|r| r.node == n && r.job == *job && r.item == *item);
-                            if let Some(i) = last {
-                                self.unrecorded.insert(i);
                             }
                         }
                     }

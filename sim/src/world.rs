@@ -385,8 +385,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mut violations = Vec::new();
     let overlaps = checkers::overlap::check(&c.runs, &ignore_cancel);
     violations.extend(overlaps.violations);
-    let unrecorded = c.unrecorded.clone();
-    let once = checkers::once::check(&c.runs, &|i| unrecorded.contains(&i));
+    let once = checkers::once::check(&c.runs);
     violations.extend(once.violations);
     let mut at_end = BTreeMap::new();
     let mut totals = Vec::new();

@@ -268,6 +268,14 @@ struct Job {
 }
 
 impl Job {
+    /// After a committed transaction of ours: hold decisions until the watch shows its last
+    /// write (or reload after `timeout_ms`), so they are not made on a view without it.
+    fn await_own_writes(&mut self, results: &[TxnOpResult], now: Now, timeout_ms: u64) {
+        if let Some(rev) = last_revision(results) {
+            self.sync = Some((rev, now.mono.saturating_add(timeout_ms)));
+        }
+    }
+
     fn name(&self) -> &str {
         self.paths.job_name()
     }
@@ -594,7 +602,7 @@ impl Machine {
                     RegistryReply::Transacted(_) if self.lease_valid(now) => {
                         for ((fire, kind), items) in groups {
                             let counts = kind != RunKind::Trigger;
-                            self.start_execution(&name, fire, kind, counts, None, items, now);
+                            self.start_execution(&name, fire, kind, counts, None, items);
                         }
                     }
                     RegistryReply::Failed(error) => {
@@ -719,7 +727,7 @@ impl Machine {
                     Session::None => false,
                 };
                 if ours {
-                    self.session_lost(now);
+                    self.session_lost();
                     if planted!(self.opts, ShutdownOnSessionLoss) {
                         self.jobs.clear();
                         self.stopped = true;
@@ -727,7 +735,7 @@ impl Machine {
                 }
             }
             SessionEvent::Closed => {
-                self.session_lost(now);
+                self.session_lost();
                 if self.shutdown.is_some() {
                     self.stopped = true;
                 }
@@ -736,7 +744,7 @@ impl Machine {
         self.evaluate_all(now);
     }
 
-    fn session_lost(&mut self, _now: Now) {
+    fn session_lost(&mut self) {
         self.session = Session::None;
         self.epoch += 1;
         self.confirmed = None;
@@ -1347,6 +1355,39 @@ impl Machine {
         ))
     }
 
+    /// Records an execution and marks its items running here. `finished` is for one that is
+    /// not started at all (its end is recorded at once).
+    fn insert_execution(
+        &mut self,
+        name: &str,
+        fire: i64,
+        counts_as_fire: bool,
+        items: Vec<ExecItem>,
+        finished: bool,
+    ) -> ExecutionId {
+        self.next_execution += 1;
+        let id = ExecutionId(self.next_execution);
+        if let Some(j) = self.jobs.get_mut(name) {
+            for it in &items {
+                j.running.insert(it.item, id);
+            }
+        }
+        let exec = Exec {
+            job: name.to_owned(),
+            epoch: self.epoch,
+            fire,
+            counts_as_fire,
+            items,
+            cancelled: finished,
+            finished,
+            completing: false,
+            retry_at: None,
+            backoff: 0,
+        };
+        self.executions.insert(id, exec);
+        id
+    }
+
     /// Records a new execution and asks the driver to start it.
     #[allow(clippy::too_many_arguments)]
     fn start_execution(
@@ -1357,41 +1398,19 @@ impl Machine {
         counts_as_fire: bool,
         parameter: Option<String>,
         items: Vec<(ExecItem, Revision)>,
-        _now: Now,
     ) -> Option<ExecutionId> {
         let config = self.jobs.get(name)?.config.clone()?;
-        self.next_execution += 1;
-        let id = ExecutionId(self.next_execution);
-        let mut runs = Vec::new();
-        let mut exec_items = Vec::new();
-        for (it, token) in items {
-            runs.push(ItemRun {
+        let runs: Vec<ItemRun> = items
+            .iter()
+            .map(|(it, token)| ItemRun {
                 item: it.item,
                 parameter: config.item_parameter(it.item).map(str::to_owned),
-                fencing_token: token,
-            });
-            exec_items.push(it);
-        }
-        let j = self.jobs.get_mut(name)?;
-        for it in &exec_items {
-            j.running.insert(it.item, id);
-        }
-        let item_list: Vec<String> = exec_items.iter().map(|i| i.item.to_string()).collect();
-        self.executions.insert(
-            id,
-            Exec {
-                job: name.to_owned(),
-                epoch: self.epoch,
-                fire,
-                counts_as_fire,
-                items: exec_items,
-                cancelled: false,
-                finished: false,
-                completing: false,
-                retry_at: None,
-                backoff: 0,
-            },
-        );
+                fencing_token: *token,
+            })
+            .collect();
+        let item_list: Vec<String> = runs.iter().map(|r| r.item.to_string()).collect();
+        let exec_items = items.into_iter().map(|(it, _)| it).collect();
+        let id = self.insert_execution(name, fire, counts_as_fire, exec_items, false);
         let job_parameter = match (&kind, &parameter) {
             (RunKind::Trigger, Some(p)) if !p.is_empty() => p.clone(),
             _ => config.job_parameter.clone(),
@@ -1431,14 +1450,12 @@ impl Machine {
         };
         match reply {
             RegistryReply::Transacted(results) => {
-                let sync = last_revision(&results);
+                let timeout = ms(self.opts.sync_timeout);
                 let Some(j) = self.jobs.get_mut(&name) else {
                     return;
                 };
                 j.backoff = 0;
-                if let Some(rev) = sync {
-                    j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
-                }
+                j.await_own_writes(&results, now, timeout);
                 match purpose {
                     Purpose::Setup => {
                         j.phase = Phase::Active;
@@ -1543,15 +1560,7 @@ impl Machine {
                             })
                             .collect();
                         let (fire, kind, counts) = (claim.fire, claim.kind, claim.counts_as_fire);
-                        self.start_execution(
-                            &name,
-                            fire,
-                            kind,
-                            counts,
-                            claim.parameter,
-                            items,
-                            now,
-                        );
+                        self.start_execution(&name, fire, kind, counts, claim.parameter, items);
                     }
                 }
                 return;
@@ -1561,14 +1570,12 @@ impl Machine {
         let lease_ok = self.lease_valid(now);
         let epoch = self.epoch;
         let session = self.session_id();
-        let sync = last_revision(&results);
+        let timeout = ms(self.opts.sync_timeout);
         let Some(j) = self.jobs.get_mut(&name) else {
             return;
         };
         j.backoff = 0;
-        if let Some(rev) = sync {
-            j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
-        }
+        j.await_own_writes(&results, now, timeout);
         for claim in claims {
             let mut items = Vec::new();
             for c in &claim.items {
@@ -1596,29 +1603,8 @@ impl Machine {
             if !lease_ok || session.is_none() || epoch != self.epoch {
                 // The claim succeeded, but too late to be sure of the session for long
                 // enough: do not start; record the end at once so the markers go.
-                self.next_execution += 1;
-                let id = ExecutionId(self.next_execution);
-                let exec_items: Vec<ExecItem> = items.into_iter().map(|(i, _)| i).collect();
-                if let Some(j) = self.jobs.get_mut(&name) {
-                    for it in &exec_items {
-                        j.running.insert(it.item, id);
-                    }
-                }
-                self.executions.insert(
-                    id,
-                    Exec {
-                        job: name.clone(),
-                        epoch,
-                        fire: claim.fire,
-                        counts_as_fire: false,
-                        items: exec_items,
-                        cancelled: true,
-                        finished: true,
-                        completing: false,
-                        retry_at: None,
-                        backoff: 0,
-                    },
-                );
+                let exec_items = items.into_iter().map(|(i, _)| i).collect();
+                let id = self.insert_execution(&name, claim.fire, false, exec_items, true);
                 self.send_completion(id, now);
                 continue;
             }
@@ -1629,7 +1615,6 @@ impl Machine {
                 claim.counts_as_fire,
                 claim.parameter,
                 items,
-                now,
             );
         }
     }
@@ -1706,9 +1691,7 @@ impl Machine {
                         }
                         j.last_end.insert(it.item, now.wall_ms());
                     }
-                    if let Some(rev) = last_revision(&results) {
-                        j.sync = Some((rev, now.mono.saturating_add(ms(self.opts.sync_timeout))));
-                    }
+                    j.await_own_writes(&results, now, ms(self.opts.sync_timeout));
                 }
             }
             RegistryReply::Failed(error) => {

@@ -123,8 +123,6 @@ pub(crate) struct ItemView {
     pub disabled: bool,
     pub failover: Option<Stat>,
     pub record: Option<(ItemRecord, Version)>,
-    /// The record node exists but cannot be read.
-    pub record_corrupt: Option<Version>,
 }
 
 /// The facts of one job that decisions need.
@@ -190,7 +188,6 @@ impl JobView {
                                 // Treated as empty and overwritten at the next run: the item
                                 // keeps running, and the problem is reported.
                                 item.record = Some((ItemRecord::default(), node.stat.version));
-                                item.record_corrupt = Some(node.stat.version);
                                 v.corrupt.push((path.clone(), e));
                             }
                         },
