@@ -31,13 +31,12 @@ impl JobPaths {
     }
 
     fn at(&self, segments: &[&str]) -> NodePath {
-        segments
-            .iter()
-            .fold(self.root.clone(), |p, s| p.child_unchecked(s))
+        self.root.descendant_unchecked(segments)
     }
 
     fn item_at(&self, item: u32, leaf: &str) -> NodePath {
-        self.at(&["sharding", &item.to_string(), leaf])
+        let mut digits = [0u8; 10];
+        self.at(&["sharding", item_digits(item, &mut digits), leaf])
     }
 
     /// `config`: the job configuration YAML.
@@ -77,7 +76,8 @@ impl JobPaths {
 
     /// `sharding/{item}`.
     pub fn item(&self, item: u32) -> NodePath {
-        self.at(&["sharding", &item.to_string()])
+        let mut digits = [0u8; 10];
+        self.at(&["sharding", item_digits(item, &mut digits)])
     }
 
     /// `sharding/{item}/instance`: the owner's instance id.
@@ -158,7 +158,13 @@ impl JobPaths {
 
     /// `leader/failover/items/{item}`: an item waiting to be failed over.
     pub fn failover_item(&self, item: u32) -> NodePath {
-        self.at(&["leader", "failover", "items", &item.to_string()])
+        let mut digits = [0u8; 10];
+        self.at(&[
+            "leader",
+            "failover",
+            "items",
+            item_digits(item, &mut digits),
+        ])
     }
 
     /// `trigger`: parent of the per-instance manual triggers.
@@ -234,8 +240,17 @@ impl JobNode {
     pub fn parse(path: &NodePath) -> Option<(&str, JobNode)> {
         let mut segments = path.segments();
         let job = segments.next()?;
-        let rest: Vec<&str> = segments.collect();
-        let node = match rest.as_slice() {
+        // At most four segments below the job mean something; no allocation on this hot path.
+        let mut buf = [""; 5];
+        let mut len = 0;
+        for segment in segments {
+            if len == buf.len() {
+                return Some((job, JobNode::Other));
+            }
+            buf[len] = segment;
+            len += 1;
+        }
+        let node = match &buf[..len] {
             [] => JobNode::Root,
             ["config"] => JobNode::Config,
             ["instances"] => JobNode::Instances,
@@ -259,6 +274,21 @@ impl JobNode {
         };
         Some((job, node))
     }
+}
+
+/// Writes `item` in decimal into `buf` without allocating.
+fn item_digits(item: u32, buf: &mut [u8; 10]) -> &str {
+    let mut n = item;
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    std::str::from_utf8(&buf[at..]).unwrap_or("0")
 }
 
 /// Parses an item number as ElasticJob writes it: canonical decimal, no sign, no leading zero.
@@ -319,6 +349,14 @@ mod tests {
         assert_eq!(p.trigger(&id).as_str(), "/myJob/trigger/10.0.0.1@-@42");
         assert!(p.server("a/b").is_err());
         assert!(JobPaths::new("a/b").is_err());
+    }
+
+    #[test]
+    fn item_digits_are_decimal() {
+        for n in [0, 7, 10, 99, 100, 4_294_967_295] {
+            let mut buf = [0u8; 10];
+            assert_eq!(item_digits(n, &mut buf), n.to_string());
+        }
     }
 
     #[test]

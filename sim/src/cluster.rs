@@ -111,6 +111,8 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
+    /// The last run of each (node, job, item) that ended, an index into `runs`.
+    last_ended: BTreeMap<(usize, String, u32), usize>,
     /// Registry round-trip latency, ms.
     pub latency: u64,
     /// Extra delay before a node sees watch events, ms.
@@ -166,6 +168,7 @@ impl Cluster {
                 .unwrap_or_default(),
             nodes: Vec::new(),
             runs: Vec::new(),
+            last_ended: BTreeMap::new(),
             latency: 1,
             watch_delay: 0,
             request_timeout: 2_000,
@@ -297,6 +300,9 @@ impl Cluster {
         for r in gone {
             for i in r.runs {
                 self.runs[i].end = Some(self.now);
+                let run = &self.runs[i];
+                self.last_ended
+                    .insert((run.node, run.job.clone(), run.item), i);
                 self.runs[i].cancelled = true;
                 self.runs[i].crashed = true;
             }
@@ -502,9 +508,7 @@ impl Cluster {
                     let now = self.now;
                     if let MachineEvent::RunRecorded { job, items } = &e {
                         for item in items {
-                            let last = self.runs.iter().rposition(|r| {
-                                r.node == n && r.job == *job && r.item == *item && r.end.is_some()
-                            });
+                            let last = self.last_ended.get(&(n, job.clone(), *item)).copied();
                             if let Some(i) = last {
                                 self.runs[i].recorded = true;
                             }
@@ -699,6 +703,7 @@ impl Cluster {
                 continue;
             };
             let mut outcomes = BTreeMap::new();
+            let job_name = &r.exec.job_name;
             for (k, item) in r.exec.items.iter().enumerate() {
                 let outcome = if r.cancelled {
                     ItemOutcome::Cancelled
@@ -708,6 +713,7 @@ impl Cluster {
                 outcomes.insert(item.item, outcome);
                 if let Some(&i) = r.runs.get(k) {
                     self.runs[i].end = Some(now);
+                    self.last_ended.insert((n, job_name.clone(), item.item), i);
                     self.runs[i].cancelled = r.cancelled;
                 }
             }

@@ -125,6 +125,8 @@ pub struct Machine {
     probe: Option<RequestId>,
     last_probe: u64,
     jobs: BTreeMap<String, Job>,
+    /// Every job's `wake`, ordered, so the next timeout is found without visiting each job.
+    wakes: BTreeSet<(u64, String)>,
     pending: BTreeMap<RequestId, Pending>,
     executions: BTreeMap<ExecutionId, Exec>,
     out: VecDeque<Command>,
@@ -237,7 +239,9 @@ enum Phase {
 struct Job {
     paths: JobPaths,
     spec: JobSpec,
-    config: Option<JobConfig>,
+    config: Option<Arc<JobConfig>>,
+    /// The config node's text `config` was last parsed from.
+    config_source: Option<Vec<u8>>,
     phase: Phase,
     cache: Cache,
     buffer: Vec<crate::registry::WatchEvent>,
@@ -261,10 +265,45 @@ struct Job {
     last_housekeeping: Option<u64>,
     last_reload: Option<u64>,
     wake: Option<u64>,
-    /// The last view read off the cache, with the cache version it was read at.
-    view: Option<(u64, JobView)>,
+    /// The `wake` entered in `Machine::wakes`.
+    wake_indexed: Option<u64>,
     /// The load in flight, if any.
     loading: Option<RequestId>,
+    /// Next fires already computed.
+    fires: FireMemo,
+}
+
+/// Remembers a few `next fire after t` answers of one configuration: the items of a job
+/// mostly share their last fire, and croner's search is the costly part of a decision.
+#[derive(Debug, Default)]
+struct FireMemo {
+    config: Option<Arc<JobConfig>>,
+    answers: Vec<(i64, Option<i64>)>,
+}
+
+impl FireMemo {
+    const SIZE: usize = 8;
+
+    /// The first fire strictly after `after_ms` (epoch ms) under `config`'s cron and zone.
+    fn next_after(&mut self, config: &Arc<JobConfig>, after_ms: i64) -> Option<i64> {
+        if !self.config.as_ref().is_some_and(|c| Arc::ptr_eq(c, config)) {
+            self.config = Some(Arc::clone(config));
+            self.answers.clear();
+        }
+        if let Some((_, answer)) = self.answers.iter().find(|(a, _)| *a == after_ms) {
+            return *answer;
+        }
+        let answer = config.cron.as_ref().and_then(|cron| {
+            let after = DateTime::<Utc>::from_timestamp_millis(after_ms)?;
+            cron.next_after(after, &config.time_zone)
+                .map(|t| t.timestamp_millis())
+        });
+        if self.answers.len() == Self::SIZE {
+            self.answers.remove(0);
+        }
+        self.answers.push((after_ms, answer));
+        answer
+    }
 }
 
 impl Job {
@@ -300,6 +339,7 @@ impl Machine {
             probe: None,
             last_probe: 0,
             jobs: BTreeMap::new(),
+            wakes: BTreeSet::new(),
             pending: BTreeMap::new(),
             executions: BTreeMap::new(),
             out: VecDeque::new(),
@@ -348,7 +388,7 @@ impl Machine {
 
     /// The job's effective configuration: the registry's copy once it is loaded.
     pub fn config(&self, job: &str) -> Option<&JobConfig> {
-        self.jobs.get(job).and_then(|j| j.config.as_ref())
+        self.jobs.get(job).and_then(|j| j.config.as_deref())
     }
 
     /// Whether the job's leader has a re-shard pending (`leader/sharding/necessary`), as far
@@ -387,6 +427,7 @@ impl Machine {
             paths,
             spec,
             config: None,
+            config_source: None,
             phase: Phase::Waiting,
             cache: Cache::default(),
             buffer: Vec::new(),
@@ -407,9 +448,10 @@ impl Machine {
             last_config_error: None,
             last_housekeeping: None,
             last_reload: None,
-            view: None,
             loading: None,
             wake: None,
+            wake_indexed: None,
+            fires: FireMemo::default(),
         };
         self.jobs.insert(name.clone(), job);
         if matches!(self.session, Session::Live(_)) {
@@ -477,9 +519,7 @@ impl Machine {
                 next = Some(next.map_or(t, |n| n.min(t)));
             }
         };
-        for job in self.jobs.values() {
-            at(job.wake);
-        }
+        at(self.wakes.first().map(|(t, _)| *t));
         for exec in self.executions.values() {
             at(exec.retry_at);
         }
@@ -651,10 +691,10 @@ impl Machine {
             return;
         }
         let due: Vec<String> = self
-            .jobs
+            .wakes
             .iter()
-            .filter(|(_, j)| j.wake.is_some_and(|w| w <= now.mono))
-            .map(|(name, _)| name.clone())
+            .take_while(|(t, _)| *t <= now.mono)
+            .map(|(_, name)| name.clone())
             .collect();
         for name in due {
             self.evaluate(&name, now);
@@ -730,6 +770,7 @@ impl Machine {
                     self.session_lost();
                     if planted!(self.opts, ShutdownOnSessionLoss) {
                         self.jobs.clear();
+                        self.wakes.clear();
                         self.stopped = true;
                     }
                 }
@@ -968,6 +1009,11 @@ impl Machine {
         let Some(node) = j.cache.get(&path) else {
             return;
         };
+        // Parsing YAML is costly: only when the text changed since the last parse.
+        if j.config_source.as_deref() == Some(&node.data[..]) {
+            return;
+        }
+        j.config_source = Some(node.data.clone());
         let parsed = std::str::from_utf8(&node.data)
             .map_err(|_| "the config node is not UTF-8 text".to_owned())
             .and_then(|text| {
@@ -983,7 +1029,7 @@ impl Machine {
             });
         match parsed {
             Ok(config) => {
-                j.config = Some(config);
+                j.config = Some(Arc::new(config));
                 j.last_config_error = None;
                 if j.phase == Phase::Blocked {
                     j.phase = Phase::Loaded;
@@ -1014,6 +1060,28 @@ impl Machine {
     }
 
     fn evaluate(&mut self, name: &str, now: Now) {
+        self.evaluate_job(name, now);
+        self.index_wake(name);
+    }
+
+    /// Enters the job's `wake` in the ordered index (and drops a job that is gone).
+    fn index_wake(&mut self, name: &str) {
+        let Some(j) = self.jobs.get_mut(name) else {
+            self.wakes.retain(|(_, n)| n != name);
+            return;
+        };
+        if j.wake != j.wake_indexed {
+            if let Some(t) = j.wake_indexed {
+                self.wakes.remove(&(t, name.to_owned()));
+            }
+            if let Some(t) = j.wake {
+                self.wakes.insert((t, name.to_owned()));
+            }
+            j.wake_indexed = j.wake;
+        }
+    }
+
+    fn evaluate_job(&mut self, name: &str, now: Now) {
         let Some(j) = self.jobs.get_mut(name) else {
             return;
         };
@@ -1063,17 +1131,12 @@ impl Machine {
         let Some(j) = self.jobs.get_mut(name) else {
             return Action::Nothing;
         };
-        // Reading the view parses every node of the job: do it once per change of the cache.
+        // The view is kept in step with the cache; it is lent to the decision.
         let version = j.cache.version;
-        let view = match j.view.take() {
-            Some((v, view)) if v == version => view,
-            _ => JobView::read(&j.cache, &j.paths),
-        };
+        let view = j.cache.take_view();
         let action = self.decide_with(name, &view, now);
         if let Some(j) = self.jobs.get_mut(name) {
-            if j.cache.version == version {
-                j.view = Some((version, view));
-            }
+            j.cache.give_back(version, view);
         }
         action
     }
@@ -1477,6 +1540,7 @@ impl Machine {
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
                         self.jobs.remove(&name);
+                        self.index_wake(&name);
                         self.out
                             .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
                         self.finish_shutdown_if_done();
@@ -1810,7 +1874,8 @@ fn setup_ops(
         } else {
             ops.push(TxnOp::create(config_path, yaml));
         }
-        j.config = Some(j.spec.config.clone());
+        j.config = Some(Arc::new(j.spec.config.clone()));
+        j.config_source = None;
     } else if j.config.is_none() {
         return Err(MachineEvent::ConfigInvalid {
             job: name,
@@ -2089,7 +2154,7 @@ fn housekeeping(
 fn claims(
     j: &mut Job,
     view: &JobView,
-    config: &JobConfig,
+    config: &Arc<JobConfig>,
     me: &InstanceId,
     sid: crate::registry::SessionId,
     opts: &MachineOptions,
@@ -2164,13 +2229,12 @@ fn claims(
                 }
                 let baseline =
                     done.unwrap_or_else(|| j.owned_since.get(&i).copied().unwrap_or(now_ms));
-                let Some(after) = DateTime::<Utc>::from_timestamp_millis(baseline) else {
+                let Some(first_ms) = j.fires.next_after(config, baseline) else {
                     continue;
                 };
-                let Some(first) = cron.next_after(after, &config.time_zone) else {
+                let Some(first) = DateTime::<Utc>::from_timestamp_millis(first_ms) else {
                     continue;
                 };
-                let first_ms = first.timestamp_millis();
                 if first_ms > now_ms {
                     wake.push(now.mono_at(first_ms));
                     continue;

@@ -1,9 +1,14 @@
 //! A job's subtree as the machine caches it, and the facts read off it.
+//!
+//! The cache keeps every node of one job and, beside it, the [`JobView`] of the facts decisions
+//! need. The view is kept current node by node as events arrive (an event changes one field of
+//! the view), so a decision never re-reads the whole subtree; [`JobView::read`] rebuilds it from
+//! scratch, and debug builds check now and then that both agree.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::instance::InstanceId;
-use crate::layout::{ItemLeaf, JobNode, JobPaths};
+use crate::layout::{ItemLeaf, JobNode};
 use crate::registry::{Node, NodePath, Revision, Stat, Version, WatchEvent, WatchEventKind};
 
 use super::record::ItemRecord;
@@ -23,58 +28,91 @@ pub(crate) struct Cache {
     pub seen: Option<Revision>,
     /// Grows with every change, so readers can tell a cache they have read already.
     pub version: u64,
+    /// The facts read off `nodes`, kept in step with them; `None` while a decision has it.
+    pub view: Option<JobView>,
 }
 
 impl Cache {
     pub fn load(&mut self, nodes: Vec<Node>) {
         self.version += 1;
         self.nodes.clear();
+        let mut view = JobView::default();
         for node in nodes {
             self.note(node.stat.modified);
-            self.nodes.insert(
-                node.path,
-                Cached {
-                    data: node.data,
-                    stat: node.stat,
-                },
-            );
+            let cached = Cached {
+                data: node.data,
+                stat: node.stat,
+            };
+            view.set(&node.path, &cached, true);
+            self.nodes.insert(node.path, cached);
         }
+        self.view = Some(view);
     }
 
     pub fn apply(&mut self, event: WatchEvent) {
         self.version += 1;
-        match (event.kind, event.stat) {
+        let WatchEvent {
+            kind,
+            path,
+            data,
+            stat,
+        } = event;
+        let stat = match (kind, stat) {
             (WatchEventKind::Deleted, _) => {
-                self.nodes.remove(&event.path);
+                if self.nodes.remove(&path).is_some() {
+                    if let Some(view) = self.view.as_mut() {
+                        view.unset(&path);
+                    }
+                }
+                self.check_view();
+                return;
             }
             (_, Some(stat)) => {
                 self.note(stat.modified);
-                self.nodes.insert(
-                    event.path,
-                    Cached {
-                        data: event.data,
-                        stat,
-                    },
-                );
+                stat
             }
             // A created/changed event without metadata: keep the data, and the old metadata
             // if there is one (a backend that cannot tell the stat). Conditional writes on
             // such a node may fail and are then retried after a reload.
-            (_, None) => {
-                let stat = self.nodes.get(&event.path).map(|c| c.stat).unwrap_or(Stat {
-                    version: Version(-1),
-                    created: Revision(0),
-                    modified: Revision(0),
-                    ephemeral_owner: None,
-                });
-                self.nodes.insert(
-                    event.path,
-                    Cached {
-                        data: event.data,
-                        stat,
-                    },
-                );
+            (_, None) => self.nodes.get(&path).map(|c| c.stat).unwrap_or(Stat {
+                version: Version(-1),
+                created: Revision(0),
+                modified: Revision(0),
+                ephemeral_owner: None,
+            }),
+        };
+        let cached = Cached { data, stat };
+        let new = !self.nodes.contains_key(&path);
+        if let Some(view) = self.view.as_mut() {
+            view.set(&path, &cached, new);
+        }
+        self.nodes.insert(path, cached);
+        self.check_view();
+    }
+
+    /// Debug builds: every 64th change, the kept view must equal one read from scratch.
+    fn check_view(&self) {
+        #[cfg(debug_assertions)]
+        if self.version % 64 == 0 {
+            if let Some(view) = &self.view {
+                debug_assert_eq!(*view, JobView::read(self), "the kept view drifted");
             }
+        }
+    }
+
+    /// Takes the view out for a decision (read from scratch if it is out already).
+    pub fn take_view(&mut self) -> JobView {
+        self.view.take().unwrap_or_else(|| JobView::read(self))
+    }
+
+    /// Gives back a view taken at cache version `version`.
+    pub fn give_back(&mut self, version: u64, view: JobView) {
+        if self.view.is_none() {
+            self.view = Some(if self.version == version {
+                view
+            } else {
+                JobView::read(self)
+            });
         }
     }
 
@@ -113,7 +151,7 @@ impl Cache {
 }
 
 /// One item's state read off the cache.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ItemView {
     pub exists: bool,
     pub owner: Option<InstanceId>,
@@ -123,10 +161,12 @@ pub(crate) struct ItemView {
     pub disabled: bool,
     pub failover: Option<Stat>,
     pub record: Option<(ItemRecord, Version)>,
+    /// How many cached nodes belong to the item (its entry goes when the last one does).
+    nodes: u32,
 }
 
 /// The facts of one job that decisions need.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct JobView {
     pub instances: BTreeSet<InstanceId>,
     pub disabled_servers: BTreeSet<String>,
@@ -135,72 +175,156 @@ pub(crate) struct JobView {
     pub necessary: Option<Version>,
     pub items: BTreeMap<u32, ItemView>,
     pub triggers: BTreeMap<InstanceId, String>,
-    pub corrupt: Vec<(NodePath, String)>,
+    pub corrupt: BTreeMap<NodePath, String>,
+}
+
+fn text(node: &Cached) -> String {
+    String::from_utf8_lossy(&node.data).into_owned()
 }
 
 impl JobView {
-    pub fn read(cache: &Cache, paths: &JobPaths) -> JobView {
+    /// Reads the view of every node in the cache from scratch.
+    pub fn read(cache: &Cache) -> JobView {
         let mut v = JobView::default();
-        let root = paths.root();
-        for (path, node) in cache
-            .nodes
-            .range(root.clone()..)
-            .take_while(|(p, _)| root.contains(p))
-        {
-            let Some((_, what)) = JobNode::parse(path) else {
-                continue;
-            };
-            let text = || String::from_utf8_lossy(&node.data).into_owned();
-            match what {
-                JobNode::Instance(id) => {
-                    v.instances.insert(id);
+        for (path, node) in &cache.nodes {
+            v.set(path, node, true);
+        }
+        v
+    }
+
+    /// A node was created (`new`) or changed.
+    fn set(&mut self, path: &NodePath, node: &Cached, new: bool) {
+        let Some((_, what)) = JobNode::parse(path) else {
+            return;
+        };
+        match what {
+            JobNode::Instance(id) => {
+                self.instances.insert(id);
+            }
+            JobNode::Server(ip) => {
+                let value = text(node);
+                if value.trim() == "DISABLED" {
+                    self.disabled_servers.insert(ip.clone());
+                } else {
+                    self.disabled_servers.remove(&ip);
                 }
-                JobNode::Server(ip) => {
-                    let value = text();
-                    if value.trim() == "DISABLED" {
-                        v.disabled_servers.insert(ip.clone());
+                self.servers.insert(ip, value);
+            }
+            JobNode::LeaderInstance => self.leader = Some(text(node)),
+            JobNode::ShardingNecessary => self.necessary = Some(node.stat.version),
+            JobNode::Item(i) => {
+                let item = self.item(i, new);
+                item.exists = true;
+            }
+            JobNode::ItemState(i, leaf) => {
+                let mut problem = None;
+                let item = self.item(i, new);
+                match leaf {
+                    ItemLeaf::Instance => {
+                        let value = text(node);
+                        match InstanceId::new(value.trim()) {
+                            Ok(id) => item.owner = Some(id),
+                            Err(e) => {
+                                item.owner = None;
+                                if !value.trim().is_empty() {
+                                    problem = Some(e.to_string());
+                                }
+                            }
+                        }
+                        item.owner_stat = Some(node.stat);
                     }
-                    v.servers.insert(ip, value);
+                    ItemLeaf::Running => item.running = Some((text(node), node.stat)),
+                    ItemLeaf::Disabled => item.disabled = true,
+                    ItemLeaf::Failover => item.failover = Some(node.stat),
+                    ItemLeaf::Execution => match ItemRecord::parse(&node.data) {
+                        Ok(r) => item.record = Some((r, node.stat.version)),
+                        Err(e) => {
+                            // Treated as empty and overwritten at the next run: the item
+                            // keeps running, and the problem is reported.
+                            item.record = Some((ItemRecord::default(), node.stat.version));
+                            problem = Some(e);
+                        }
+                    },
+                    ItemLeaf::Misfire | ItemLeaf::Failovering => {}
                 }
-                JobNode::LeaderInstance => v.leader = Some(text()),
-                JobNode::ShardingNecessary => v.necessary = Some(node.stat.version),
-                JobNode::Item(i) => v.items.entry(i).or_default().exists = true,
-                JobNode::ItemState(i, leaf) => {
-                    let item = v.items.entry(i).or_default();
+                match problem {
+                    Some(e) => {
+                        self.corrupt.insert(path.clone(), e);
+                    }
+                    None => {
+                        self.corrupt.remove(path);
+                    }
+                }
+            }
+            JobNode::Trigger(id) => {
+                self.triggers.insert(id, text(node));
+            }
+            _ => {}
+        }
+    }
+
+    /// A node was deleted.
+    fn unset(&mut self, path: &NodePath) {
+        let Some((_, what)) = JobNode::parse(path) else {
+            return;
+        };
+        match what {
+            JobNode::Instance(id) => {
+                self.instances.remove(&id);
+            }
+            JobNode::Server(ip) => {
+                self.disabled_servers.remove(&ip);
+                self.servers.remove(&ip);
+            }
+            JobNode::LeaderInstance => self.leader = None,
+            JobNode::ShardingNecessary => self.necessary = None,
+            JobNode::Item(i) => {
+                if let Some(item) = self.items.get_mut(&i) {
+                    item.exists = false;
+                }
+                self.release(i);
+            }
+            JobNode::ItemState(i, leaf) => {
+                if let Some(item) = self.items.get_mut(&i) {
                     match leaf {
                         ItemLeaf::Instance => {
-                            let value = text();
-                            match InstanceId::new(value.trim()) {
-                                Ok(id) => item.owner = Some(id),
-                                Err(e) if !value.trim().is_empty() => {
-                                    v.corrupt.push((path.clone(), e.to_string()))
-                                }
-                                Err(_) => {}
-                            }
-                            item.owner_stat = Some(node.stat);
+                            item.owner = None;
+                            item.owner_stat = None;
                         }
-                        ItemLeaf::Running => item.running = Some((text(), node.stat)),
-                        ItemLeaf::Disabled => item.disabled = true,
-                        ItemLeaf::Failover => item.failover = Some(node.stat),
-                        ItemLeaf::Execution => match ItemRecord::parse(&node.data) {
-                            Ok(r) => item.record = Some((r, node.stat.version)),
-                            Err(e) => {
-                                // Treated as empty and overwritten at the next run: the item
-                                // keeps running, and the problem is reported.
-                                item.record = Some((ItemRecord::default(), node.stat.version));
-                                v.corrupt.push((path.clone(), e));
-                            }
-                        },
+                        ItemLeaf::Running => item.running = None,
+                        ItemLeaf::Disabled => item.disabled = false,
+                        ItemLeaf::Failover => item.failover = None,
+                        ItemLeaf::Execution => item.record = None,
                         ItemLeaf::Misfire | ItemLeaf::Failovering => {}
                     }
                 }
-                JobNode::Trigger(id) => {
-                    v.triggers.insert(id, text());
-                }
-                _ => {}
+                self.corrupt.remove(path);
+                self.release(i);
+            }
+            JobNode::Trigger(id) => {
+                self.triggers.remove(&id);
+            }
+            _ => {}
+        }
+    }
+
+    /// The item's entry; a `new` node is counted.
+    fn item(&mut self, i: u32, new: bool) -> &mut ItemView {
+        let item = self.items.entry(i).or_default();
+        if new {
+            item.nodes += 1;
+        }
+        item
+    }
+
+    /// One node of item `i` is gone: drop the entry with the last one.
+    fn release(&mut self, i: u32) {
+        if let Some(item) = self.items.get_mut(&i) {
+            item.nodes = item.nodes.saturating_sub(1);
+            if item.nodes == 0 {
+                self.items.remove(&i);
             }
         }
-        v
     }
 
     /// Whether a server (by ip) is enabled: its node is absent or not `DISABLED`.
@@ -215,5 +339,68 @@ impl JobView {
             .filter(|i| self.server_enabled(i.server_ip()))
             .cloned()
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: WatchEventKind, path: &str, data: &str, rev: u64) -> WatchEvent {
+        WatchEvent {
+            kind,
+            path: NodePath::new(path).unwrap(),
+            data: data.as_bytes().to_vec(),
+            stat: (kind != WatchEventKind::Deleted).then_some(Stat {
+                version: Version(rev as i64),
+                created: Revision(rev),
+                modified: Revision(rev),
+                ephemeral_owner: None,
+            }),
+        }
+    }
+
+    /// The view kept event by event equals the one read from scratch after every step,
+    /// through creates, changes, corrupt data and deletes (including the last node of an item).
+    #[test]
+    fn the_kept_view_equals_a_fresh_read() {
+        use WatchEventKind::{Changed, Created, Deleted};
+        let steps = [
+            (Created, "/j/instances/10.0.0.1@-@1", ""),
+            (Created, "/j/servers/10.0.0.1", ""),
+            (Changed, "/j/servers/10.0.0.1", "DISABLED"),
+            (Created, "/j/sharding/0", ""),
+            (Created, "/j/sharding/0/instance", "10.0.0.1@-@1"),
+            (Changed, "/j/sharding/0/instance", "not an id"),
+            (Changed, "/j/sharding/0/instance", "10.0.0.1@-@1"),
+            (Created, "/j/sharding/0/execution", "{broken"),
+            (Changed, "/j/sharding/0/execution", r#"{"done":5}"#),
+            (Created, "/j/sharding/1/misfire", ""),
+            (Created, "/j/sharding/1/running", "x"),
+            (Created, "/j/sharding/1/disabled", ""),
+            (Created, "/j/leader/election/instance", "10.0.0.1@-@1"),
+            (Created, "/j/leader/sharding/necessary", ""),
+            (Created, "/j/trigger/10.0.0.1@-@1", "p"),
+            (Deleted, "/j/sharding/1/running", ""),
+            (Deleted, "/j/sharding/1/misfire", ""),
+            (Deleted, "/j/sharding/1/disabled", ""),
+            (Changed, "/j/servers/10.0.0.1", ""),
+            (Deleted, "/j/sharding/0/instance", ""),
+            (Deleted, "/j/leader/election/instance", ""),
+            (Deleted, "/j/trigger/10.0.0.1@-@1", ""),
+            (Deleted, "/j/instances/10.0.0.1@-@1", ""),
+            (Deleted, "/j/sharding/0", ""),
+        ];
+        let mut cache = Cache::default();
+        cache.load(Vec::new());
+        for (rev, (kind, path, data)) in steps.into_iter().enumerate() {
+            cache.apply(event(kind, path, data, rev as u64 + 1));
+            let kept = cache.view.as_ref().unwrap();
+            assert_eq!(*kept, JobView::read(&cache), "after {kind:?} {path}");
+        }
+        let end = cache.take_view();
+        assert!(!end.items.contains_key(&1), "item 1 has no node left");
+        assert_eq!(end.items.get(&0).map(|i| i.exists), Some(false));
+        assert!(end.corrupt.is_empty());
     }
 }

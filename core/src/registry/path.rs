@@ -73,6 +73,26 @@ impl NodePath {
     }
 
     /// The child called `name`, which the caller has already checked to be one valid segment.
+    /// The descendant `self/a/b/…` of segments known to be valid, built in one allocation.
+    pub(crate) fn descendant_unchecked(&self, names: &[&str]) -> Self {
+        let base = if self.is_root() { "" } else { self.0.as_str() };
+        let len = base.len() + names.iter().map(|n| n.len() + 1).sum::<usize>();
+        let mut out = String::with_capacity(len);
+        out.push_str(base);
+        for name in names {
+            debug_assert!(
+                !name.contains('/') && check_segment(name).is_ok(),
+                "bad segment {name:?}"
+            );
+            out.push('/');
+            out.push_str(name);
+        }
+        if out.is_empty() {
+            out.push('/');
+        }
+        Self(out)
+    }
+
     pub(crate) fn child_unchecked(&self, name: &str) -> Self {
         debug_assert!(
             !name.contains('/') && check_segment(name).is_ok(),

@@ -31,6 +31,7 @@ pub fn check(
 ) -> Vec<Violation> {
     let mut out = Vec::new();
     let origin_ms = origin.timestamp_millis();
+    let by_item = index(runs);
     for (name, job) in jobs {
         let c = &job.config;
         if !(c.failover && c.misfire && c.monitor_execution) {
@@ -51,13 +52,12 @@ pub fn check(
                 if job.disabled.contains(&item) {
                     continue;
                 }
-                let done = runs.iter().any(|r| {
-                    r.job == *name
-                        && r.item == item
-                        && r.fire >= f
-                        && !r.cancelled
-                        && r.end.is_some_and(|e| e <= deadline)
-                });
+                let mine = by_item
+                    .get(&(name.as_str(), item))
+                    .map_or(&[][..], |v| &v[..]);
+                let done = mine
+                    .iter()
+                    .any(|r| r.fire >= f && !r.cancelled && r.end.is_some_and(|e| e <= deadline));
                 if !done {
                     out.push(Violation {
                         checker: "liveness",
@@ -88,6 +88,7 @@ pub fn misfires(
 ) -> Vec<Violation> {
     let mut out = Vec::new();
     let origin_ms = origin.timestamp_millis();
+    let by_item = index(runs);
     for (name, job) in jobs {
         let c = &job.config;
         if !(c.misfire && c.monitor_execution) {
@@ -113,13 +114,12 @@ pub fn misfires(
                 .take_while(|t| *t + slack_ms as i64 <= origin_ms + end as i64)
                 .last();
             let Some(fire) = inside else { continue };
-            let compensated = runs.iter().any(|x| {
-                x.job == *name
-                    && x.item == r.item
-                    && x.fire >= fire
-                    && x.start >= r.start
-                    && x.start <= end + slack_ms
-            });
+            let mine = by_item
+                .get(&(name.as_str(), r.item))
+                .map_or(&[][..], |v| &v[..]);
+            let compensated = mine
+                .iter()
+                .any(|x| x.fire >= fire && x.start >= r.start && x.start <= end + slack_ms);
             if !compensated {
                 out.push(Violation {
                     checker: "misfire",
@@ -133,4 +133,13 @@ pub fn misfires(
         }
     }
     out
+}
+
+/// The runs of each (job, item), in the order they started.
+fn index(runs: &[RunRecord]) -> BTreeMap<(&str, u32), Vec<&RunRecord>> {
+    let mut by_item: BTreeMap<(&str, u32), Vec<&RunRecord>> = BTreeMap::new();
+    for r in runs {
+        by_item.entry((r.job.as_str(), r.item)).or_default().push(r);
+    }
+    by_item
 }
