@@ -1,8 +1,10 @@
 //! Measures fire lateness (job body start − scheduled fire time), start-up time, resident
 //! memory and threads of one instance hosting many jobs on the in-memory registry.
 //!
-//! `cargo run --release --example lateness -- [JOBS] [SECONDS]` (default 1000 jobs, 10 s).
-//! Every job has one item and fires every second.
+//! `cargo run --release --example lateness -- [JOBS] [SECONDS] [herd|spread]` (default 1000
+//! jobs, 10 s, herd). Every job has one item. `herd`: every job fires every second, all at the
+//! same instant (the worst case); `spread`: every job fires every 10 s, a tenth of them in each
+//! second (job `n` at seconds `n % 10`, `n % 10 + 10`, …).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -47,7 +49,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let jobs: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1000);
     let seconds: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10);
-    let cron = CronExpr::parse("* * * * * ?")?;
+    let spread = match args.next().as_deref() {
+        None | Some("herd") => false,
+        Some("spread") => true,
+        Some(other) => return Err(format!("expected herd or spread, not {other:?}").into()),
+    };
+    let herd = CronExpr::parse("* * * * * ?")?;
     let lateness = Arc::new(Mutex::new(Vec::new()));
     // Measure from the third second on: start-up is measured separately.
     let after = Utc::now() + chrono::Duration::seconds(3);
@@ -55,7 +62,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t0 = Instant::now();
     let mut builder = Scheduler::builder().registry(Arc::new(server.connect_default()));
     for n in 0..jobs {
-        let config = JobConfig::new(format!("job-{n}"), 1).with_cron(cron.clone());
+        let cron = if spread {
+            CronExpr::parse(&format!("{}/10 * * * * ?", n % 10))?
+        } else {
+            herd.clone()
+        };
+        let config = JobConfig::new(format!("job-{n}"), 1).with_cron(cron);
         builder = builder.job(
             config,
             Probe {
@@ -66,10 +78,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let handle = builder.build().await?;
     let mut events = handle.subscribe();
-    let mut active = 0;
-    while active < jobs {
+    let mut active = std::collections::HashSet::new();
+    while active.len() < jobs {
         match events.recv().await {
-            Ok(RunEvent::Machine(MachineEvent::JobActive { .. })) => active += 1,
+            Ok(RunEvent::Machine(MachineEvent::JobActive { job })) => {
+                active.insert(job);
+            }
             Ok(_) => {}
             Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                 eprintln!("missed {n} events while counting start-up");
@@ -91,8 +105,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .copied()
             .unwrap_or(0)
     };
+    let mode = if spread { "spread" } else { "herd" };
     println!(
-        "{jobs} jobs, {seconds} s: start-up {} ms (all jobs active), {} item runs measured",
+        "{jobs} jobs ({mode}), {seconds} s: start-up {} ms (all jobs active), {} item runs measured",
         startup.as_millis(),
         l.len()
     );

@@ -212,8 +212,8 @@ fn client_session(st: &State, client: u64) -> Result<SessionId, RegistryError> {
 
 fn client_killed(st: &State, session: SessionId) -> bool {
     st.store
-        .session(session)
-        .is_some_and(|s| matches!(s.link, Link::Killed { .. }))
+        .session_state(session)
+        .is_some_and(|(_, _, link)| matches!(link, Link::Killed { .. }))
 }
 
 /// An in-process registry server: the shared [`Store`] plus a clock. Cheap to clone; all clones
@@ -474,11 +474,11 @@ impl Registry for MemClient {
         let (_, changed) = self.shared.sync(&mut st);
         let info = client_session(&st, self.id)
             .ok()
-            .and_then(|id| st.store.session(id))
-            .filter(|v| {
-                v.status == SessionStatus::Alive || matches!(v.link, Link::Suspended { .. })
+            .and_then(|id| st.store.session_state(id))
+            .filter(|(_, status, link)| {
+                *status == SessionStatus::Alive || matches!(link, Link::Suspended { .. })
             })
-            .map(|v| v.info);
+            .map(|(info, _, _)| info);
         self.shared.finish(st, changed);
         info
     }

@@ -488,6 +488,20 @@ impl Store {
         })
     }
 
+    /// The session's id and timeout, status and client link, without copying its node lists.
+    pub fn session_state(&self, id: SessionId) -> Option<(SessionInfo, SessionStatus, Link)> {
+        self.sessions.get(&id).map(|s| {
+            (
+                SessionInfo {
+                    id,
+                    timeout: s.timeout,
+                },
+                s.status,
+                s.link,
+            )
+        })
+    }
+
     /// Whether the session exists on the registry side (alive, whatever its client's link).
     pub fn is_alive(&self, id: SessionId) -> bool {
         self.sessions

@@ -649,8 +649,13 @@ impl Cluster {
                                     .handle_registry_events(std::mem::take(&mut batch), t);
                                 self.pump(n);
                             }
+                            // Session ids grow: a late event of a session already replaced
+                            // (the watch delivers with a delay) must not bring it back.
                             if let SessionEvent::Connected(info) = &s {
-                                self.nodes[n].session = Some(info.id);
+                                let current = self.nodes[n].session;
+                                if current.is_none_or(|c| info.id > c) {
+                                    self.nodes[n].session = Some(info.id);
+                                }
                             }
                             self.note(("session", n, format!("{s:?}")), || {
                                 format!("node {n}: {s:?}")

@@ -245,7 +245,8 @@ fn misfires_collapse_into_one_run_right_after() {
         .collect();
     // Fire 1 runs until 4.5 s; fires 2, 3, 4 come meanwhile and collapse into fire 4, which
     // runs at once; then fires 5..8 collapse into 8.
-    assert_eq!(runs[0], (1_000, RunKind::Scheduled, 1_001));
+    // Claimed ahead, the first run starts at its fire to the millisecond.
+    assert_eq!(runs[0], (1_000, RunKind::Scheduled, 1_000));
     assert_eq!(runs[1].0, 4_000);
     assert_eq!(runs[1].1, RunKind::Misfire);
     assert!(runs[1].2 <= 4_501 + 2, "{runs:?}");
@@ -492,4 +493,94 @@ fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
             .count(),
         5
     );
+}
+
+#[test]
+fn items_are_claimed_ahead_and_start_at_the_fire() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _, _| 300);
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 2)]);
+    // 250 ms before the fire (the default `claim_ahead`) the items are claimed: their
+    // running markers exist, nothing runs yet.
+    c.run_until(4_900);
+    assert!(c.exists("/tick/sharding/0/running"));
+    assert!(c.exists("/tick/sharding/1/running"));
+    assert!(c.runs.is_empty());
+    c.run_until(5_100);
+    let starts: Vec<(u32, u64, RunKind)> =
+        c.runs.iter().map(|r| (r.item, r.start, r.kind)).collect();
+    assert_eq!(
+        starts,
+        [
+            (0, 5_000, RunKind::Scheduled),
+            (1, 5_000, RunKind::Scheduled)
+        ]
+    );
+}
+
+#[test]
+fn a_claim_ahead_disabled_before_its_fire_is_given_back_not_run() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _, _| 300);
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 1)]);
+    c.run_until(4_900);
+    assert!(c.exists("/tick/sharding/0/running"));
+    c.operator_write("/tick/sharding/0/disabled", b"");
+    c.run_until(6_000);
+    assert!(c.runs.is_empty(), "{:?}", c.runs);
+    assert!(
+        !c.exists("/tick/sharding/0/running"),
+        "the claim is given back"
+    );
+    // The record is as before the claim: the fire at 5 s was not run, and counts as not done.
+    let record = c.read("/tick/sharding/0/execution").unwrap_or_default();
+    assert!(
+        !record.contains(&fire_at(&c, 5_000).to_string()),
+        "{record}"
+    );
+    assert!(!record.contains("\"run\""), "{record}");
+    // Enabled again: the missed fire runs at once (misfire), then the schedule goes on.
+    c.operator_delete("/tick/sharding/0/disabled");
+    c.run_until(10_500);
+    let runs: Vec<(i64, RunKind)> = c
+        .runs
+        .iter()
+        .map(|r| (r.fire - fire_at(&c, 0), r.kind))
+        .collect();
+    assert_eq!(
+        runs,
+        [(5_000, RunKind::Misfire), (10_000, RunKind::Scheduled)]
+    );
+}
+
+#[test]
+fn a_graceful_leave_gives_back_claims_ahead_at_once() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _, _| 300);
+    let j = job("tick", "0/5 * * * * ?", 2);
+    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j));
+    c.run_until(4_850);
+    assert!(c.exists("/tick/sharding/0/running") && c.exists("/tick/sharding/1/running"));
+    c.shutdown(0);
+    // B takes A's item and runs the 5 s fire of both items, once each.
+    c.run_until(6_000);
+    let mut fires: Vec<(u32, i64, String)> = c
+        .runs
+        .iter()
+        .map(|r| {
+            (
+                r.item,
+                r.fire - fire_at(&c, 0),
+                c.nodes[r.node].id.to_string(),
+            )
+        })
+        .collect();
+    fires.sort();
+    assert_eq!(
+        fires,
+        [(0, 5_000, B.to_owned()), (1, 5_000, B.to_owned())],
+        "{fires:?}"
+    );
+    c.assert_no_overlap();
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use shardjob_core::config::{ExecutorType, KnownTypes, Strictness};
+use shardjob_core::config::ExecutorType;
 use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::{
     CancelReason, Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineError,
@@ -29,6 +29,10 @@ use tokio::time::Instant;
 use super::exec::{self, ExecutionTask};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
+
+/// The most watch events or replies handled in one go before the driver looks at its other
+/// inputs (timers, finished runs, operations).
+const MAX_BATCH: usize = 256;
 
 /// The driver's clock: a monotonic origin for the machine's `mono` milliseconds, and the
 /// wall clock for cron.
@@ -63,7 +67,6 @@ pub(crate) struct Parts {
     pub registry: Arc<dyn Registry>,
     pub clock: Clock,
     pub instance: InstanceId,
-    pub known: KnownTypes,
     pub jobs: Vec<(JobConfig, Arc<dyn Job>)>,
     pub stream: Box<dyn EventStream>,
     pub ops: mpsc::UnboundedReceiver<Op>,
@@ -134,7 +137,6 @@ pub(crate) struct Driver {
     registry: Arc<dyn Registry>,
     clock: Clock,
     instance: InstanceId,
-    known: KnownTypes,
     jobs: BTreeMap<String, JobEntry>,
     running: HashMap<ExecutionId, Running>,
     /// Outstanding `GetTree` requests, by the job whose subtree they load.
@@ -173,7 +175,6 @@ impl Driver {
             registry: p.registry,
             clock: p.clock,
             instance: p.instance,
-            known: p.known,
             jobs,
             running: HashMap::new(),
             trees: HashMap::new(),
@@ -241,17 +242,30 @@ impl Driver {
                     }
                 },
                 ev = self.watch_rx.recv() => match ev {
-                    Some(ev) => self.on_watch(ev),
+                    Some(ev) => {
+                        // Whatever else has arrived goes in the same batch: the machine then
+                        // decides once per job, not once per event.
+                        let mut batch = vec![ev];
+                        while batch.len() < MAX_BATCH {
+                            match self.watch_rx.try_recv() {
+                                Ok(ev) => batch.push(ev),
+                                Err(_) => break,
+                            }
+                        }
+                        self.on_watch(batch);
+                    }
                     None => break SchedulerState::Failed(
                         "the registry watch ended: the registry client was closed or killed".to_owned(),
                     ),
                 },
                 Some((id, reply)) = self.replies_rx.recv() => {
-                    if let Some(job) = self.trees.remove(&id) {
-                        self.observe_tree(&job, &reply);
+                    self.on_reply(id, reply);
+                    for _ in 1..MAX_BATCH {
+                        match self.replies_rx.try_recv() {
+                            Ok((id, reply)) => self.on_reply(id, reply),
+                            Err(_) => break,
+                        }
                     }
-                    let now = self.clock.now();
-                    self.machine.handle_registry_reply(id, reply, now);
                 }
                 Some(done) = self.finished_rx.recv() => {
                     self.running.remove(&done.id);
@@ -417,37 +431,56 @@ impl Driver {
         }
     }
 
-    fn on_watch(&mut self, event: RegistryEvent) {
-        if let RegistryEvent::Node(ev) = &event {
-            let exists = ev.kind != WatchEventKind::Deleted;
-            self.observe_node(&ev.path, exists, &ev.data);
+    fn on_reply(&mut self, id: RequestId, reply: RegistryReply) {
+        let tree = self.trees.remove(&id);
+        if let Some(job) = &tree {
+            self.observe_tree(job, &reply);
         }
         let now = self.clock.now();
-        self.machine.handle_registry_event(event, now);
+        self.machine.handle_registry_reply(id, reply, now);
+        if let Some(job) = &tree {
+            self.refresh_config(job);
+        }
     }
 
-    /// Follows the nodes the driver needs besides the machine: the job's configuration in
-    /// force (its props, executor and error handler) and the re-sharding flag.
-    fn observe_node(&mut self, path: &NodePath, exists: bool, data: &[u8]) {
-        let Some((job, node)) = JobNode::parse(path) else {
-            return;
-        };
-        let Some(entry) = self.jobs.get_mut(job) else {
-            return;
-        };
-        match node {
-            JobNode::Config if exists => {
-                let parsed = std::str::from_utf8(data).ok().and_then(|text| {
-                    JobConfig::from_yaml_with(text, Strictness::Lenient, &self.known).ok()
-                });
-                // An unusable copy is reported by the machine, which keeps the last good one;
-                // so does the driver.
-                if let Some(config) = parsed.filter(|c| c.job_name == job) {
-                    if *entry.effective != config {
-                        entry.effective = Arc::new(config);
-                    }
+    fn on_watch(&mut self, events: Vec<RegistryEvent>) {
+        let mut configs = Vec::new();
+        for event in &events {
+            if let RegistryEvent::Node(ev) = event {
+                let exists = ev.kind != WatchEventKind::Deleted;
+                if let Some(job) = self.observe_node(&ev.path, exists, &ev.data) {
+                    configs.push(job);
                 }
             }
+        }
+        let now = self.clock.now();
+        self.machine.handle_registry_events(events, now);
+        for job in configs {
+            self.refresh_config(&job);
+        }
+    }
+
+    /// Takes the job's configuration in force from the machine (which parsed the registry's
+    /// copy and keeps the last good one when a copy is unusable).
+    fn refresh_config(&mut self, job: &str) {
+        let Some(config) = self.machine.shared_config(job) else {
+            return;
+        };
+        if let Some(entry) = self.jobs.get_mut(job) {
+            if !Arc::ptr_eq(&entry.effective, &config) && *entry.effective != *config {
+                entry.effective = config;
+            }
+        }
+    }
+
+    /// Follows the nodes the driver needs besides the machine: the re-sharding flag and the
+    /// items this instance owns. Returns the job when its configuration node changed (to be
+    /// taken from the machine once it has seen the change).
+    fn observe_node(&mut self, path: &NodePath, exists: bool, data: &[u8]) -> Option<String> {
+        let (job, node) = JobNode::parse(path)?;
+        let entry = self.jobs.get_mut(job)?;
+        match node {
+            JobNode::Config if exists => return Some(job.to_owned()),
             JobNode::ShardingNecessary => entry.resharding.set(exists),
             JobNode::ItemState(item, ItemLeaf::Instance) => {
                 if exists && !data.is_empty() {
@@ -458,6 +491,7 @@ impl Driver {
             }
             _ => {}
         }
+        None
     }
 
     /// Hands held manual triggers to the machine once their job is active and every item has
@@ -490,7 +524,8 @@ impl Driver {
             entry.owned.clear();
         }
         for node in nodes {
-            self.observe_node(&node.path, true, &node.data);
+            // The configuration is taken from the machine once it has handled the reply.
+            let _ = self.observe_node(&node.path, true, &node.data);
         }
     }
 

@@ -241,7 +241,6 @@ impl SchedulerBuilder {
             f(&mut opts);
         }
         opts.instance_id = instance_id.clone();
-        let known = opts.known_types.clone();
         let clock = driver::Clock::new();
         let mut machine = Machine::new(opts);
         let mut jobs = Vec::new();
@@ -265,7 +264,6 @@ impl SchedulerBuilder {
             registry,
             clock,
             instance: instance_id.clone(),
-            known,
             jobs,
             stream,
             ops: ops_rx,

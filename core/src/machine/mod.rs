@@ -127,6 +127,10 @@ pub struct Machine {
     jobs: BTreeMap<String, Job>,
     /// Every job's `wake`, ordered, so the next timeout is found without visiting each job.
     wakes: BTreeSet<(u64, String)>,
+    /// Executions whose completion is retried at a time (entries may be stale: checked).
+    retries: BTreeSet<(u64, ExecutionId)>,
+    /// Executions claimed ahead, by the monotonic time of their fire (entries may be stale).
+    starts: BTreeSet<(u64, ExecutionId)>,
     pending: BTreeMap<RequestId, Pending>,
     executions: BTreeMap<ExecutionId, Exec>,
     out: VecDeque<Command>,
@@ -210,6 +214,10 @@ struct Exec {
     completing: bool,
     retry_at: Option<u64>,
     backoff: u32,
+    /// Claimed ahead of its fire: the start to hand to the driver when the fire comes.
+    pending: Option<Execution>,
+    /// Whether the driver was told to start it (a claim given back never was).
+    started: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -340,6 +348,8 @@ impl Machine {
             last_probe: 0,
             jobs: BTreeMap::new(),
             wakes: BTreeSet::new(),
+            retries: BTreeSet::new(),
+            starts: BTreeSet::new(),
             pending: BTreeMap::new(),
             executions: BTreeMap::new(),
             out: VecDeque::new(),
@@ -389,6 +399,12 @@ impl Machine {
     /// The job's effective configuration: the registry's copy once it is loaded.
     pub fn config(&self, job: &str) -> Option<&JobConfig> {
         self.jobs.get(job).and_then(|j| j.config.as_deref())
+    }
+
+    /// The job's effective configuration, shared: the same `Arc` until the configuration
+    /// changes, so a caller can tell a change with [`Arc::ptr_eq`].
+    pub fn shared_config(&self, job: &str) -> Option<Arc<JobConfig>> {
+        self.jobs.get(job).and_then(|j| j.config.clone())
     }
 
     /// Whether the job's leader has a re-shard pending (`leader/sharding/necessary`), as far
@@ -520,9 +536,8 @@ impl Machine {
             }
         };
         at(self.wakes.first().map(|(t, _)| *t));
-        for exec in self.executions.values() {
-            at(exec.retry_at);
-        }
+        at(self.retries.first().map(|(t, _)| *t));
+        at(self.starts.first().map(|(t, _)| *t));
         if !self.executions.is_empty() || self.in_doubt {
             if let Session::Live(info) = self.session {
                 if self.probe.is_none() {
@@ -642,7 +657,7 @@ impl Machine {
                     RegistryReply::Transacted(_) if self.lease_valid(now) => {
                         for ((fire, kind), items) in groups {
                             let counts = kind != RunKind::Trigger;
-                            self.start_execution(&name, fire, kind, counts, None, items);
+                            self.start_execution(&name, fire, kind, counts, None, items, now);
                         }
                     }
                     RegistryReply::Failed(error) => {
@@ -667,21 +682,22 @@ impl Machine {
     /// The monotonic clock reached [`Machine::poll_timeout`].
     pub fn handle_timeout(&mut self, now: Now) {
         self.check_lease(now);
+        self.start_due(now);
         self.maybe_probe(now);
-        let due: Vec<u64> = self
-            .executions
-            .iter()
-            .filter(|(_, e)| e.retry_at.is_some_and(|t| t <= now.mono))
-            .map(|(id, _)| id.0)
-            .collect();
-        for id in due {
-            if let Some(e) = self.executions.get_mut(&ExecutionId(id)) {
-                e.retry_at = None;
+        while let Some(&(t, id)) = self.retries.first() {
+            if t > now.mono {
+                break;
             }
-            self.send_completion(ExecutionId(id), now);
+            self.retries.remove(&(t, id));
+            // Entries of executions that are gone or were rescheduled are stale: skipped.
+            match self.executions.get_mut(&id) {
+                Some(e) if e.retry_at == Some(t) => e.retry_at = None,
+                _ => continue,
+            }
+            self.send_completion(id, now);
         }
         if self.shutdown.is_some_and(|d| now.mono >= d) {
-            self.cancel_all(CancelReason::Shutdown);
+            self.cancel_all(CancelReason::Shutdown, now);
         }
         // Only the jobs whose time has come; every job now and then as a safety net (the
         // decisions are level-triggered, so an extra evaluation is harmless, only costly).
@@ -767,7 +783,7 @@ impl Machine {
                     Session::None => false,
                 };
                 if ours {
-                    self.session_lost();
+                    self.session_lost(now);
                     if planted!(self.opts, ShutdownOnSessionLoss) {
                         self.jobs.clear();
                         self.wakes.clear();
@@ -776,7 +792,7 @@ impl Machine {
                 }
             }
             SessionEvent::Closed => {
-                self.session_lost();
+                self.session_lost(now);
                 if self.shutdown.is_some() {
                     self.stopped = true;
                 }
@@ -785,7 +801,7 @@ impl Machine {
         self.evaluate_all(now);
     }
 
-    fn session_lost(&mut self) {
+    fn session_lost(&mut self, now: Now) {
         self.session = Session::None;
         self.epoch += 1;
         self.confirmed = None;
@@ -793,7 +809,7 @@ impl Machine {
         self.probe = None;
         self.out
             .push_back(Command::Event(MachineEvent::SessionLost));
-        self.cancel_all(CancelReason::SessionLost);
+        self.cancel_all(CancelReason::SessionLost, now);
         let finished: Vec<ExecutionId> = self
             .executions
             .iter()
@@ -853,7 +869,7 @@ impl Machine {
                 self.out
                     .push_back(Command::Event(MachineEvent::SessionInDoubt));
             }
-            self.cancel_all(CancelReason::SessionInDoubt);
+            self.cancel_all(CancelReason::SessionInDoubt, now);
         }
     }
 
@@ -889,12 +905,18 @@ impl Machine {
         self.probe = Some(id);
     }
 
-    fn cancel_all(&mut self, reason: CancelReason) {
+    fn cancel_all(&mut self, reason: CancelReason, now: Now) {
+        let mut unstarted = Vec::new();
         for (id, exec) in self.executions.iter_mut() {
-            if !exec.cancelled && !exec.finished {
+            if exec.pending.is_some() {
+                unstarted.push(*id);
+            } else if !exec.cancelled && !exec.finished {
                 exec.cancelled = true;
                 self.out.push_back(Command::Cancel { id: *id, reason });
             }
+        }
+        for id in unstarted {
+            self.release(id, now);
         }
     }
 
@@ -1167,6 +1189,21 @@ impl Machine {
             let deadline = j.leave_deadline.or(self.shutdown);
             let grace_over = deadline.is_some_and(|d| now.mono >= d);
             let local: Vec<ExecutionId> = j.running.values().copied().collect();
+            // Claimed ahead and not started: given back at once, nothing to wait for.
+            let unstarted: Vec<ExecutionId> = local
+                .iter()
+                .copied()
+                .filter(|id| self.executions.get(id).is_some_and(|e| e.pending.is_some()))
+                .collect();
+            if !unstarted.is_empty() {
+                for id in unstarted {
+                    self.release(id, now);
+                }
+                return Action::Nothing;
+            }
+            let Some(j) = self.jobs.get_mut(name) else {
+                return Action::Nothing;
+            };
             if !local.is_empty() {
                 if !grace_over {
                     j.wake = deadline;
@@ -1446,12 +1483,15 @@ impl Machine {
             completing: false,
             retry_at: None,
             backoff: 0,
+            pending: None,
+            started: false,
         };
         self.executions.insert(id, exec);
         id
     }
 
     /// Records a new execution and asks the driver to start it.
+    #[allow(clippy::too_many_arguments)]
     #[allow(clippy::too_many_arguments)]
     fn start_execution(
         &mut self,
@@ -1461,6 +1501,7 @@ impl Machine {
         counts_as_fire: bool,
         parameter: Option<String>,
         items: Vec<(ExecItem, Revision)>,
+        now: Now,
     ) -> Option<ExecutionId> {
         let config = self.jobs.get(name)?.config.clone()?;
         let runs: Vec<ItemRun> = items
@@ -1483,7 +1524,7 @@ impl Machine {
             item_list.join(","),
             self.opts.instance_id
         );
-        self.out.push_back(Command::Start(Execution {
+        let execution = Execution {
             id,
             job_name: name.to_owned(),
             task_id,
@@ -1492,8 +1533,82 @@ impl Machine {
             fire_time: DateTime::<Utc>::from_timestamp_millis(fire).unwrap_or_default(),
             kind,
             items: runs,
-        }));
+        };
+        if fire > now.wall_ms() && kind != RunKind::Trigger {
+            // Claimed ahead: started when the fire comes.
+            let at = now.mono_at(fire);
+            if let Some(e) = self.executions.get_mut(&id) {
+                e.pending = Some(execution);
+                self.starts.insert((at, id));
+            }
+        } else {
+            if let Some(e) = self.executions.get_mut(&id) {
+                e.started = true;
+            }
+            self.out.push_back(Command::Start(execution));
+        }
         Some(id)
+    }
+
+    /// Hands the driver the executions claimed ahead whose fire has come, if the session is
+    /// sure; releases them otherwise.
+    fn start_due(&mut self, now: Now) {
+        while let Some(&(t, id)) = self.starts.first() {
+            if t > now.mono {
+                break;
+            }
+            self.starts.remove(&(t, id));
+            let lease_ok = self.lease_valid(now);
+            let disabled = self.disabled_since_claim(id);
+            let Some(e) = self.executions.get_mut(&id) else {
+                continue;
+            };
+            let Some(execution) = e.pending.take() else {
+                continue;
+            };
+            if lease_ok && e.epoch == self.epoch && !e.cancelled && !disabled {
+                e.started = true;
+                self.out.push_back(Command::Start(execution));
+            } else {
+                self.release(id, now);
+            }
+        }
+    }
+
+    /// Whether an operator disabled one of the execution's items, or this server, after the
+    /// claim: a run claimed ahead then does not start.
+    fn disabled_since_claim(&mut self, id: ExecutionId) -> bool {
+        let Some(e) = self.executions.get(&id) else {
+            return false;
+        };
+        let Some(j) = self.jobs.get_mut(&e.job) else {
+            return false;
+        };
+        let view = j.cache.take_view();
+        let version = j.cache.version;
+        let disabled = !view.server_enabled(self.opts.instance_id.server_ip())
+            || e.items
+                .iter()
+                .any(|it| view.items.get(&it.item).is_some_and(|v| v.disabled));
+        j.cache.give_back(version, view);
+        disabled
+    }
+
+    /// Gives up an execution claimed ahead that never started: its markers go and its records
+    /// return to what they were, so the fire is run later (here or elsewhere), not lost.
+    fn release(&mut self, id: ExecutionId, now: Now) {
+        let Some(e) = self.executions.get_mut(&id) else {
+            return;
+        };
+        e.pending = None;
+        e.counts_as_fire = false;
+        e.cancelled = true;
+        e.finished = true;
+        if e.epoch == self.epoch && self.session != Session::None {
+            self.send_completion(id, now);
+        } else {
+            self.complete_lost(id);
+        }
     }
 
     // ----- replies -----
@@ -1624,7 +1739,8 @@ impl Machine {
                             })
                             .collect();
                         let (fire, kind, counts) = (claim.fire, claim.kind, claim.counts_as_fire);
-                        self.start_execution(&name, fire, kind, counts, claim.parameter, items);
+                        let param = claim.parameter;
+                        self.start_execution(&name, fire, kind, counts, param, items, now);
                     }
                 }
                 return;
@@ -1679,6 +1795,7 @@ impl Machine {
                 claim.counts_as_fire,
                 claim.parameter,
                 items,
+                now,
             );
         }
     }
@@ -1687,7 +1804,9 @@ impl Machine {
         let Some(sid) = self.session_id() else {
             // Suspended: retry when reconnected (or lose it on expiry).
             if let Some(e) = self.executions.get_mut(&id) {
-                e.retry_at = Some(now.mono.saturating_add(ms(self.opts.retry_backoff)));
+                let t = now.mono.saturating_add(ms(self.opts.retry_backoff));
+                e.retry_at = Some(t);
+                self.retries.insert((t, id));
             }
             return;
         };
@@ -1743,11 +1862,13 @@ impl Machine {
                 let Some(exec) = self.executions.remove(&id) else {
                     return;
                 };
-                self.out
-                    .push_back(Command::Event(MachineEvent::RunRecorded {
-                        job: exec.job.clone(),
-                        items: exec.items.iter().map(|i| i.item).collect(),
-                    }));
+                if exec.started {
+                    self.out
+                        .push_back(Command::Event(MachineEvent::RunRecorded {
+                            job: exec.job.clone(),
+                            items: exec.items.iter().map(|i| i.item).collect(),
+                        }));
+                }
                 if let Some(j) = self.jobs.get_mut(&exec.job) {
                     for it in &exec.items {
                         if j.running.get(&it.item) == Some(&id) {
@@ -1766,7 +1887,9 @@ impl Machine {
                             e.completing = false;
                             let delay = ms(self.opts.retry_backoff) << e.backoff.min(4);
                             e.backoff += 1;
-                            e.retry_at = Some(now.mono.saturating_add(delay));
+                            let t = now.mono.saturating_add(delay);
+                            e.retry_at = Some(t);
+                            self.retries.insert((t, id));
                         }
                     }
                     _ => {
@@ -1792,11 +1915,13 @@ impl Machine {
                 }
             }
         }
-        self.out
-            .push_back(Command::Event(MachineEvent::CompletionLost {
-                job: exec.job,
-                items: exec.items.iter().map(|i| i.item).collect(),
-            }));
+        if exec.started {
+            self.out
+                .push_back(Command::Event(MachineEvent::CompletionLost {
+                    job: exec.job,
+                    items: exec.items.iter().map(|i| i.item).collect(),
+                }));
+        }
     }
 
     fn finish_shutdown_if_done(&mut self) {
@@ -2070,6 +2195,16 @@ fn reshard(
         }
         ops.push(TxnOp::delete(item_path));
     }
+    // A new item starts with a record: fires before its creation are not due, whoever owns it
+    // and whatever that owner remembers from an earlier item of that number. Its start is the
+    // later of this clock and the latest fire any item of the job has done, so a leader whose
+    // clock is behind does not make a new item run a fire the job already ran.
+    let latest_done = view
+        .items
+        .values()
+        .filter_map(|v| v.record.as_ref().and_then(|(r, _)| r.done))
+        .max();
+    let start = latest_done.map_or(now.wall_ms(), |d| d.max(now.wall_ms()));
     for item in &moving {
         let Some(owner) = owners.get(item) else {
             continue;
@@ -2077,10 +2212,8 @@ fn reshard(
         let v = view.items.get(item);
         if !v.is_some_and(|v| v.exists) {
             ops.push(TxnOp::create(p.item(*item), Vec::<u8>::new()));
-            // A new item starts with a record: fires before its creation are not due, whoever
-            // owns it and whatever that owner remembers from an earlier item of that number.
             let baseline = ItemRecord {
-                done: Some(now.wall_ms()),
+                done: Some(start),
                 run: None,
             };
             ops.push(TxnOp::create(p.item_execution(*item), baseline.to_bytes()));
@@ -2164,6 +2297,7 @@ fn claims(
     let n = config.sharding_total_count;
     let now_ms = now.wall_ms();
     let tolerance = i64::try_from(opts.misfire_tolerance.as_millis()).unwrap_or(i64::MAX);
+    let ahead = i64::try_from(opts.claim_ahead.as_millis()).unwrap_or(0);
     // (fire, kind, counts_as_fire, parameter) → items with their current record.
     let mut groups: ClaimGroups = BTreeMap::new();
     let mut trigger_param: Option<String> = None;
@@ -2235,8 +2369,9 @@ fn claims(
                 let Some(first) = DateTime::<Utc>::from_timestamp_millis(first_ms) else {
                     continue;
                 };
-                if first_ms > now_ms {
-                    wake.push(now.mono_at(first_ms));
+                // Claimed up to `claim_ahead` before the fire, started at the fire.
+                if first_ms > now_ms.saturating_add(ahead) {
+                    wake.push(now.mono_at(first_ms.saturating_sub(ahead)));
                     continue;
                 }
                 // Latest fire at or before now: several missed fires collapse into one.

@@ -66,6 +66,12 @@ pub struct MachineOptions {
     /// How long the machine waits for the watch to show its own committed writes before it
     /// reloads the tree. Default 10 s.
     pub sync_timeout: Duration,
+    /// How long before a scheduled fire its items are claimed. The claim (one registry round
+    /// trip, more when many jobs fire at the same instant) is then done when the fire comes, and
+    /// the job body starts on time; an item claimed ahead shows as running meanwhile, and a claim
+    /// that cannot start (session in doubt, shutdown) is released without counting as a run.
+    /// Zero claims at the fire. Default 250 ms.
+    pub claim_ahead: Duration,
     /// Extra names accepted in job configurations (custom strategies).
     pub known_types: KnownTypes,
     /// Planted bugs switched on (simulator self-test only).
@@ -86,6 +92,7 @@ impl MachineOptions {
             retry_backoff: Duration::from_millis(250),
             shutdown_grace: Duration::from_secs(30),
             sync_timeout: Duration::from_secs(10),
+            claim_ahead: Duration::from_millis(250),
             known_types: KnownTypes::default(),
             #[cfg(feature = "plant-bugs")]
             plants: std::collections::BTreeSet::new(),

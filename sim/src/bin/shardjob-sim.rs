@@ -159,7 +159,11 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     } else {
         first.saturating_sub(15_000) as f64 / 1000.0
     };
-    let to = first as f64 / 1000.0 + 0.5;
+    let to = if args.full_log {
+        f64::MAX
+    } else {
+        first as f64 / 1000.0 + 0.5
+    };
     println!("  timeline {from:.1}s..{to:.1}s:");
     for line in log.iter().filter(|l| {
         let t: f64 = l

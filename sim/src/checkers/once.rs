@@ -43,8 +43,8 @@ pub fn check(runs: &[RunRecord]) -> Once {
                     checker: "once",
                     time: b.start,
                     message: format!(
-                        "{job}/{item} fire {fire} started twice: node {} {:?} at {} (finished at {:?}), then node {} {:?} at {}",
-                        a.node, a.kind, a.start, a.end, b.node, b.kind, b.start
+                        "{job}/{item} fire {fire} started twice: node {} {:?} at {} token {} (finished at {:?}, recorded), then node {} {:?} at {} token {}",
+                        a.node, a.kind, a.start, a.token, a.end, b.node, b.kind, b.start, b.token
                     ),
                 });
             }
