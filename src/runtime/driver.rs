@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use shardjob_core::config::{ExecutorType, KnownTypes, Strictness};
-use shardjob_core::layout::{ItemLeaf, JobNode};
+use shardjob_core::layout::{ItemLeaf, JobNode, JobPaths};
 use shardjob_core::machine::{
     CancelReason, Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineError,
     MachineEvent, Now,
@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use super::exec::{self, ExecutionTask};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
+use crate::listeners::{self, Guarantee, GuaranteeShared, JobListener, ListenerFactory};
 
 /// The driver's clock: a monotonic origin for the machine's `mono` milliseconds, and the
 /// wall clock for cron.
@@ -64,7 +65,9 @@ pub(crate) struct Parts {
     pub clock: Clock,
     pub instance: InstanceId,
     pub known: KnownTypes,
-    pub jobs: Vec<(JobConfig, Arc<dyn Job>)>,
+    pub jobs: Vec<(JobConfig, Arc<dyn Job>, Vec<Arc<dyn JobListener>>)>,
+    /// Listener types by name, for jobs added at run time.
+    pub factories: Arc<BTreeMap<String, ListenerFactory>>,
     pub stream: Box<dyn EventStream>,
     pub ops: mpsc::UnboundedReceiver<Op>,
     pub state: watch::Sender<SchedulerState>,
@@ -84,10 +87,15 @@ pub(crate) struct JobEntry {
     owned: BTreeSet<u32>,
     /// Manual triggers held until the job has a plan (see [`Driver::release_triggers`]).
     triggers: Vec<Option<String>>,
+    /// The job's listeners, in calling order.
+    listeners: Arc<[Arc<dyn JobListener>]>,
+    /// What distribute-once listeners of the job follow: changes under `guarantee`, and
+    /// disabled items.
+    guarantee: Arc<GuaranteeShared>,
 }
 
 impl JobEntry {
-    fn new(config: JobConfig, job: Arc<dyn Job>) -> Self {
+    fn new(config: JobConfig, job: Arc<dyn Job>, listeners: Vec<Arc<dyn JobListener>>) -> Self {
         Self {
             job,
             effective: Arc::new(config),
@@ -96,6 +104,8 @@ impl JobEntry {
             warned_handler: false,
             owned: BTreeSet::new(),
             triggers: Vec::new(),
+            listeners: listeners.into(),
+            guarantee: GuaranteeShared::new(),
         }
     }
 
@@ -136,6 +146,7 @@ pub(crate) struct Driver {
     instance: InstanceId,
     known: KnownTypes,
     jobs: BTreeMap<String, JobEntry>,
+    factories: Arc<BTreeMap<String, ListenerFactory>>,
     running: HashMap<ExecutionId, Running>,
     /// Outstanding `GetTree` requests, by the job whose subtree they load.
     trees: HashMap<RequestId, String>,
@@ -166,7 +177,12 @@ impl Driver {
         let jobs = p
             .jobs
             .into_iter()
-            .map(|(config, job)| (config.job_name.clone(), JobEntry::new(config, job)))
+            .map(|(config, job, listeners)| {
+                (
+                    config.job_name.clone(),
+                    JobEntry::new(config, job, listeners),
+                )
+            })
             .collect();
         Self {
             machine: p.machine,
@@ -175,6 +191,7 @@ impl Driver {
             instance: p.instance,
             known: p.known,
             jobs,
+            factories: p.factories,
             running: HashMap::new(),
             trees: HashMap::new(),
             stream: Some(p.stream),
@@ -352,6 +369,18 @@ impl Driver {
             return;
         };
         let limiter = entry.limiter();
+        let guarantee = if entry.listeners.is_empty() {
+            None
+        } else {
+            JobPaths::new(&execution.job_name).ok().map(|paths| {
+                Guarantee::new(
+                    Arc::clone(&self.registry),
+                    paths,
+                    self.instance.clone(),
+                    Arc::clone(&entry.guarantee),
+                )
+            })
+        };
         let task = ExecutionTask {
             execution,
             job: Arc::clone(&entry.job),
@@ -364,6 +393,8 @@ impl Driver {
             events: self.events.clone(),
             finished: self.finished_tx.clone(),
             warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
+            listeners: Arc::clone(&entry.listeners),
+            guarantee,
         };
         let handle = tokio::spawn(task.run());
         self.running.insert(
@@ -393,7 +424,19 @@ impl Driver {
                 };
                 let _ = reply.send(result);
             }
-            Op::AddJob { config, job, reply } => {
+            Op::AddJob {
+                config,
+                job,
+                listeners,
+                reply,
+            } => {
+                let listeners = match listeners::resolve(&config, listeners, &self.factories) {
+                    Ok(listeners) => listeners,
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                        return;
+                    }
+                };
                 let spec = JobSpec {
                     config: (*config).clone(),
                     job_type: job.job_type(),
@@ -401,8 +444,9 @@ impl Driver {
                 let result = self.machine.add_job(spec, now);
                 if result.is_ok() {
                     tracing::info!(instance = %self.instance, job = %config.job_name, "job added");
+                    let name = config.job_name.clone();
                     self.jobs
-                        .insert(config.job_name.clone(), JobEntry::new(*config, job));
+                        .insert(name, JobEntry::new(*config, job, listeners));
                 }
                 let _ = reply.send(result.map_err(RuntimeError::from));
             }
@@ -418,9 +462,17 @@ impl Driver {
     }
 
     fn on_watch(&mut self, event: RegistryEvent) {
-        if let RegistryEvent::Node(ev) = &event {
-            let exists = ev.kind != WatchEventKind::Deleted;
-            self.observe_node(&ev.path, exists, &ev.data);
+        match &event {
+            RegistryEvent::Node(ev) => {
+                let exists = ev.kind != WatchEventKind::Deleted;
+                self.observe_node(&ev.path, exists, &ev.data);
+            }
+            // Events may have been missed: distribute-once waiters read the registry again.
+            RegistryEvent::Session(_) => {
+                for entry in self.jobs.values() {
+                    entry.guarantee.changed();
+                }
+            }
         }
         let now = self.clock.now();
         self.machine.handle_registry_event(event, now);
@@ -435,6 +487,10 @@ impl Driver {
         let Some(entry) = self.jobs.get_mut(job) else {
             return;
         };
+        if node == JobNode::Other && path.segments().nth(1) == Some("guarantee") {
+            entry.guarantee.changed();
+            return;
+        }
         match node {
             JobNode::Config if exists => {
                 let parsed = std::str::from_utf8(data).ok().and_then(|text| {
@@ -449,6 +505,9 @@ impl Driver {
                 }
             }
             JobNode::ShardingNecessary => entry.resharding.set(exists),
+            JobNode::ItemState(item, ItemLeaf::Disabled) => {
+                entry.guarantee.set_disabled(item, exists);
+            }
             JobNode::ItemState(item, ItemLeaf::Instance) => {
                 if exists && !data.is_empty() {
                     entry.owned.insert(item);
@@ -488,6 +547,8 @@ impl Driver {
         if let Some(entry) = self.jobs.get_mut(job) {
             entry.resharding.set(false);
             entry.owned.clear();
+            entry.guarantee.clear_disabled();
+            entry.guarantee.changed();
         }
         for node in nodes {
             self.observe_node(&node.path, true, &node.data);
