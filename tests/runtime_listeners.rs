@@ -136,12 +136,15 @@ impl JobListener for Recorder {
     }
 }
 
+/// When a once-hook ended: (hook, round, time).
+type Ended = (ListenerHook, String, DateTime<Utc>);
+
 /// The once-hooks record into a [`Recorder`] shared by every instance; each call also marks
 /// when it ended.
 #[derive(Clone, Default)]
 struct Once {
     calls: Recorder,
-    ended: Arc<Mutex<Vec<(ListenerHook, String, DateTime<Utc>)>>>,
+    ended: Arc<Mutex<Vec<Ended>>>,
 }
 
 #[async_trait]

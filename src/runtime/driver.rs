@@ -58,6 +58,9 @@ impl Clock {
     }
 }
 
+/// A job to host: its local configuration, its body and its listeners in calling order.
+pub(crate) type HostedJob = (JobConfig, Arc<dyn Job>, Vec<Arc<dyn JobListener>>);
+
 /// What [`super::SchedulerBuilder::build`] hands over.
 pub(crate) struct Parts {
     pub machine: Machine,
@@ -65,7 +68,7 @@ pub(crate) struct Parts {
     pub clock: Clock,
     pub instance: InstanceId,
     pub known: KnownTypes,
-    pub jobs: Vec<(JobConfig, Arc<dyn Job>, Vec<Arc<dyn JobListener>>)>,
+    pub jobs: Vec<HostedJob>,
     /// Listener types by name, for jobs added at run time.
     pub factories: Arc<BTreeMap<String, ListenerFactory>>,
     pub stream: Box<dyn EventStream>,

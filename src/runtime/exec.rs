@@ -293,6 +293,11 @@ fn listener_failed(
     let job = &ctx.job_name;
     let fire = ctx.fire_time;
     let thrown = match shared.handler {
+        // The run was cancelled (shutdown, session trouble): not the listener's fault.
+        _ if error == ListenerError::Cancelled => {
+            tracing::warn!(%job, %fire, listener, %hook, "listener gave up: the run was cancelled");
+            false
+        }
         ErrorHandlerType::Ignore => {
             tracing::debug!(%job, %fire, listener, %hook, "listener failed (ignored): {error}");
             false

@@ -6,7 +6,7 @@
 //! its commands: registry requests (run concurrently), starting items (per-job concurrency by
 //! the executor strategy: `CPU` = cores × 2 items at once, `SINGLE_THREAD` = 1), cancelling
 //! them, closing the session at the end of a graceful shutdown, and logging what happens
-//! through `tracing`. A job's [listeners](crate::listeners) run around each execution of its
+//! through `tracing`. A job's [`listeners`] run around each execution of its
 //! items.
 //!
 //! ```no_run
