@@ -632,11 +632,7 @@ async fn distribute_once_runs_once_per_fire_across_three_instances() {
             .job(every_second("once", 6), work)
             .listener(
                 "once",
-                DistributeOnce::new(
-                    once.clone(),
-                    Duration::from_millis(700),
-                    Duration::from_millis(700),
-                ),
+                DistributeOnce::new(once.clone(), Duration::from_secs(3), Duration::from_secs(3)),
             )
             .build()
             .await
@@ -772,8 +768,8 @@ async fn three_with_once(
                 job,
                 DistributeOnce::new(
                     once.clone(),
-                    Duration::from_millis(800),
-                    Duration::from_millis(800),
+                    Duration::from_millis(1500),
+                    Duration::from_millis(1500),
                 ),
             );
         if let (3, Some(hold)) = (n, blocker) {
@@ -814,7 +810,7 @@ async fn distribute_once_times_out_when_an_instance_never_arrives() {
         "late",
         &once,
         &runs,
-        Some(Duration::from_millis(2500)),
+        Some(Duration::from_millis(4000)),
     )
     .await;
     let mut events: Vec<_> = handles.iter().map(|h| h.subscribe()).collect();
@@ -823,7 +819,7 @@ async fn distribute_once_times_out_when_an_instance_never_arrives() {
         h.trigger("late", None).await.unwrap();
     }
     eventually(10, "every item ran", || runs.lock().unwrap().len() == 3).await;
-    // Instance 3 arrives 2.5 s late: the others gave up after 0.8 s, and so does it.
+    // Instance 3 arrives 4 s late: the others gave up after 1.5 s, and so does it.
     let mut failed = Vec::new();
     eventually(10, "every instance's after round ended", || {
         for (n, ev) in events.iter_mut().enumerate() {
@@ -863,7 +859,7 @@ async fn distribute_once_times_out_when_an_instance_never_arrives() {
     // The instance that arrived late timed out itself, in both rounds.
     assert!(failed.iter().any(|(i, (_, h, e))| *i == 3
         && *h == ListenerHook::Before
-        && matches!(e, ListenerError::Timeout { after, .. } if *after == Duration::from_millis(800))));
+        && matches!(e, ListenerError::Timeout { after, .. } if *after == Duration::from_millis(1500))));
     // Every item still ran (LOG: a timed-out round does not stop the run).
     let items: BTreeSet<u32> = runs.lock().unwrap().iter().map(|r| r.item).collect();
     assert_eq!(items, BTreeSet::from([0, 1, 2]));

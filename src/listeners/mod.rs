@@ -39,6 +39,11 @@
 //! called. Every failure is also reported to subscribers as
 //! [`RunEvent::ListenerFailed`](crate::runtime::RunEvent::ListenerFailed).
 //!
+//! A hook has no deadline of its own (a [`DistributeOnce`] has its round timeouts): one that
+//! never returns holds its run, whose items stay running, until the run is cancelled (session
+//! in doubt or lost, shutdown grace over, job removed); it then has the scheduler's cancel
+//! timeout to return before it is dropped and reported as [`ListenerError::Stopped`].
+//!
 //! # Registering listeners
 //!
 //! Per job, in code with [`SchedulerBuilder::listener`](crate::runtime::SchedulerBuilder::listener);

@@ -30,6 +30,13 @@
 //!    [`ListenerError::RoundAbandoned`]. The once-hook does not run for that round (a claimer
 //!    still in its hook finishes it; its clean-up then finds nothing to delete).
 //!
+//! A waiter whose timeout passes while a claimer runs the once-hook still ends the round: the
+//! hook runs to its end (exactly once), but the waiters report the round as timed out or
+//! abandoned. Each waiter reads its node when a guarantee node changes, so a round costs
+//! `O(instances²)` reads at most; the registrations and the claim are one transaction each.
+//! Manual triggers all share the round key `trigger`: two trigger rounds of one job must not
+//! overlap.
+//!
 //! An instance that dies mid-round leaves its nodes behind: the others time out and clear
 //! them; the next round overwrites them anyway. Failover runs skip the `before` round (their
 //! fire's round was held, or given up, when the items first started) and join the `after`
@@ -94,8 +101,9 @@ pub trait DistributeOnceListener: Send + Sync + 'static {
 /// hook has run. A round that does not gather every item of the fire within the timeout fails
 /// with [`ListenerError::Timeout`] on the instance whose wait ran out first and
 /// [`ListenerError::RoundAbandoned`] on the others, and the once-hook does not run: this
-/// happens when an instance is blocked, slow or dies, when an item has no live owner, or for
-/// a manual trigger of one instance only. Items that are disabled (`sharding/{item}/disabled`)
+/// happens when an instance is blocked, slow or dies, when an item has no live owner, when an
+/// item skips the fire (it still runs the previous one and `misfire` is off), or for a manual
+/// trigger of one instance only. Items that are disabled (`sharding/{item}/disabled`)
 /// do not run and are not waited for. Unlike ElasticJob's, the timeouts are never infinite.
 ///
 /// The claim is one transaction that checks every item of the job: with etcd, `n + 1` must
