@@ -923,3 +923,69 @@ async fn distribute_once_does_not_wait_for_disabled_items() {
     }
     assert!(guarantee_items(&server, "partly").is_empty());
 }
+
+/// Never returns from `before`, and ignores cancellation.
+struct Hang;
+
+#[async_trait]
+impl JobListener for Hang {
+    async fn before(&self, _ctx: &ShardingContexts) -> Result<(), ListenerError> {
+        std::future::pending().await
+    }
+
+    fn order(&self) -> i32 {
+        0
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_listener_is_dropped_when_the_run_is_cancelled() {
+    let server = MemServer::default();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Recorder::default();
+    let work = Work {
+        instance: id(1).to_string(),
+        runs: Arc::clone(&runs),
+        ..Work::default()
+    };
+    let handle = builder(&server, 1)
+        .options(|o| o.shutdown_grace = Duration::from_millis(300))
+        .cancel_timeout(Duration::from_millis(300))
+        .job(JobConfig::new("hung", 2), work)
+        .listener("hung", Hang)
+        .listener("hung", recorder.clone())
+        .build()
+        .await
+        .unwrap();
+    let mut events = handle.subscribe();
+    handle.trigger("hung", None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(recorder.calls().is_empty());
+    // The shutdown cancels the run after its grace; the hanging hook is dropped after the
+    // cancel timeout, the items never start, the after hooks still run.
+    tokio::time::timeout(Duration::from_secs(5), handle.shutdown())
+        .await
+        .expect("the shutdown hung")
+        .unwrap();
+    assert!(runs.lock().unwrap().is_empty());
+    let failed = failures(&mut events);
+    assert!(
+        failed.iter().any(|(l, h, e)| l.ends_with("Hang")
+            && *h == ListenerHook::Before
+            && matches!(e, ListenerError::Stopped(_))),
+        "{failed:#?}"
+    );
+    let calls = recorder.calls();
+    // The recorder comes after the hanging listener: its `before` is called once the hanging
+    // one is dropped (the run is cancelled by then), and its `after` sees cancelled items.
+    let after = calls
+        .iter()
+        .find(|c| c.hook == ListenerHook::After)
+        .unwrap();
+    let outcomes = after.outcomes.as_ref().unwrap();
+    assert_eq!(outcomes.len(), 2);
+    assert!(
+        outcomes.values().all(|o| *o == ItemOutcome::Cancelled),
+        "{outcomes:?}"
+    );
+}

@@ -41,8 +41,9 @@
 //!
 //! A hook has no deadline of its own (a [`DistributeOnce`] has its round timeouts): one that
 //! never returns holds its run, whose items stay running, until the run is cancelled (session
-//! in doubt or lost, shutdown grace over, job removed); it then has the scheduler's cancel
-//! timeout to return before it is dropped and reported as [`ListenerError::Stopped`].
+//! in doubt or lost, shutdown grace over, job removed). Then the run's `before` hooks and items
+//! together have the scheduler's cancel timeout to end, and its `after` hooks together
+//! another; a hook still going is dropped and reported as [`ListenerError::Stopped`].
 //!
 //! # Registering listeners
 //!

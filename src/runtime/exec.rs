@@ -3,8 +3,8 @@
 //! the listeners' `after`; the outcomes go back to the driver.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -108,6 +108,10 @@ impl ExecutionTask {
         }
 
         let mut outcomes = BTreeMap::new();
+        // Once the run is cancelled, its `before` hooks and items together have the cancel
+        // timeout to end; its `after` hooks together have another.
+        let stop_run = OnceLock::new();
+        let stop_after = OnceLock::new();
         let group = (!self.listeners.is_empty()).then(|| {
             Arc::new(ShardingContexts {
                 job_name: exec.job_name.clone(),
@@ -136,7 +140,7 @@ impl ExecutionTask {
         if let Some(group) = &group {
             let mut thrown_by = None;
             for listener in self.listeners.iter() {
-                let result = call_hook(listener, group, None, self.cancel_timeout).await;
+                let result = call_hook(listener, group, None, &stop_run, self.cancel_timeout).await;
                 if let Err(e) = result {
                     let name = listener.name();
                     if listener_failed(&shared, group, &name, ListenerHook::Before, e) {
@@ -210,7 +214,7 @@ impl ExecutionTask {
                     }
                 },
                 _ = self.cancel.cancelled(), if hard_stop.is_none() => {
-                    hard_stop = Some(Instant::now() + self.cancel_timeout);
+                    hard_stop = Some(*stop_run.get_or_init(|| Instant::now() + self.cancel_timeout));
                     // Items that have no slot yet never start.
                     for (_, info) in queue.drain(..) {
                         let item = info.item;
@@ -227,7 +231,14 @@ impl ExecutionTask {
         if let Some(group) = &group {
             let done = Arc::new(outcomes.clone());
             for listener in self.listeners.iter() {
-                let result = call_hook(listener, group, Some(&done), self.cancel_timeout).await;
+                let result = call_hook(
+                    listener,
+                    group,
+                    Some(&done),
+                    &stop_after,
+                    self.cancel_timeout,
+                )
+                .await;
                 if let Err(e) = result {
                     listener_failed(&shared, group, &listener.name(), ListenerHook::After, e);
                 }
@@ -250,12 +261,13 @@ impl<T> Drop for AbortOnDrop<T> {
 }
 
 /// Calls one listener hook (`before` without outcomes, `after` with them) as a task of its
-/// own, so that a panic is caught; once the run is cancelled, the hook has the cancel timeout
-/// to end before it is dropped.
+/// own, so that a panic is caught; once the run is cancelled, the hook is dropped at `stop`
+/// (set to the cancel timeout from the first hook or item that saw the cancellation).
 async fn call_hook(
     listener: &Arc<dyn JobListener>,
     ctx: &Arc<ShardingContexts>,
     outcomes: Option<&Arc<BTreeMap<u32, ItemOutcome>>>,
+    stop: &OnceLock<Instant>,
     cancel_timeout: Duration,
 ) -> Result<(), ListenerError> {
     let (l, c, o) = (Arc::clone(listener), Arc::clone(ctx), outcomes.cloned());
@@ -268,7 +280,8 @@ async fn call_hook(
     let joined = tokio::select! {
         r = &mut task.0 => r,
         _ = ctx.cancel.cancelled() => {
-            match tokio::time::timeout(cancel_timeout, &mut task.0).await {
+            let at = *stop.get_or_init(|| Instant::now() + cancel_timeout);
+            match tokio::time::timeout_at(at, &mut task.0).await {
                 Ok(r) => r,
                 Err(_) => return Err(ListenerError::Stopped(cancel_timeout)),
             }
