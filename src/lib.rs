@@ -10,6 +10,8 @@
 //!   ([`runtime::Scheduler`]);
 //! - [`jobs`]: the job kinds (Simple, Dataflow, Script, HTTP) and the [`jobs::ShardingContext`] a job
 //!   sees;
+//! - [`listeners`]: hooks before and after each run, and once per fire across the cluster
+//!   ([`listeners::DistributeOnce`]);
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
 //!   to come);
 //! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
@@ -25,5 +27,6 @@ pub mod cli;
 pub mod demo;
 pub mod jobfile;
 pub mod jobs;
+pub mod listeners;
 pub mod registry_url;
 pub mod runtime;

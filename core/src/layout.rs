@@ -176,6 +176,28 @@ impl JobPaths {
     pub fn trigger(&self, id: &InstanceId) -> NodePath {
         self.at(&["trigger", id.as_str()])
     }
+
+    /// `guarantee/started`: parent of the items registered as started in a distribute-once
+    /// listener's round.
+    pub fn guarantee_started(&self) -> NodePath {
+        self.at(&["guarantee", "started"])
+    }
+
+    /// `guarantee/started/{item}`: the item has started in the current round.
+    pub fn guarantee_started_item(&self, item: u32) -> NodePath {
+        self.at(&["guarantee", "started", &item.to_string()])
+    }
+
+    /// `guarantee/completed`: parent of the items registered as completed in a
+    /// distribute-once listener's round.
+    pub fn guarantee_completed(&self) -> NodePath {
+        self.at(&["guarantee", "completed"])
+    }
+
+    /// `guarantee/completed/{item}`: the item has completed in the current round.
+    pub fn guarantee_completed_item(&self, item: u32) -> NodePath {
+        self.at(&["guarantee", "completed", &item.to_string()])
+    }
 }
 
 /// What a path under a job root is, per the ElasticJob layout.
@@ -347,6 +369,14 @@ mod tests {
             "/myJob/leader/failover/items/7"
         );
         assert_eq!(p.trigger(&id).as_str(), "/myJob/trigger/10.0.0.1@-@42");
+        assert_eq!(
+            p.guarantee_started_item(2).as_str(),
+            "/myJob/guarantee/started/2"
+        );
+        assert_eq!(
+            p.guarantee_completed().as_str(),
+            "/myJob/guarantee/completed"
+        );
         assert!(p.server("a/b").is_err());
         assert!(JobPaths::new("a/b").is_err());
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use shardjob_core::config::ExecutorType;
-use shardjob_core::layout::{ItemLeaf, JobNode};
+use shardjob_core::layout::{ItemLeaf, JobNode, JobPaths};
 use shardjob_core::machine::{
     CancelReason, Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineError,
     MachineEvent, Now,
@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use super::exec::{self, ExecutionTask};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
+use crate::listeners::{self, Guarantee, GuaranteeShared, JobListener, ListenerFactory};
 
 /// The most watch events or replies handled in one go before the driver looks at its other
 /// inputs (timers, finished runs, operations).
@@ -61,13 +62,18 @@ impl Clock {
     }
 }
 
+/// A job to host: its local configuration, its body and its listeners in calling order.
+pub(crate) type HostedJob = (JobConfig, Arc<dyn Job>, Vec<Arc<dyn JobListener>>);
+
 /// What [`super::SchedulerBuilder::build`] hands over.
 pub(crate) struct Parts {
     pub machine: Machine,
     pub registry: Arc<dyn Registry>,
     pub clock: Clock,
     pub instance: InstanceId,
-    pub jobs: Vec<(JobConfig, Arc<dyn Job>)>,
+    pub jobs: Vec<HostedJob>,
+    /// Listener types by name, for jobs added at run time.
+    pub factories: Arc<BTreeMap<String, ListenerFactory>>,
     pub stream: Box<dyn EventStream>,
     pub ops: mpsc::UnboundedReceiver<Op>,
     pub state: watch::Sender<SchedulerState>,
@@ -87,10 +93,15 @@ pub(crate) struct JobEntry {
     owned: BTreeSet<u32>,
     /// Manual triggers held until the job has a plan (see [`Driver::release_triggers`]).
     triggers: Vec<Option<String>>,
+    /// The job's listeners, in calling order.
+    listeners: Arc<[Arc<dyn JobListener>]>,
+    /// What distribute-once listeners of the job follow: changes under `guarantee`, and
+    /// disabled items.
+    guarantee: Arc<GuaranteeShared>,
 }
 
 impl JobEntry {
-    fn new(config: JobConfig, job: Arc<dyn Job>) -> Self {
+    fn new(config: JobConfig, job: Arc<dyn Job>, listeners: Vec<Arc<dyn JobListener>>) -> Self {
         Self {
             job,
             effective: Arc::new(config),
@@ -99,6 +110,8 @@ impl JobEntry {
             warned_handler: false,
             owned: BTreeSet::new(),
             triggers: Vec::new(),
+            listeners: listeners.into(),
+            guarantee: GuaranteeShared::new(),
         }
     }
 
@@ -138,6 +151,7 @@ pub(crate) struct Driver {
     clock: Clock,
     instance: InstanceId,
     jobs: BTreeMap<String, JobEntry>,
+    factories: Arc<BTreeMap<String, ListenerFactory>>,
     running: HashMap<ExecutionId, Running>,
     /// Outstanding `GetTree` requests, by the job whose subtree they load.
     trees: HashMap<RequestId, String>,
@@ -168,7 +182,12 @@ impl Driver {
         let jobs = p
             .jobs
             .into_iter()
-            .map(|(config, job)| (config.job_name.clone(), JobEntry::new(config, job)))
+            .map(|(config, job, listeners)| {
+                (
+                    config.job_name.clone(),
+                    JobEntry::new(config, job, listeners),
+                )
+            })
             .collect();
         Self {
             machine: p.machine,
@@ -176,6 +195,7 @@ impl Driver {
             clock: p.clock,
             instance: p.instance,
             jobs,
+            factories: p.factories,
             running: HashMap::new(),
             trees: HashMap::new(),
             stream: Some(p.stream),
@@ -366,6 +386,18 @@ impl Driver {
             return;
         };
         let limiter = entry.limiter();
+        let guarantee = if entry.listeners.is_empty() {
+            None
+        } else {
+            JobPaths::new(&execution.job_name).ok().map(|paths| {
+                Guarantee::new(
+                    Arc::clone(&self.registry),
+                    paths,
+                    self.instance.clone(),
+                    Arc::clone(&entry.guarantee),
+                )
+            })
+        };
         let task = ExecutionTask {
             execution,
             job: Arc::clone(&entry.job),
@@ -378,6 +410,8 @@ impl Driver {
             events: self.events.clone(),
             finished: self.finished_tx.clone(),
             warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
+            listeners: Arc::clone(&entry.listeners),
+            guarantee,
         };
         let handle = tokio::spawn(task.run());
         self.running.insert(
@@ -407,7 +441,19 @@ impl Driver {
                 };
                 let _ = reply.send(result);
             }
-            Op::AddJob { config, job, reply } => {
+            Op::AddJob {
+                config,
+                job,
+                listeners,
+                reply,
+            } => {
+                let listeners = match listeners::resolve(&config, listeners, &self.factories) {
+                    Ok(listeners) => listeners,
+                    Err(e) => {
+                        let _ = reply.send(Err(e.into()));
+                        return;
+                    }
+                };
                 let spec = JobSpec {
                     config: (*config).clone(),
                     job_type: job.job_type(),
@@ -415,8 +461,9 @@ impl Driver {
                 let result = self.machine.add_job(spec, now);
                 if result.is_ok() {
                     tracing::info!(instance = %self.instance, job = %config.job_name, "job added");
+                    let name = config.job_name.clone();
                     self.jobs
-                        .insert(config.job_name.clone(), JobEntry::new(*config, job));
+                        .insert(name, JobEntry::new(*config, job, listeners));
                 }
                 let _ = reply.send(result.map_err(RuntimeError::from));
             }
@@ -446,10 +493,18 @@ impl Driver {
     fn on_watch(&mut self, events: Vec<RegistryEvent>) {
         let mut configs = Vec::new();
         for event in &events {
-            if let RegistryEvent::Node(ev) = event {
-                let exists = ev.kind != WatchEventKind::Deleted;
-                if let Some(job) = self.observe_node(&ev.path, exists, &ev.data) {
-                    configs.push(job);
+            match event {
+                RegistryEvent::Node(ev) => {
+                    let exists = ev.kind != WatchEventKind::Deleted;
+                    if let Some(job) = self.observe_node(&ev.path, exists, &ev.data) {
+                        configs.push(job);
+                    }
+                }
+                // Events may have been missed: distribute-once waiters read the registry again.
+                RegistryEvent::Session(_) => {
+                    for entry in self.jobs.values() {
+                        entry.guarantee.changed();
+                    }
                 }
             }
         }
@@ -479,9 +534,16 @@ impl Driver {
     fn observe_node(&mut self, path: &NodePath, exists: bool, data: &[u8]) -> Option<String> {
         let (job, node) = JobNode::parse(path)?;
         let entry = self.jobs.get_mut(job)?;
+        if node == JobNode::Other && path.segments().nth(1) == Some("guarantee") {
+            entry.guarantee.changed();
+            return None;
+        }
         match node {
             JobNode::Config if exists => return Some(job.to_owned()),
             JobNode::ShardingNecessary => entry.resharding.set(exists),
+            JobNode::ItemState(item, ItemLeaf::Disabled) => {
+                entry.guarantee.set_disabled(item, exists);
+            }
             JobNode::ItemState(item, ItemLeaf::Instance) => {
                 if exists && !data.is_empty() {
                     entry.owned.insert(item);
@@ -522,6 +584,8 @@ impl Driver {
         if let Some(entry) = self.jobs.get_mut(job) {
             entry.resharding.set(false);
             entry.owned.clear();
+            entry.guarantee.clear_disabled();
+            entry.guarantee.changed();
         }
         for node in nodes {
             // The configuration is taken from the machine once it has handled the reply.

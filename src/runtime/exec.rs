@@ -1,9 +1,10 @@
-//! One execution: its items run as tasks, at most as many at once as the job's executor
-//! strategy allows, each through the job's error handler; the outcomes go back to the driver.
+//! One execution: the job's listeners' `before`, then its items as tasks (at most as many at
+//! once as the job's executor strategy allows, each through the job's error handler), then
+//! the listeners' `after`; the outcomes go back to the driver.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -16,6 +17,7 @@ use tokio::time::Instant;
 
 use super::{ItemRunInfo, RunEvent};
 use crate::jobs::{CancelSignal, Job, JobError, ReshardingFlag, ShardingContext};
+use crate::listeners::{Guarantee, JobListener, ListenerError, ListenerHook, ShardingContexts};
 
 /// An execution's end, for the driver.
 pub(crate) struct Finished {
@@ -36,6 +38,10 @@ pub(crate) struct ExecutionTask {
     pub finished: mpsc::UnboundedSender<Finished>,
     /// Whether to warn that the job's error handler is not built in (once per job).
     pub warn_handler: bool,
+    /// The job's listeners, in calling order.
+    pub listeners: Arc<[Arc<dyn JobListener>]>,
+    /// Registry access for distribute-once listeners.
+    pub guarantee: Option<Guarantee>,
 }
 
 /// What every item task of one execution shares.
@@ -101,10 +107,64 @@ impl ExecutionTask {
             queue.push_back((ctx, info));
         }
 
+        let mut outcomes = BTreeMap::new();
+        // Once the run is cancelled, its `before` hooks and items together have the cancel
+        // timeout to end; its `after` hooks together have another.
+        let stop_run = OnceLock::new();
+        let stop_after = OnceLock::new();
+        let group = (!self.listeners.is_empty()).then(|| {
+            Arc::new(ShardingContexts {
+                job_name: exec.job_name.clone(),
+                task_id: exec.task_id.clone(),
+                sharding_total_count: exec.sharding_total_count,
+                job_parameter: exec.job_parameter.clone(),
+                sharding_item_parameters: exec
+                    .items
+                    .iter()
+                    .map(|i| (i.item, i.parameter.clone()))
+                    .collect(),
+                fencing_tokens: exec
+                    .items
+                    .iter()
+                    .map(|i| (i.item, i.fencing_token.0))
+                    .collect(),
+                instance_id: self.instance.to_string(),
+                execution: exec.id,
+                fire_time: exec.fire_time,
+                kind: exec.kind,
+                props: Arc::clone(&props),
+                cancel: self.cancel.clone(),
+                guarantee: self.guarantee.clone(),
+            })
+        });
+        if let Some(group) = &group {
+            let mut thrown_by = None;
+            for listener in self.listeners.iter() {
+                let result = call_hook(listener, group, None, &stop_run, self.cancel_timeout).await;
+                if let Err(e) = result {
+                    let name = listener.name();
+                    if listener_failed(&shared, group, &name, ListenerHook::Before, e) {
+                        thrown_by.get_or_insert(name);
+                    }
+                }
+            }
+            if let Some(name) = thrown_by {
+                // THROW: a failing `before` ends the run before its items start.
+                let why = format!(
+                    "not run: listener {name} failed before the run and the error handler is THROW"
+                );
+                for (_, info) in queue.drain(..) {
+                    let item = info.item;
+                    let outcome = ItemOutcome::Failed(why.clone());
+                    not_run(&shared, info, outcome.clone(), JobError::failed(&why));
+                    outcomes.insert(item, outcome);
+                }
+            }
+        }
+
         let mut set = JoinSet::new();
         let mut tasks = HashMap::new();
         let mut infos = BTreeMap::new();
-        let mut outcomes = BTreeMap::new();
         let mut hard_stop: Option<Instant> = None;
         let mut aborted = false;
         while !queue.is_empty() || !set.is_empty() {
@@ -154,7 +214,7 @@ impl ExecutionTask {
                     }
                 },
                 _ = self.cancel.cancelled(), if hard_stop.is_none() => {
-                    hard_stop = Some(Instant::now() + self.cancel_timeout);
+                    hard_stop = Some(*stop_run.get_or_init(|| Instant::now() + self.cancel_timeout));
                     // Items that have no slot yet never start.
                     for (_, info) in queue.drain(..) {
                         let item = info.item;
@@ -168,11 +228,114 @@ impl ExecutionTask {
                 }
             }
         }
+        if let Some(group) = &group {
+            let done = Arc::new(outcomes.clone());
+            for listener in self.listeners.iter() {
+                let result = call_hook(
+                    listener,
+                    group,
+                    Some(&done),
+                    &stop_after,
+                    self.cancel_timeout,
+                )
+                .await;
+                if let Err(e) = result {
+                    listener_failed(&shared, group, &listener.name(), ListenerHook::After, e);
+                }
+            }
+        }
         let _ = self.finished.send(Finished {
             id: exec.id,
             outcomes,
         });
     }
+}
+
+/// Aborts a spawned task when dropped (the execution's own task may be aborted).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Calls one listener hook (`before` without outcomes, `after` with them) as a task of its
+/// own, so that a panic is caught; once the run is cancelled, the hook is dropped at `stop`
+/// (set to the cancel timeout from the first hook or item that saw the cancellation).
+async fn call_hook(
+    listener: &Arc<dyn JobListener>,
+    ctx: &Arc<ShardingContexts>,
+    outcomes: Option<&Arc<BTreeMap<u32, ItemOutcome>>>,
+    stop: &OnceLock<Instant>,
+    cancel_timeout: Duration,
+) -> Result<(), ListenerError> {
+    let (l, c, o) = (Arc::clone(listener), Arc::clone(ctx), outcomes.cloned());
+    let mut task = AbortOnDrop(tokio::spawn(async move {
+        match o {
+            None => l.before(&c).await,
+            Some(o) => l.after(&c, &o).await,
+        }
+    }));
+    let joined = tokio::select! {
+        r = &mut task.0 => r,
+        _ = ctx.cancel.cancelled() => {
+            let at = *stop.get_or_init(|| Instant::now() + cancel_timeout);
+            match tokio::time::timeout_at(at, &mut task.0).await {
+                Ok(r) => r,
+                Err(_) => return Err(ListenerError::Stopped(cancel_timeout)),
+            }
+        }
+    };
+    match joined {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => Err(ListenerError::Panicked(panic_message(e.into_panic()))),
+        Err(_) => Err(ListenerError::Stopped(cancel_timeout)),
+    }
+}
+
+/// A listener hook failed: the job's error handler decides how it is logged (and `THROW`
+/// whether the run goes on: the return value); subscribers are told in any case.
+fn listener_failed(
+    shared: &Shared,
+    ctx: &ShardingContexts,
+    listener: &str,
+    hook: ListenerHook,
+    error: ListenerError,
+) -> bool {
+    let job = &ctx.job_name;
+    let fire = ctx.fire_time;
+    let thrown = match shared.handler {
+        // The run was cancelled (shutdown, session trouble): not the listener's fault.
+        _ if error == ListenerError::Cancelled => {
+            tracing::warn!(%job, %fire, listener, %hook, "listener gave up: the run was cancelled");
+            false
+        }
+        ErrorHandlerType::Ignore => {
+            tracing::debug!(%job, %fire, listener, %hook, "listener failed (ignored): {error}");
+            false
+        }
+        ErrorHandlerType::Throw if hook == ListenerHook::Before => {
+            tracing::error!(
+                %job, %fire, listener, %hook,
+                "listener failed (THROW: the run's items are not started): {error}"
+            );
+            true
+        }
+        _ => {
+            tracing::error!(%job, %fire, listener, %hook, "listener failed: {error}");
+            false
+        }
+    };
+    let _ = shared.events.send(RunEvent::ListenerFailed {
+        job: job.clone(),
+        execution: ctx.execution,
+        fire_time: fire,
+        listener: listener.to_owned(),
+        hook,
+        error,
+    });
+    thrown
 }
 
 /// Reports an item that ended without its body running to its end.

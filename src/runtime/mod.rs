@@ -6,7 +6,8 @@
 //! its commands: registry requests (run concurrently), starting items (per-job concurrency by
 //! the executor strategy: `CPU` = cores × 2 items at once, `SINGLE_THREAD` = 1), cancelling
 //! them, closing the session at the end of a graceful shutdown, and logging what happens
-//! through `tracing`.
+//! through `tracing`. A job's [`listeners`] run around each execution of its
+//! items.
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -42,6 +43,7 @@ mod driver;
 mod exec;
 mod ident;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +57,9 @@ use shardjob_core::{InstanceId, InstanceIdError, JobConfig};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::jobs::{CapturedOutput, Job, JobError};
+use crate::listeners::{
+    self, JobListener, ListenerError, ListenerFactory, ListenerHook, ListenerSetupError,
+};
 
 pub use driver::executor_size;
 pub use ident::{default_instance_id, local_ipv4};
@@ -78,6 +83,10 @@ pub enum RuntimeError {
     /// configuration, shutting down).
     #[error(transparent)]
     Machine(#[from] MachineError),
+    /// A job's listeners cannot be made (an unknown `jobListenerTypes` name, a listener for
+    /// a job that was not added).
+    #[error(transparent)]
+    Listener(#[from] ListenerSetupError),
     /// The registry watch could not be opened.
     #[error("cannot watch the registry: {0}")]
     Watch(RegistryError),
@@ -143,6 +152,22 @@ pub enum RunEvent {
         /// How long the body ran.
         elapsed: Duration,
     },
+    /// A listener hook failed, panicked, timed out or was stopped (see
+    /// [`crate::listeners`]).
+    ListenerFailed {
+        /// The job.
+        job: String,
+        /// The execution it was called for.
+        execution: ExecutionId,
+        /// The execution's fire time.
+        fire_time: DateTime<Utc>,
+        /// The listener's [name](JobListener::name).
+        listener: String,
+        /// Which hook.
+        hook: ListenerHook,
+        /// What went wrong.
+        error: ListenerError,
+    },
     /// Something the state machine reported (leadership, re-sharding, session trouble...).
     Machine(MachineEvent),
 }
@@ -158,6 +183,8 @@ impl Scheduler {
             registry: None,
             instance_id: None,
             jobs: Vec::new(),
+            listeners: Vec::new(),
+            listener_types: BTreeMap::new(),
             configure: Vec::new(),
             cancel_timeout: DEFAULT_CANCEL_TIMEOUT,
         }
@@ -171,6 +198,8 @@ pub struct SchedulerBuilder {
     registry: Option<Arc<dyn Registry>>,
     instance_id: Option<InstanceId>,
     jobs: Vec<(JobConfig, Arc<dyn Job>)>,
+    listeners: Vec<(String, Arc<dyn JobListener>)>,
+    listener_types: BTreeMap<String, ListenerFactory>,
     configure: Vec<Configure>,
     cancel_timeout: Duration,
 }
@@ -183,6 +212,7 @@ impl std::fmt::Debug for SchedulerBuilder {
                 "jobs",
                 &self.jobs.iter().map(|j| &j.0.job_name).collect::<Vec<_>>(),
             )
+            .field("listener_types", &self.listener_types.keys())
             .finish_non_exhaustive()
     }
 }
@@ -213,6 +243,32 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Adds a listener to the job called `job` (added with [`SchedulerBuilder::job`], before
+    /// or after this call): its hooks run around every run of the job's items on this
+    /// instance. See [`crate::listeners`].
+    pub fn listener(self, job: impl Into<String>, listener: impl JobListener) -> Self {
+        self.listener_arc(job, Arc::new(listener))
+    }
+
+    /// Adds a shared listener to a job.
+    pub fn listener_arc(mut self, job: impl Into<String>, listener: Arc<dyn JobListener>) -> Self {
+        self.listeners.push((job.into(), listener));
+        self
+    }
+
+    /// Registers a listener type by name: every job whose `jobListenerTypes` lists `name` gets
+    /// a listener made by `factory` from the job's local configuration (also jobs added later
+    /// with [`SchedulerHandle::add_job`]). A name in `jobListenerTypes` that no type is
+    /// registered for makes [`SchedulerBuilder::build`] fail.
+    pub fn listener_type(
+        mut self,
+        name: impl Into<String>,
+        factory: impl Fn(&JobConfig) -> Arc<dyn JobListener> + Send + Sync + 'static,
+    ) -> Self {
+        self.listener_types.insert(name.into(), Arc::new(factory));
+        self
+    }
+
     /// Adjusts the machine's options (safety margin, re-shard debounce and wait, failover
     /// take-over delay, shutdown grace, ...). The instance id set here is overridden by
     /// [`SchedulerBuilder::instance_id`].
@@ -228,8 +284,8 @@ impl SchedulerBuilder {
         self
     }
 
-    /// Validates the jobs, opens the registry watch and starts the driver task. Must be called
-    /// within a tokio runtime.
+    /// Validates the jobs, makes their listeners, opens the registry watch and starts the
+    /// driver task. Must be called within a tokio runtime.
     pub async fn build(self) -> Result<SchedulerHandle, RuntimeError> {
         let registry = self.registry.ok_or(RuntimeError::NoRegistry)?;
         let instance_id = match self.instance_id {
@@ -243,14 +299,24 @@ impl SchedulerBuilder {
         opts.instance_id = instance_id.clone();
         let clock = driver::Clock::new();
         let mut machine = Machine::new(opts);
+        let mut given: BTreeMap<String, Vec<Arc<dyn JobListener>>> = BTreeMap::new();
+        for (job, listener) in self.listeners {
+            if !self.jobs.iter().any(|(c, _)| c.job_name == job) {
+                return Err(ListenerSetupError::UnknownJob(job).into());
+            }
+            given.entry(job).or_default().push(listener);
+        }
+        let factories = Arc::new(self.listener_types);
         let mut jobs = Vec::new();
         for (config, job) in self.jobs {
+            let mine = given.remove(&config.job_name).unwrap_or_default();
+            let listeners = listeners::resolve(&config, mine, &factories)?;
             let spec = shardjob_core::machine::JobSpec {
                 config: config.clone(),
                 job_type: job.job_type(),
             };
             machine.add_job(spec, clock.now())?;
-            jobs.push((config, job));
+            jobs.push((config, job, listeners));
         }
         let stream = registry
             .watch(&NodePath::root())
@@ -265,6 +331,7 @@ impl SchedulerBuilder {
             clock,
             instance: instance_id.clone(),
             jobs,
+            factories,
             stream,
             ops: ops_rx,
             state: state_tx,
@@ -293,6 +360,7 @@ pub(crate) enum Op {
     AddJob {
         config: Box<JobConfig>,
         job: Arc<dyn Job>,
+        listeners: Vec<Arc<dyn JobListener>>,
         reply: oneshot::Sender<Result<(), RuntimeError>>,
     },
     RemoveJob {
@@ -354,12 +422,25 @@ impl SchedulerHandle {
         rx.await.map_err(|_| self.gone())?
     }
 
-    /// Starts hosting a job at run time.
+    /// Starts hosting a job at run time. Its `jobListenerTypes` are made by the listener
+    /// types registered on the builder.
     pub async fn add_job(&self, config: JobConfig, job: impl Job) -> Result<(), RuntimeError> {
+        self.add_job_with_listeners(config, job, Vec::new()).await
+    }
+
+    /// Starts hosting a job at run time, with listeners besides those of its
+    /// `jobListenerTypes`.
+    pub async fn add_job_with_listeners(
+        &self,
+        config: JobConfig,
+        job: impl Job,
+        listeners: Vec<Arc<dyn JobListener>>,
+    ) -> Result<(), RuntimeError> {
         let (reply, rx) = oneshot::channel();
         self.send(Op::AddJob {
             config: Box::new(config),
             job: Arc::new(job),
+            listeners,
             reply,
         })?;
         rx.await.map_err(|_| self.gone())?
