@@ -11,7 +11,7 @@
 //! - [`jobs`]: the job kinds (Simple, Dataflow, Script, HTTP) and the [`jobs::ShardingContext`] a job
 //!   sees;
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
-//!   to come);
+//!   with the `etcd` feature);
 //! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
 #![warn(missing_docs)]
 
