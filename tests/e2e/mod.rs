@@ -367,7 +367,10 @@ impl Fleet {
             .args(["--registry", &self.url])
             .args(["--instance-id", &format!("127.0.0.1@-@{name}")])
             .env("E2E_INSTANCE", name)
-            .env("RUST_LOG", "info")
+            .env(
+                "RUST_LOG",
+                std::env::var("SHARDJOB_E2E_LOG").unwrap_or_else(|_| "info".to_owned()),
+            )
             .stdin(Stdio::null())
             .stdout(fs::File::create(&stdout).unwrap())
             .stderr(fs::File::create(&stderr).unwrap())
