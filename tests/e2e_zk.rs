@@ -45,7 +45,7 @@ fn jobs_go_on_when_the_ensemble_leader_dies() {
     let _serial = e2e::serial();
     let mut cluster = start(3);
     let mut fleet = e2e::Fleet::new("zk-leader", url(&cluster, "e2e-leader"));
-    e2e::registry_leader_loss(&mut fleet, || {
+    e2e::registry_leader_loss(&mut fleet, Some(Duration::from_secs(15)), || {
         let leader = cluster.leader().expect("an ensemble leader");
         let at = e2e::now_ms();
         cluster.kill(leader).unwrap();

@@ -768,11 +768,18 @@ pub fn graceful_leave(fleet: &mut Fleet) -> i64 {
     takeover_ms
 }
 
-/// Scenario c: kill the registry's leader member under the running fleet; jobs go on with no
-/// item started twice for a fire and no item running twice at once. `kill_leader` kills it and
-/// returns the kill time. Returns how long after the kill the fleet was back to complete
-/// fires, and how many fires in between did not run every item.
-pub fn registry_leader_loss(fleet: &mut Fleet, kill_leader: impl FnOnce() -> i64) -> (i64, usize) {
+/// Scenario c: kill the registry's leader member under the running fleet; jobs go on (every
+/// item runs again, several times), with no item started twice for a fire and no item running
+/// twice at once. `kill_leader` kills it and returns the kill time. Then measures how long
+/// after the kill the fleet runs five consecutive complete fires again (fires can be late or
+/// collapse into one misfire run while the registry elects a leader and clients move off the
+/// dead member), asserting it against `recovery_bound` if given, and returns it (`None`: not
+/// within 20 s) with the number of fires in between that did not run every item.
+pub fn registry_leader_loss(
+    fleet: &mut Fleet,
+    recovery_bound: Option<Duration>,
+    kill_leader: impl FnOnce() -> i64,
+) -> (Option<i64>, usize) {
     for n in NAMES {
         fleet.spawn(n);
     }
@@ -783,18 +790,36 @@ pub fn registry_leader_loss(fleet: &mut Fleet, kill_leader: impl FnOnce() -> i64
         (complete_fires(&runs(lines)).range(t0..).count() >= 2).then_some(())
     });
     let killed_at = kill_leader();
-    // The fleet carries on: complete fires again, for a while.
-    let back = fleet.wait_for(
+    // Jobs go on: every item runs at least three more times.
+    fleet.wait_for(
         Duration::from_secs(30),
-        "complete fires after the kill",
+        "every item to run three times after the kill",
         |lines| {
             let runs = runs(lines);
-            let complete = complete_fires(&runs);
-            let after: Vec<i64> = complete.range(killed_at..).map(|(f, _)| *f).collect();
-            // Five consecutive complete fires.
-            after.windows(5).find(|w| w[4] - w[0] == 4000).map(|w| w[0])
+            (0..ITEMS)
+                .all(|i| {
+                    runs.iter()
+                        .filter(|r| r.item == i && r.start > killed_at)
+                        .count()
+                        >= 3
+                })
+                .then_some(())
         },
     );
+    // Back to normal: five consecutive complete fires.
+    let deadline = Instant::now() + recovery_bound.unwrap_or(Duration::from_secs(20));
+    let back = loop {
+        let runs = runs(&fleet.lines());
+        let complete = complete_fires(&runs);
+        let after: Vec<i64> = complete.range(killed_at..).map(|(f, _)| *f).collect();
+        if let Some(w) = after.windows(5).find(|w| w[4] - w[0] == 4000) {
+            break Some(w[0]);
+        }
+        if Instant::now() >= deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
     fleet
         .all_alive()
         .unwrap_or_else(|e| panic!("{e}\n{}", fleet.diagnostics()));
@@ -807,21 +832,29 @@ pub fn registry_leader_loss(fleet: &mut Fleet, kill_leader: impl FnOnce() -> i64
         fleet.diagnostics()
     );
     let complete = complete_fires(&runs);
-    let gaps = fires_between(killed_at, back)
+    let last = runs.iter().map(|r| r.start).max().unwrap_or(killed_at);
+    let gaps = fires_between(killed_at, back.unwrap_or(last))
         .iter()
         .filter(|f| !complete.contains_key(f))
         .count();
-    let recovery_ms = (back - killed_at).max(0);
-    eprintln!(
-        "e2e: registry leader killed: complete fires again from {recovery_ms} ms after the kill; \
-         {gaps} fires in between did not run every item"
-    );
-    // Generous: etcd's client keeps the dead member in its balanced channel (see the report
-    // of `e2e_etcd`), so recovery there takes several seconds.
-    assert!(
-        recovery_ms <= 25_000,
-        "{recovery_ms} ms\n{}",
-        fleet.diagnostics()
-    );
+    let recovery_ms = back.map(|b| (b - killed_at).max(0));
+    match recovery_ms {
+        Some(ms) => eprintln!(
+            "e2e: registry leader killed: complete fires again from {ms} ms after the kill; \
+             {gaps} fires in between did not run every item"
+        ),
+        None => eprintln!(
+            "e2e: registry leader killed: no five consecutive complete fires within 20 s; \
+             {gaps} fires after the kill did not run every item"
+        ),
+    }
+    if let Some(bound) = recovery_bound {
+        let ms = recovery_ms.unwrap_or(i64::MAX);
+        assert!(
+            ms <= bound.as_millis() as i64,
+            "complete fires again only {ms} ms after the kill (bound {bound:?})\n{}",
+            fleet.diagnostics()
+        );
+    }
     (recovery_ms, gaps)
 }
