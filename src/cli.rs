@@ -67,7 +67,9 @@ pub struct RunArgs {
     /// (`elasticjob.regCenter`, `elasticjob.jobs.<name>` with `elasticJobType`).
     pub file: PathBuf,
     /// The registry: mem:// (in this process only), zk://host:port,host:port/namespace or
-    /// etcd://host:port/namespace. Overrides the file's `elasticjob.regCenter`.
+    /// etcd://host:port,host:port/namespace, optionally with `?session_timeout_ms=N` (which
+    /// wins over the file's `sessionTimeoutMilliseconds`). Overrides the file's
+    /// `elasticjob.regCenter`.
     #[arg(long)]
     pub registry: Option<String>,
     /// This instance's id (default `{ip}@-@{pid}`).
@@ -370,7 +372,7 @@ fn demo(args: &DemoArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     }
 }
 
-/// The session timeout of `shardjob run` when the file does not give one.
+/// The session timeout of `shardjob run` when neither the registry URL nor the file gives one.
 pub const RUN_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {

@@ -13,7 +13,7 @@
 //! - [`listeners`]: hooks before and after each run, and once per fire across the cluster
 //!   ([`listeners::DistributeOnce`]);
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
-//!   to come);
+//!   with the `etcd` feature);
 //! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
 #![warn(missing_docs)]
 

@@ -122,13 +122,23 @@ fn run_reports_bad_input() {
     let file = job_file(
         "- jobName: x\n  shardingTotalCount: 1\n  props:\n    script.command.line: 'true'\n",
     );
-    let (code, _) = run_cli(&[
-        "run",
-        file.path().to_str().unwrap(),
-        "--registry",
-        "zk://127.0.0.1:2181/ns",
-    ]);
-    assert_eq!(code, ExitCode::from(1));
+    // A registry that cannot be used: not built in, or (with the `zk` / `etcd` features) a
+    // loopback port nothing listens on.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    for scheme in ["zk", "etcd"] {
+        let url = format!("{scheme}://127.0.0.1:{closed}/ns?session_timeout_ms=2000");
+        let t0 = Instant::now();
+        let (code, _) = run_cli(&["run", file.path().to_str().unwrap(), "--registry", &url]);
+        assert_eq!(code, ExitCode::from(1), "{url}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "{url}: {:?}",
+            t0.elapsed()
+        );
+    }
 }
 
 /// The real binary leaves gracefully on SIGTERM.

@@ -39,6 +39,19 @@ async fn arguments_are_argv_and_the_context_comes_last() {
 }
 
 #[tokio::test]
+async fn fire_time_kind_and_fencing_token_come_in_the_environment() {
+    let mut ctx = ctx(&[(
+        "script.command.line",
+        r#"sh -c 'echo "$SHARDJOB_FIRE_TIME $SHARDJOB_RUN_KIND $SHARDJOB_FENCING_TOKEN"'"#,
+    )]);
+    ctx.fire_time = "2027-01-30T16:00:05Z".parse().unwrap();
+    ctx.kind = shardjob::core::machine::record::RunKind::Failover;
+    ctx.fencing_token = 4711;
+    let out = ScriptJob.execute_item(&ctx).await.unwrap().unwrap();
+    assert_eq!(out.stdout, "2027-01-30T16:00:05.000Z FAILOVER 4711\n");
+}
+
+#[tokio::test]
 async fn stdout_and_stderr_are_captured_and_bounded() {
     let ctx = ctx(&[
         (

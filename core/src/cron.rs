@@ -11,6 +11,7 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::iter::FusedIterator;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use chrono::{
     DateTime, Datelike, LocalResult, NaiveDate, NaiveTime, Offset, TimeDelta, TimeZone, Utc,
@@ -100,8 +101,9 @@ const DAY_NAMES: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 pub struct CronExpr {
     /// The expression as written, trimmed.
     text: String,
-    /// The search engine, compiled from the canonical pattern.
-    cron: Cron,
+    /// The search engine, compiled from the canonical pattern; shared by clones (croner keeps
+    /// a few KB of bit fields per expression, and a job's configuration is cloned often).
+    cron: Arc<Cron>,
     /// `L-n` / `L-nW` with n > 0, which croner cannot express: its candidate days are in the
     /// croner pattern, and the hits are filtered here.
     last_day: Option<LastDay>,
@@ -387,7 +389,7 @@ impl CronExpr {
             })?;
         Ok(CronExpr {
             text: text.to_owned(),
-            cron,
+            cron: Arc::new(cron),
             last_day,
             never,
         })

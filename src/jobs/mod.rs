@@ -31,8 +31,8 @@ use tokio::sync::watch;
 pub use dataflow::{Dataflow, DataflowJob, PROP_STREAMING};
 pub use http::HttpJob;
 pub use script::{
-    DEFAULT_OUTPUT_LIMIT, DEFAULT_SCRIPT_TIMEOUT, PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT,
-    PROP_TIMEOUT, ScriptJob,
+    DEFAULT_OUTPUT_LIMIT, DEFAULT_SCRIPT_TIMEOUT, ENV_FENCING_TOKEN, ENV_FIRE_TIME, ENV_RUN_KIND,
+    PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT, PROP_TIMEOUT, ScriptJob,
 };
 pub use words::{SplitError, split_command_line};
 

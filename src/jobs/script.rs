@@ -4,6 +4,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shardjob_core::machine::record::RunKind;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
@@ -20,6 +21,15 @@ pub const PROP_OUTPUT_LIMIT: &str = "script.output.limit.bytes";
 pub const DEFAULT_SCRIPT_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The output limit when [`PROP_OUTPUT_LIMIT`] is not set: 64 KiB per stream.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 64 * 1024;
+/// The environment variable that gives a script the item's scheduled fire time (the trigger
+/// time for a manual trigger), RFC 3339 in UTC with milliseconds:
+/// `2027-01-30T16:00:05.000Z`.
+pub const ENV_FIRE_TIME: &str = "SHARDJOB_FIRE_TIME";
+/// The environment variable that says why the item runs: `SCHEDULED`, `MISFIRE`, `FAILOVER`
+/// or `TRIGGER`.
+pub const ENV_RUN_KIND: &str = "SHARDJOB_RUN_KIND";
+/// The environment variable that gives a script the item's fencing token (decimal).
+pub const ENV_FENCING_TOKEN: &str = "SHARDJOB_FENCING_TOKEN";
 
 /// How long a killed script may take to be reaped, and its pipes to drain, before the item is
 /// reported anyway.
@@ -34,6 +44,9 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 /// ([`PROP_TIMEOUT`], default one hour) after which the process is killed; a cancelled run
 /// kills it too; stdout and stderr are captured per item, the last [`PROP_OUTPUT_LIMIT`]
 /// bytes of each; exit status 0 is success, anything else (or a signal) a failure.
+///
+/// What the context JSON leaves out (it keeps ElasticJob's fields only) comes in environment
+/// variables: [`ENV_FIRE_TIME`], [`ENV_RUN_KIND`] and [`ENV_FENCING_TOKEN`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ScriptJob;
 
@@ -81,8 +94,21 @@ impl Job for ScriptJob {
         argv.push(ctx.to_json());
         let program = argv.remove(0);
 
+        let kind = match ctx.kind {
+            RunKind::Scheduled => "SCHEDULED",
+            RunKind::Misfire => "MISFIRE",
+            RunKind::Failover => "FAILOVER",
+            RunKind::Trigger => "TRIGGER",
+        };
         let mut child = Command::new(&program)
             .args(&argv)
+            .env(
+                ENV_FIRE_TIME,
+                ctx.fire_time
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            )
+            .env(ENV_RUN_KIND, kind)
+            .env(ENV_FENCING_TOKEN, ctx.fencing_token.to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())

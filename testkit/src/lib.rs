@@ -136,6 +136,8 @@ pub struct Cluster {
     dir: tempfile::TempDir,
     members: Vec<Member>,
     binary: Binary,
+    /// Extra command-line flags of every member (etcd only).
+    extra_args: Vec<String>,
 }
 
 impl fmt::Debug for Cluster {
@@ -159,16 +161,28 @@ impl Cluster {
     /// serves. `tickTime` is 500 ms, so sessions of 1 s to 60 s can be negotiated.
     pub fn zookeeper(members: usize) -> Result<Self, TestkitError> {
         let binary = find_zookeeper()?;
-        Self::start(Kind::ZooKeeper, members, binary)
+        Self::start(Kind::ZooKeeper, members, binary, Vec::new())
     }
 
     /// Starts an etcd cluster of `members` servers and waits until each serves.
     pub fn etcd(members: usize) -> Result<Self, TestkitError> {
-        let binary = find_etcd()?;
-        Self::start(Kind::Etcd, members, binary)
+        Self::etcd_with_args(members, &[])
     }
 
-    fn start(kind: Kind, n: usize, binary: Binary) -> Result<Self, TestkitError> {
+    /// Starts an etcd cluster whose members get extra command-line flags (for instance
+    /// `["--max-txn-ops", "1024"]`), and waits until each serves.
+    pub fn etcd_with_args(members: usize, args: &[&str]) -> Result<Self, TestkitError> {
+        let binary = find_etcd()?;
+        let args = args.iter().map(|a| (*a).to_owned()).collect();
+        Self::start(Kind::Etcd, members, binary, args)
+    }
+
+    fn start(
+        kind: Kind,
+        n: usize,
+        binary: Binary,
+        extra_args: Vec<String>,
+    ) -> Result<Self, TestkitError> {
         if n == 0 {
             return Err(TestkitError::BadMember("a cluster needs a member".into()));
         }
@@ -176,7 +190,7 @@ impl Cluster {
         // server binds it, so a failed start is retried on new ports.
         let mut last = None;
         for _ in 0..3 {
-            match Self::try_start(kind, n, binary.clone()) {
+            match Self::try_start(kind, n, binary.clone(), extra_args.clone()) {
                 Ok(c) => return Ok(c),
                 Err(e @ TestkitError::NotReady { .. }) => last = Some(e),
                 Err(e) => return Err(e),
@@ -185,7 +199,12 @@ impl Cluster {
         Err(last.unwrap_or_else(|| TestkitError::BadMember("no start attempt".into())))
     }
 
-    fn try_start(kind: Kind, n: usize, binary: Binary) -> Result<Self, TestkitError> {
+    fn try_start(
+        kind: Kind,
+        n: usize,
+        binary: Binary,
+        extra_args: Vec<String>,
+    ) -> Result<Self, TestkitError> {
         let prefix = match kind {
             Kind::ZooKeeper => "shardjob-zk-",
             Kind::Etcd => "shardjob-etcd-",
@@ -213,6 +232,7 @@ impl Cluster {
             dir,
             members,
             binary,
+            extra_args,
         };
         cluster.write_configs()?;
         for i in 1..=n {
@@ -479,7 +499,7 @@ impl Cluster {
                     .join(",");
                 let client = format!("http://127.0.0.1:{}", m.client_port);
                 let peer = format!("http://127.0.0.1:{}", m.peer_port);
-                vec![
+                let mut argv = vec![
                     etcd.display().to_string(),
                     "--name".into(),
                     format!("m{member}"),
@@ -503,7 +523,9 @@ impl Cluster {
                     "zap".into(),
                     "--log-outputs".into(),
                     "stderr".into(),
-                ]
+                ];
+                argv.extend(self.extra_args.iter().cloned());
+                argv
             }
         })
     }
@@ -820,6 +842,7 @@ mod tests {
             binary: Binary::Etcd {
                 etcd: PathBuf::from("/bin/false"),
             },
+            extra_args: Vec::new(),
         };
         assert!(matches!(c.client_addr(0), Err(TestkitError::BadMember(_))));
         assert!(matches!(c.client_addr(1), Err(TestkitError::BadMember(_))));

@@ -1042,7 +1042,13 @@ impl Machine {
                 JobConfig::from_yaml_with(text, Strictness::Lenient, &self.opts.known_types)
                     .map_err(|e| e.to_string())
             })
-            .and_then(|c| {
+            .and_then(|mut c| {
+                // The same expression as the local one: share its compiled search.
+                if let (Some(mine), Some(theirs)) = (&j.spec.config.cron, &mut c.cron) {
+                    if mine == theirs {
+                        *theirs = mine.clone();
+                    }
+                }
                 if c.job_name == name {
                     Ok(c)
                 } else {

@@ -1,0 +1,440 @@
+//! Registry requests per instance per fire, counted by the servers themselves (a benchmark,
+//! `#[ignore]`d; it takes about three minutes):
+//!
+//! ```sh
+//! cargo test --release --features zk,etcd --test requests_per_fire -- --ignored --nocapture
+//! SHARDJOB_RPF_ONLY=zk cargo test ...   # the ZooKeeper cases only (or =etcd)
+//! ```
+//!
+//! One instance (the real driver, in this process) hosts one job that fires every second,
+//! whose items take 20 ms, with 1 item and with 50 items; a window of [`WINDOW`] fires is measured in steady state,
+//! from half a second after a fire to half a second after the last fire of the window. The
+//! same instance with a job that never fires in the window gives the idle background
+//! (session pings, lease keep-alives), measured over the same length of time.
+//!
+//! - **ZooKeeper**: `zk_packets_received` of `mntr` (every request packet the server reads,
+//!   session pings included; the two `mntr` reads of a window are not client packets, and are
+//!   the same in every window anyway).
+//! - **etcd**: `grpc_server_handled_total` of `/metrics`, summed over the unary methods
+//!   (`Range`, `Txn`, `Put`, `DeleteRange`, `LeaseGrant`...: each is one client request);
+//!   stream messages (`LeaseKeepAlive` pings, `Watch` create/cancel/progress requests) come
+//!   from `grpc_server_msg_received_total` and are reported apart.
+//!
+//! The instance's registry client is wrapped in a counter of the calls the runtime makes
+//! through the `Registry` trait (transactions, reads), so the report tells the core's
+//! requests from what a backend adds on its own (ZooKeeper: the read before a transaction
+//! with value checks, and one read per created or changed node a watch reports, because
+//! ZooKeeper's notifications carry no data).
+//!
+//! etcd refuses a transaction with more than `--max-txn-ops` (default 128) compares or
+//! writes. A claim of `n` items needs `6n + 1` compares and re-sharding a job of `n` items
+//! `4n + 4` compares and `3n` writes, so with the default an instance claims at most 21 items
+//! of a job per fire and a job has at most 31 items. The 50-item case therefore runs on an
+//! etcd started with `--max-txn-ops 1024` (and the client told so); it is also tried on a
+//! default etcd, where it runs no fire at all.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use shardjob::core::registry::{
+    EventStream, Node, NodePath, Registry, RegistryError, SessionInfo, TxnOp, TxnOpResult,
+};
+use shardjob::core::{CronExpr, InstanceId, JobConfig};
+use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
+use shardjob::runtime::Scheduler;
+use shardjob_backend_etcd::{EtcdConfig, EtcdRegistry};
+use shardjob_backend_zk::{ZkConfig, ZkRegistry};
+use shardjob_testkit::Cluster;
+
+/// How long an item's body takes.
+const BODY: Duration = Duration::from_millis(20);
+/// Fires per measured window.
+const WINDOW: u32 = 15;
+/// The instance's session timeout / lease TTL (the backends' default).
+const SESSION: Duration = Duration::from_secs(10);
+
+type Fires = Arc<Mutex<BTreeMap<DateTime<Utc>, BTreeSet<u32>>>>;
+
+struct Count(Fires);
+
+#[async_trait]
+impl SimpleJob for Count {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        self.0
+            .lock()
+            .unwrap()
+            .entry(ctx.fire_time)
+            .or_default()
+            .insert(ctx.sharding_item);
+        // A body that takes a moment, like a real one, but short enough that 50 items (4 at a
+        // time: the CPU executor on 2 cores) end well within the second between fires. (With
+        // an empty body and many items, ZooKeeper's watch, which reads every changed node one
+        // by one, can still show the `running` markers of a run that has already ended; the
+        // instance then tries to adopt them and the registry refuses: one more, failed,
+        // transaction per fire.)
+        tokio::time::sleep(BODY).await;
+        Ok(())
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Zk,
+    Etcd,
+}
+
+/// The calls the runtime makes through the `Registry` trait.
+#[derive(Default)]
+struct Calls {
+    transactions: AtomicU64,
+    /// Transactions that failed (a check did not hold, or the registry refused them).
+    failed: AtomicU64,
+    reads: AtomicU64,
+}
+
+/// A registry client that counts the calls made to it.
+struct Counted {
+    inner: Arc<dyn Registry>,
+    calls: Arc<Calls>,
+}
+
+#[async_trait]
+impl Registry for Counted {
+    fn session(&self) -> Option<SessionInfo> {
+        self.inner.session()
+    }
+
+    async fn get(&self, path: &NodePath) -> Result<Option<Node>, RegistryError> {
+        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.get(path).await
+    }
+
+    async fn children(&self, path: &NodePath) -> Result<Vec<String>, RegistryError> {
+        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.children(path).await
+    }
+
+    async fn transact(&self, ops: Vec<TxnOp>) -> Result<Vec<TxnOpResult>, RegistryError> {
+        self.calls.transactions.fetch_add(1, Ordering::Relaxed);
+        let shown = format!("{ops:?}");
+        let result = self.inner.transact(ops).await;
+        if let Err(e) = &result {
+            self.calls.failed.fetch_add(1, Ordering::Relaxed);
+            if std::env::var_os("SHARDJOB_RPF_SHOW").is_some() {
+                eprintln!("a transaction failed: {e}: {shown}");
+            }
+        }
+        result
+    }
+
+    async fn watch(&self, root: &NodePath) -> Result<Box<dyn EventStream>, RegistryError> {
+        self.inner.watch(root).await
+    }
+
+    async fn close(&self) -> Result<(), RegistryError> {
+        self.inner.close().await
+    }
+
+    async fn get_tree(&self, root: &NodePath) -> Result<Vec<Node>, RegistryError> {
+        self.calls.reads.fetch_add(1, Ordering::Relaxed);
+        self.inner.get_tree(root).await
+    }
+}
+
+/// Server-side counters at one moment.
+#[derive(Debug, Clone, Default)]
+struct Counters {
+    /// Client requests (ZK: packets received; etcd: unary RPCs handled), by method for etcd.
+    requests: BTreeMap<String, u64>,
+    /// etcd stream messages received, by method.
+    stream: BTreeMap<String, u64>,
+}
+
+impl Counters {
+    fn minus(&self, before: &Counters) -> Counters {
+        let diff = |a: &BTreeMap<String, u64>, b: &BTreeMap<String, u64>| {
+            a.iter()
+                .map(|(k, v)| (k.clone(), v.saturating_sub(*b.get(k).unwrap_or(&0))))
+                .filter(|(_, v)| *v > 0)
+                .collect()
+        };
+        Counters {
+            requests: diff(&self.requests, &before.requests),
+            stream: diff(&self.stream, &before.stream),
+        }
+    }
+
+    fn total(&self) -> u64 {
+        self.requests.values().sum()
+    }
+
+    fn stream_total(&self) -> u64 {
+        self.stream.values().sum()
+    }
+}
+
+fn read_counters(kind: Kind, cluster: &Cluster) -> Counters {
+    match kind {
+        Kind::Zk => {
+            let mntr = cluster.four_letter(1, "mntr").unwrap();
+            let value = |key: &str| -> u64 {
+                mntr.lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once('\t')?;
+                        (k.trim() == key).then(|| v.trim().parse().ok())?
+                    })
+                    .unwrap_or_else(|| panic!("no {key} in mntr:\n{mntr}"))
+            };
+            let mut c = Counters::default();
+            c.requests
+                .insert("packets".into(), value("zk_packets_received"));
+            c
+        }
+        Kind::Etcd => {
+            let metrics = http_get(cluster, "/metrics");
+            let mut c = Counters::default();
+            for line in metrics.lines().filter(|l| !l.starts_with('#')) {
+                let Some((name_labels, value)) = line.rsplit_once(' ') else {
+                    continue;
+                };
+                let Ok(value) = value.parse::<f64>() else {
+                    continue;
+                };
+                let label = |name: &str| -> Option<&str> {
+                    let at = name_labels.find(&format!("{name}=\""))? + name.len() + 2;
+                    let rest = &name_labels[at..];
+                    Some(&rest[..rest.find('"')?])
+                };
+                let method = label("grpc_method").unwrap_or("?").to_owned();
+                let typ = label("grpc_type").unwrap_or("?");
+                if name_labels.starts_with("grpc_server_handled_total{") && typ == "unary" {
+                    *c.requests.entry(method).or_default() += value as u64;
+                } else if name_labels.starts_with("grpc_server_msg_received_total{")
+                    && typ != "unary"
+                {
+                    *c.stream.entry(method).or_default() += value as u64;
+                }
+            }
+            c
+        }
+    }
+}
+
+/// A plain HTTP/1.0 GET to member 1's client port; the body.
+fn http_get(cluster: &Cluster, path: &str) -> String {
+    let addr = cluster.client_addr(1).unwrap();
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect("an HTTP answer");
+    assert!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "{head}"
+    );
+    body.to_owned()
+}
+
+/// etcd's `--max-txn-ops` for the many-item case.
+const RAISED_TXN_OPS: usize = 1024;
+
+async fn connect(
+    kind: Kind,
+    cluster: &Cluster,
+    namespace: &str,
+    max_txn_ops: usize,
+) -> Arc<dyn Registry> {
+    match kind {
+        Kind::Zk => Arc::new(
+            ZkRegistry::connect(
+                ZkConfig::new(cluster.connect_string())
+                    .namespace(namespace)
+                    .session_timeout(SESSION),
+            )
+            .await
+            .unwrap(),
+        ),
+        Kind::Etcd => {
+            let mut config = EtcdConfig::new(cluster.endpoints())
+                .namespace(namespace)
+                .lease_ttl(SESSION);
+            config.max_txn_ops = max_txn_ops;
+            Arc::new(EtcdRegistry::connect(config).await.unwrap())
+        }
+    }
+}
+
+/// Sleeps until `offset_ms` past the next whole second.
+async fn align(offset_ms: i64) {
+    let now = Utc::now().timestamp_millis();
+    let target = (now / 1000 + 1) * 1000 + offset_ms;
+    tokio::time::sleep(Duration::from_millis((target - now) as u64)).await;
+}
+
+/// What one window measured.
+struct Window {
+    /// Server-side counter differences.
+    server: Counters,
+    /// Fires in the window that ran every item.
+    whole: u32,
+    /// Fires in the window that ran some items only.
+    partial: u32,
+    /// Transactions and reads the runtime asked for.
+    transactions: u64,
+    failed: u64,
+    reads: u64,
+}
+
+/// One window of one instance hosting a job of `items` (none: a job that does not fire).
+async fn measure(
+    kind: Kind,
+    cluster: &Cluster,
+    items: Option<u32>,
+    max_txn_ops: usize,
+    tag: &str,
+) -> Window {
+    let namespace = match items {
+        Some(n) => format!("rpf-{tag}-{n}"),
+        None => format!("rpf-{tag}-idle"),
+    };
+    let calls = Arc::new(Calls::default());
+    let registry: Arc<dyn Registry> = Arc::new(Counted {
+        inner: connect(kind, cluster, &namespace, max_txn_ops).await,
+        calls: Arc::clone(&calls),
+    });
+    let fires: Fires = Arc::default();
+    let (cron, total) = match items {
+        Some(n) => ("* * * * * ?", n),
+        // Never in the window.
+        None => ("0 0 0 1 1 ? 2099", 1),
+    };
+    let config = JobConfig::new("bench", total).with_cron(CronExpr::parse(cron).unwrap());
+    let handle = Scheduler::builder()
+        .registry(registry)
+        .instance_id(InstanceId::new("127.0.0.1@-@1").unwrap())
+        .job(config, Count(Arc::clone(&fires)))
+        .build()
+        .await
+        .unwrap();
+    // Warm up: the plan is made and fires run.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    align(500).await;
+    let start = Utc::now();
+    let before = read_counters(kind, cluster);
+    let (t0, f0, r0) = (
+        calls.transactions.load(Ordering::Relaxed),
+        calls.failed.load(Ordering::Relaxed),
+        calls.reads.load(Ordering::Relaxed),
+    );
+    tokio::time::sleep(Duration::from_secs(u64::from(WINDOW))).await;
+    let after = read_counters(kind, cluster);
+    let (t1, f1, r1) = (
+        calls.transactions.load(Ordering::Relaxed),
+        calls.failed.load(Ordering::Relaxed),
+        calls.reads.load(Ordering::Relaxed),
+    );
+    let end = Utc::now();
+    handle.shutdown().await.unwrap();
+    let fires = fires.lock().unwrap();
+    let in_window: Vec<&BTreeSet<u32>> = fires.range(start..end).map(|(_, items)| items).collect();
+    let whole = in_window
+        .iter()
+        .filter(|s| Some(s.len() as u32) == items)
+        .count() as u32;
+    let partial = in_window.len() as u32 - whole;
+    Window {
+        server: after.minus(&before),
+        whole,
+        partial,
+        transactions: t1 - t0,
+        failed: f1 - f0,
+        reads: r1 - r0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: cargo test --release --features zk,etcd --test requests_per_fire -- --ignored --nocapture"]
+async fn requests_per_instance_per_fire() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_test_writer()
+        .try_init();
+    let start = |f: fn() -> Result<Cluster, shardjob_testkit::TestkitError>| async move {
+        tokio::task::spawn_blocking(f)
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let zk = start(|| Cluster::zookeeper(1)).await;
+    let etcd = start(|| Cluster::etcd(1)).await;
+    let etcd_raised =
+        start(|| Cluster::etcd_with_args(1, &["--max-txn-ops", &RAISED_TXN_OPS.to_string()])).await;
+    let default_ops = shardjob_backend_etcd::ETCD_MAX_TXN_OPS;
+    let cases: [(Kind, &Cluster, &str, Option<u32>, usize); 7] = [
+        (Kind::Zk, &zk, "zk", None, 0),
+        (Kind::Zk, &zk, "zk", Some(1), 0),
+        (Kind::Zk, &zk, "zk", Some(50), 0),
+        (Kind::Etcd, &etcd, "etcd", None, default_ops),
+        (Kind::Etcd, &etcd, "etcd", Some(1), default_ops),
+        (Kind::Etcd, &etcd, "etcd", Some(50), default_ops),
+        (
+            Kind::Etcd,
+            &etcd_raised,
+            "etcd-1024",
+            Some(50),
+            RAISED_TXN_OPS,
+        ),
+    ];
+    let mut report = Vec::new();
+    let mut idle = BTreeMap::new();
+    // SHARDJOB_RPF_ONLY=zk or =etcd runs the cases of one registry only.
+    let only = std::env::var("SHARDJOB_RPF_ONLY").unwrap_or_default();
+    for (kind, cluster, tag, items, ops) in cases {
+        if !tag.starts_with(only.as_str()) {
+            continue;
+        }
+        let w = measure(kind, cluster, items, ops, tag).await;
+        let Some(n) = items else {
+            report.push(format!(
+                "{tag:>9} idle    : {} requests in {WINDOW} s ({:.2}/s) {:?}; stream messages {} ({:.2}/s) {:?}",
+                w.server.total(),
+                w.server.total() as f64 / f64::from(WINDOW),
+                w.server.requests,
+                w.server.stream_total(),
+                w.server.stream_total() as f64 / f64::from(WINDOW),
+                w.server.stream,
+            ));
+            idle.insert(kind as u8, w.server.total());
+            continue;
+        };
+        let base = idle.get(&(kind as u8)).copied().unwrap_or(0) as f64;
+        let fires = f64::from(w.whole.max(1));
+        report.push(format!(
+            "{tag:>9} {n:>2} items: {} whole fires ({} partial); server requests {} = {:.2}/fire, \
+             {:.2}/fire net of idle {:?}; runtime calls {:.2} transactions ({} failed in all) + {:.2} reads per fire; \
+             stream messages {} {:?}",
+            w.whole,
+            w.partial,
+            w.server.total(),
+            w.server.total() as f64 / fires,
+            (w.server.total() as f64 - base) / fires,
+            w.server.requests,
+            w.transactions as f64 / fires,
+            w.failed,
+            w.reads as f64 / fires,
+            w.server.stream_total(),
+            w.server.stream,
+        ));
+    }
+    for line in &report {
+        println!("{line}");
+    }
+}
