@@ -7,11 +7,12 @@
 //! `L-n` in day-of-month, which croner lacks, is computed here.
 
 use std::collections::BTreeSet;
+use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::iter::FusedIterator;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use chrono::{
     DateTime, Datelike, LocalResult, NaiveDate, NaiveTime, Offset, TimeDelta, TimeZone, Utc,
@@ -376,20 +377,13 @@ impl CronExpr {
             _ => None,
         };
         let pattern = canonical_pattern(&fields);
-        let cron = CronParser::builder()
-            .seconds(Seconds::Required)
-            .year(Year::Optional)
-            .alternative_weekdays(true)
-            .sloppy_ranges(true)
-            .build()
-            .parse(&pattern)
-            .map_err(|e| CronError::Compile {
-                expr: quote(text, QUOTE_LIMIT),
-                reason: format!("{e} (pattern `{pattern}`)"),
-            })?;
+        let cron = compiled(&pattern).map_err(|e| CronError::Compile {
+            expr: quote(text, QUOTE_LIMIT),
+            reason: format!("{e} (pattern `{pattern}`)"),
+        })?;
         Ok(CronExpr {
             text: text.to_owned(),
-            cron: Arc::new(cron),
+            cron,
             last_day,
             never,
         })
@@ -1001,6 +995,39 @@ impl fmt::Debug for CronExpr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("CronExpr").field(&self.text).finish()
     }
+}
+
+/// Compiles a canonical croner pattern, sharing the result with every live expression of the
+/// same pattern: croner keeps a few KB of bit fields per expression, and ten thousand jobs on
+/// a handful of schedules would otherwise hold ten thousand copies. A pure memo (the same
+/// pattern always compiles to the same search), so determinism is unaffected.
+fn compiled(pattern: &str) -> Result<Arc<Cron>, croner::errors::CronError> {
+    /// The memo, and the size at which dead entries are swept next.
+    type Memo = (HashMap<String, Weak<Cron>>, usize);
+    static COMPILED: OnceLock<Mutex<Memo>> = OnceLock::new();
+    let cache = COMPILED.get_or_init(|| Mutex::new((HashMap::new(), 1_024)));
+    // A poisoned lock only means another thread panicked while holding it; the map is still
+    // a valid memo.
+    let mut guard = cache.lock().unwrap_or_else(|e| e.into_inner());
+    let (map, sweep_at) = &mut *guard;
+    if let Some(cron) = map.get(pattern).and_then(Weak::upgrade) {
+        return Ok(cron);
+    }
+    let cron = Arc::new(
+        CronParser::builder()
+            .seconds(Seconds::Required)
+            .year(Year::Optional)
+            .alternative_weekdays(true)
+            .sloppy_ranges(true)
+            .build()
+            .parse(pattern)?,
+    );
+    if map.len() >= *sweep_at {
+        map.retain(|_, w| w.strong_count() > 0);
+        *sweep_at = (map.len() * 2).max(1_024);
+    }
+    map.insert(pattern.to_owned(), Arc::downgrade(&cron));
+    Ok(cron)
 }
 
 impl PartialEq for CronExpr {

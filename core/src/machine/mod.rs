@@ -124,9 +124,12 @@ pub struct Machine {
     in_doubt: bool,
     probe: Option<RequestId>,
     last_probe: u64,
-    jobs: BTreeMap<String, Job>,
+    /// Boxed: a map node holds room for eleven entries, and a `Job` is large.
+    jobs: BTreeMap<String, Box<Job>>,
     /// Every job's `wake`, ordered, so the next timeout is found without visiting each job.
     wakes: BTreeSet<(u64, String)>,
+    /// Jobs to evaluate again once a probe confirms the session.
+    probe_waiters: BTreeSet<String>,
     /// Executions whose completion is retried at a time (entries may be stale: checked).
     retries: BTreeSet<(u64, ExecutionId)>,
     /// Executions claimed ahead, by the monotonic time of their fire (entries may be stale).
@@ -139,6 +142,8 @@ pub struct Machine {
     shutdown: Option<u64>,
     stopped: bool,
     last_sweep: u64,
+    /// The last job the rolling sweep evaluated.
+    sweep_cursor: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +354,7 @@ impl Machine {
             jobs: BTreeMap::new(),
             wakes: BTreeSet::new(),
             retries: BTreeSet::new(),
+            probe_waiters: BTreeSet::new(),
             starts: BTreeSet::new(),
             pending: BTreeMap::new(),
             executions: BTreeMap::new(),
@@ -358,6 +364,7 @@ impl Machine {
             shutdown: None,
             stopped: false,
             last_sweep: 0,
+            sweep_cursor: None,
         }
     }
 
@@ -469,7 +476,7 @@ impl Machine {
             wake_indexed: None,
             fires: FireMemo::default(),
         };
-        self.jobs.insert(name.clone(), job);
+        self.jobs.insert(name.clone(), Box::new(job));
         if matches!(self.session, Session::Live(_)) {
             self.start_load(&name, now);
         }
@@ -645,8 +652,12 @@ impl Machine {
         match p.purpose {
             Purpose::Load => self.on_load(id, p.job, reply, now),
             Purpose::Probe => {
+                // Only the jobs that wait for a confirmed session: evaluating every job on
+                // each probe would cost O(jobs) every quarter timeout while anything runs.
                 if ok {
-                    self.evaluate_all(now);
+                    for name in std::mem::take(&mut self.probe_waiters) {
+                        self.evaluate(&name, now);
+                    }
                 }
             }
             Purpose::Complete(exec) => self.on_complete(exec, reply, now),
@@ -701,17 +712,42 @@ impl Machine {
         }
         // Only the jobs whose time has come; every job now and then as a safety net (the
         // decisions are level-triggered, so an extra evaluation is harmless, only costly).
-        if self.shutdown.is_some() || now.mono >= self.last_sweep.saturating_add(SWEEP_MS) {
-            self.last_sweep = now.mono;
+        // The sweep goes a tenth of the jobs at a time, so that ten thousand jobs do not stall
+        // the machine at once.
+        if self.shutdown.is_some() {
             self.evaluate_all(now);
             return;
         }
-        let due: Vec<String> = self
+        let mut due: Vec<String> = self
             .wakes
             .iter()
             .take_while(|(t, _)| *t <= now.mono)
             .map(|(_, name)| name.clone())
             .collect();
+        if now.mono >= self.last_sweep.saturating_add(SWEEP_MS / 10) {
+            self.last_sweep = now.mono;
+            let slice = self.jobs.len().div_ceil(10).max(1);
+            let after = self.sweep_cursor.take();
+            let mut next: Vec<String> = match &after {
+                Some(c) => self
+                    .jobs
+                    .range::<str, _>((
+                        std::ops::Bound::Excluded(c.as_str()),
+                        std::ops::Bound::Unbounded,
+                    ))
+                    .map(|(n, _)| n.clone())
+                    .take(slice)
+                    .collect(),
+                None => Vec::new(),
+            };
+            if next.len() < slice {
+                let more = slice - next.len();
+                next.extend(self.jobs.keys().take(more).cloned());
+                next.dedup();
+            }
+            self.sweep_cursor = next.last().cloned();
+            due.extend(next);
+        }
         for name in due {
             self.evaluate(&name, now);
         }
@@ -1371,7 +1407,8 @@ impl Machine {
             .get(name)
             .is_some_and(|j| adoptable(view, &me, sid, &j.running))
         {
-            // Confirm the session first; the probe's reply evaluates the jobs again.
+            // Confirm the session first; the probe's reply evaluates the job again.
+            self.probe_waiters.insert(name.to_owned());
             self.probe_now(now);
         }
 
@@ -1934,12 +1971,14 @@ impl Machine {
         if self.shutdown.is_none() || self.stopped {
             return;
         }
-        let busy = self.jobs.values().any(|j| !j.running.is_empty())
-            || self
-                .pending
-                .values()
-                .any(|p| matches!(p.purpose, Purpose::Complete(_) | Purpose::Leave));
-        if self.jobs.is_empty() && !busy {
+        if !self.jobs.is_empty() {
+            return;
+        }
+        let busy = self
+            .pending
+            .values()
+            .any(|p| matches!(p.purpose, Purpose::Complete(_) | Purpose::Leave));
+        if !busy {
             self.out.push_back(Command::CloseSession);
             self.stopped = true;
         }

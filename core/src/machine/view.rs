@@ -173,7 +173,8 @@ pub(crate) struct JobView {
     pub servers: BTreeMap<String, String>,
     pub leader: Option<String>,
     pub necessary: Option<Version>,
-    pub items: BTreeMap<u32, ItemView>,
+    /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.
+    pub items: BTreeMap<u32, Box<ItemView>>,
     pub triggers: BTreeMap<InstanceId, String>,
     pub corrupt: BTreeMap<NodePath, String>,
 }
