@@ -1,7 +1,9 @@
 //! Event streams: one persistent recursive watch each, read by a background task.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
 use std::sync::Weak;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -55,11 +57,41 @@ async fn run(
     // Paths whose Created was dropped because the node was gone when read: their next
     // Deleted is dropped too.
     let mut vanished: HashSet<NodePath> = HashSet::new();
+    // Events taken from the watcher but not handled yet (the one that ended a burst).
+    let mut stash: VecDeque<zk::WatchedEvent> = VecDeque::new();
     loop {
-        let event = tokio::select! {
-            e = watcher.changed() => e,
-            () = tx.closed() => return,
+        let event = match stash.pop_front() {
+            Some(e) => e,
+            None => tokio::select! {
+                e = watcher.changed() => e,
+                () = tx.closed() => return,
+            },
         };
+        if is_node_event(&event) {
+            // A transaction changes many nodes at once and ZooKeeper's events carry no data:
+            // take the whole burst that has arrived and read its nodes in one request, not
+            // one request per node.
+            let mut burst = vec![event];
+            while burst.len() < MAX_BURST {
+                match poll_now(&mut watcher) {
+                    Some(e) if is_node_event(&e) => burst.push(e),
+                    Some(e) => {
+                        stash.push_back(e);
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            let Some(out) = node_events(&inner, burst, &mut vanished).await else {
+                continue;
+            };
+            for e in out {
+                if tx.send(e).is_err() {
+                    return;
+                }
+            }
+            continue;
+        }
         let out = match event.event_type {
             zk::EventType::Session => match event.session_state {
                 zk::SessionState::Disconnected => {
@@ -118,50 +150,9 @@ async fn run(
             }
             .into_iter()
             .map(RegistryEvent::Session)
-            .collect(),
-            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged => {
-                let Some(path) = node_path(&event.path) else {
-                    continue;
-                };
-                let kind = if event.event_type == zk::EventType::NodeCreated {
-                    WatchEventKind::Created
-                } else {
-                    WatchEventKind::Changed
-                };
-                match read(&inner, &path).await {
-                    Read::Node(data, stat) => {
-                        vanished.remove(&path);
-                        vec![RegistryEvent::Node(WatchEvent {
-                            kind,
-                            path,
-                            data,
-                            stat: Some(stat),
-                        })]
-                    }
-                    Read::Gone => {
-                        if kind == WatchEventKind::Created {
-                            vanished.insert(path);
-                        }
-                        continue;
-                    }
-                    Read::Stop => continue,
-                }
-            }
-            zk::EventType::NodeDeleted => {
-                let Some(path) = node_path(&event.path) else {
-                    continue;
-                };
-                if vanished.remove(&path) {
-                    continue;
-                }
-                vec![RegistryEvent::Node(WatchEvent {
-                    kind: WatchEventKind::Deleted,
-                    path,
-                    data: Vec::new(),
-                    stat: None,
-                })]
-            }
-            zk::EventType::NodeChildrenChanged => continue,
+            .collect::<Vec<_>>(),
+            // Node events were handled above, a burst at a time.
+            _ => continue,
         };
         for e in out {
             if tx.send(e).is_err() {
@@ -187,6 +178,143 @@ enum Read {
     Gone,
     /// The session or the registry ended: the stream learns it from its watcher next.
     Stop,
+}
+
+/// The most node events read in one request.
+const MAX_BURST: usize = 512;
+
+fn is_node_event(event: &zk::WatchedEvent) -> bool {
+    matches!(
+        event.event_type,
+        zk::EventType::NodeCreated
+            | zk::EventType::NodeDataChanged
+            | zk::EventType::NodeDeleted
+            | zk::EventType::NodeChildrenChanged
+    )
+}
+
+/// The watcher's next event if it has already arrived. `changed` only takes an event from the
+/// client's channel when it returns it, so dropping it unfinished loses nothing.
+fn poll_now(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
+    let mut next = std::pin::pin!(watcher.changed());
+    let mut cx = Context::from_waker(Waker::noop());
+    match next.as_mut().poll(&mut cx) {
+        Poll::Ready(e) => Some(e),
+        Poll::Pending => None,
+    }
+}
+
+/// The registry events of a burst of node events, in order; the data of created and changed
+/// nodes comes from one multi-read. `None` when the session or client ended meanwhile.
+async fn node_events(
+    inner: &Weak<Inner>,
+    burst: Vec<zk::WatchedEvent>,
+    vanished: &mut HashSet<NodePath>,
+) -> Option<Vec<RegistryEvent>> {
+    let events: Vec<(zk::EventType, NodePath)> = burst
+        .into_iter()
+        .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
+        .collect();
+    let to_read: Vec<&NodePath> = events
+        .iter()
+        .filter(|(t, _)| {
+            matches!(
+                t,
+                zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
+            )
+        })
+        .map(|(_, p)| p)
+        .collect();
+    let mut reads = read_many(inner, &to_read).await.into_iter();
+    let mut out = Vec::with_capacity(events.len());
+    for (event_type, path) in events {
+        match event_type {
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged => {
+                let kind = if event_type == zk::EventType::NodeCreated {
+                    WatchEventKind::Created
+                } else {
+                    WatchEventKind::Changed
+                };
+                match reads.next().unwrap_or(Read::Stop) {
+                    Read::Node(data, stat) => {
+                        vanished.remove(&path);
+                        out.push(RegistryEvent::Node(WatchEvent {
+                            kind,
+                            path,
+                            data,
+                            stat: Some(stat),
+                        }));
+                    }
+                    Read::Gone => {
+                        if kind == WatchEventKind::Created {
+                            vanished.insert(path);
+                        }
+                    }
+                    Read::Stop => return None,
+                }
+            }
+            zk::EventType::NodeDeleted => {
+                if vanished.remove(&path) {
+                    continue;
+                }
+                out.push(RegistryEvent::Node(WatchEvent {
+                    kind: WatchEventKind::Deleted,
+                    path,
+                    data: Vec::new(),
+                    stat: None,
+                }));
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// Reads several nodes in one request (ZooKeeper's multi-read); falls back to one read per
+/// node, with retries, when the batch fails as a whole or for a node.
+async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
+    if paths.len() <= 1 {
+        let mut out = Vec::new();
+        for p in paths {
+            out.push(read(inner, p).await);
+        }
+        return out;
+    }
+    let batch = async {
+        let strong = inner.upgrade()?;
+        let timeout = strong.config.request_timeout;
+        let session = strong.session().await.ok()?;
+        let mut reader = session.client.new_multi_reader();
+        for p in paths {
+            reader.add_get_data(p.as_str()).ok()?;
+        }
+        let results = tokio::time::timeout(timeout, reader.commit())
+            .await
+            .ok()?
+            .ok()?;
+        (results.len() == paths.len()).then_some(results)
+    };
+    let results = batch.await;
+    let mut out = Vec::with_capacity(paths.len());
+    match results {
+        Some(results) => {
+            for (p, r) in paths.iter().zip(results) {
+                out.push(match r {
+                    zk::MultiReadResult::Data { data, stat } => Read::Node(data, map_stat(&stat)),
+                    zk::MultiReadResult::Error {
+                        err: zk::Error::NoNode,
+                    } => Read::Gone,
+                    _ => read(inner, p).await,
+                });
+            }
+        }
+        None => {
+            for p in paths {
+                out.push(read(inner, p).await);
+            }
+        }
+    }
+    out
 }
 
 /// Reads a node for an event, retrying transient failures until the session ends.
