@@ -1262,9 +1262,6 @@ fn child(parent: &NodePath, name: &str) -> Option<NodePath> {
     parent.join(name).ok()
 }
 
-#[cfg(test)]
-mod tests;
-
 /// What a transaction costs on etcd, as its backend emulates the tree: (compares, writes).
 ///
 /// A check is one compare ([`Check::Session`] once per transaction); a create checks that its
@@ -1322,3 +1319,6 @@ pub fn txn_cost(ops: &[TxnOp]) -> (usize, usize) {
     }
     (compares.len() + usize::from(session), written.len())
 }
+
+#[cfg(test)]
+mod tests;

@@ -2692,16 +2692,34 @@ fn claims(
         }
     }
 
-    // Within the transaction limit: the earliest fires first, then failover. The rest stays
-    // due and is claimed by the next evaluation, once the watch shows this claim.
+    // Within the transaction limit: the items whose last finished fire is oldest first (so
+    // that no item starves when the parts of a fire take longer than its interval), failover
+    // before own items of the same age. The rest stays due and is claimed by the next
+    // evaluation, once the watch shows this claim.
     if let Some(limit) = j.txn_limit(opts) {
-        let mut budget = limit;
-        groups.retain(|_, items| {
-            items.truncate(budget);
-            budget -= items.len();
-            !items.is_empty()
-        });
-        failover_items.truncate(budget);
+        let total = groups.values().map(Vec::len).sum::<usize>() + failover_items.len();
+        if total > limit {
+            let age = |rec: &CurrentRecord| rec.as_ref().and_then(|(r, _)| r.done);
+            let mut order: Vec<(Option<i64>, bool, u32)> = failover_items
+                .iter()
+                .map(|(i, _, rec)| (age(rec), false, *i))
+                .chain(
+                    groups
+                        .values()
+                        .flatten()
+                        .map(|(i, rec)| (age(rec), true, *i)),
+                )
+                .collect();
+            order.sort_unstable();
+            order.truncate(limit);
+            let own: BTreeSet<u32> = order.iter().filter(|o| o.1).map(|o| o.2).collect();
+            let failover: BTreeSet<u32> = order.iter().filter(|o| !o.1).map(|o| o.2).collect();
+            groups.retain(|_, items| {
+                items.retain(|(i, _)| own.contains(i));
+                !items.is_empty()
+            });
+            failover_items.retain(|(i, _, _)| failover.contains(i));
+        }
     }
 
     if groups.is_empty() && failover_items.is_empty() {
