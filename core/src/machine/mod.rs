@@ -47,6 +47,18 @@
 //!   updated). Two transactions per job per fire, whatever the item count. If the session
 //!   cannot be confirmed within the safety margin, nothing starts and running items are
 //!   cancelled, before the registry can expire the session and let others take over.
+//! - **Transaction limits**: a registry may refuse large transactions (etcd's
+//!   `--max-txn-ops`, 128 compares by default). With [`MachineOptions::max_txn_items`] set, or
+//!   once the registry refused one as [`RegistryError::TooLarge`] (the job's limit is then
+//!   halved and the work tried again at once), claims, adoptions, completions, re-shards and
+//!   housekeeping touch at most that many items per transaction, and the level-triggered
+//!   decisions take the rest after the watch shows each part. Every part is fenced as a whole
+//!   transaction is: claims take the items whose last finished fire is oldest first, with one
+//!   execution per part; a completion part records only its own items; a re-shard part moves
+//!   items independently (an item whose new owner is written can no longer be claimed by the
+//!   old one, whose claims check the owner) and only the last part clears
+//!   `leader/sharding/necessary`; a trigger keeps one fire time for all its parts. Setup,
+//!   election and leave do not grow with the item count and are never split.
 //! - **Execution record** (`sharding/{item}/execution`, see [`record`]): the last finished
 //!   fire and the run in progress. A fire is due when it is later than the last finished one;
 //!   missed fires collapse into one run right after (misfire), or are dropped when `misfire`
