@@ -624,6 +624,12 @@ impl Registry for EtcdRegistry {
         self.inner.lease()
     }
 
+    /// The configured `max_txn_ops` (the server's `--max-txn-ops`): compares and writes are
+    /// each counted against it.
+    fn max_txn_ops(&self) -> Option<usize> {
+        Some(self.inner.config.max_txn_ops)
+    }
+
     async fn get(&self, path: &NodePath) -> Result<Option<Node>, RegistryError> {
         let key = self.inner.key(path);
         let inner = &self.inner;

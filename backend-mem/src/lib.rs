@@ -81,4 +81,4 @@ mod server;
 pub mod store;
 
 pub use server::{DEFAULT_SESSION_TIMEOUT, MemClient, MemClock, MemServer};
-pub use store::{Link, SessionStatus, SessionView, Store, WatchId};
+pub use store::{Link, SessionStatus, SessionView, Store, WatchId, txn_cost};

@@ -483,6 +483,11 @@ impl Registry for MemClient {
         info
     }
 
+    /// The store's limit ([`Store::set_max_txn_ops`]), if any.
+    fn max_txn_ops(&self) -> Option<usize> {
+        self.shared.lock().store.max_txn_ops()
+    }
+
     async fn get(&self, path: &NodePath) -> Result<Option<Node>, RegistryError> {
         self.shared
             .request(self.id, |s, id, now| s.get(id, path, now))

@@ -196,6 +196,7 @@ pub struct Store {
     watches: BTreeMap<WatchId, WatchEntry>,
     next_watch: u64,
     now: Duration,
+    max_txn_ops: Option<usize>,
 }
 
 impl Default for Store {
@@ -225,6 +226,7 @@ impl Store {
             watches: BTreeMap::new(),
             next_watch: 1,
             now: Duration::ZERO,
+            max_txn_ops: None,
         }
     }
 
@@ -563,8 +565,21 @@ impl Store {
         Ok(self.tree(root))
     }
 
+    /// Limits transactions as etcd's `--max-txn-ops` does (`None`, the default: no limit).
+    /// A transaction whose compares or writes, counted by [`txn_cost`], exceed the limit fails
+    /// with [`RegistryError::TooLarge`] and changes nothing.
+    pub fn set_max_txn_ops(&mut self, limit: Option<usize>) {
+        self.max_txn_ops = limit;
+    }
+
+    /// The limit set with [`Store::set_max_txn_ops`].
+    pub fn max_txn_ops(&self) -> Option<usize> {
+        self.max_txn_ops
+    }
+
     /// Applies a transaction for `session`: all operations in order, or none. Ephemeral nodes
-    /// are bound to `session`.
+    /// are bound to `session`. Fails with [`RegistryError::TooLarge`] if it exceeds the limit
+    /// set with [`Store::set_max_txn_ops`].
     pub fn transact(
         &mut self,
         session: SessionId,
@@ -573,6 +588,15 @@ impl Store {
     ) -> Result<Vec<TxnOpResult>, RegistryError> {
         self.advance_to(now);
         self.gate(session)?;
+        if let Some(max) = self.max_txn_ops {
+            let (compares, writes) = txn_cost(&ops);
+            if compares > max || writes > max {
+                return Err(RegistryError::TooLarge(format!(
+                    "the transaction needs {compares} compares and {writes} writes; the store \
+                     allows {max} of each"
+                )));
+            }
+        }
         let rev = Revision(self.revision + 1);
         let mut undo = Vec::new();
         let mut events = Vec::new();
@@ -1236,6 +1260,64 @@ impl Store {
 /// `None` only if the store is corrupt (and `check_invariants` reports it).
 fn child(parent: &NodePath, name: &str) -> Option<NodePath> {
     parent.join(name).ok()
+}
+
+/// What a transaction costs on etcd, as its backend emulates the tree: (compares, writes).
+///
+/// A check is one compare ([`Check::Session`] once per transaction); a create checks that its
+/// parent exists and is not ephemeral (once per parent, not for a parent the transaction
+/// creates) and that the node is absent; a set checks the node's version or existence; a
+/// delete checks that plus the absence of children. An operation on a node the transaction
+/// wrote before is checked against the transaction's own effects, with no compare. Every
+/// create, set and delete is one write (one per node).
+pub fn txn_cost(ops: &[TxnOp]) -> (usize, usize) {
+    let mut compares: BTreeSet<(u8, NodePath)> = BTreeSet::new();
+    let mut written: BTreeSet<NodePath> = BTreeSet::new();
+    let mut session = false;
+    for op in ops {
+        match op {
+            TxnOp::Check(Check::Session(_)) => session = true,
+            TxnOp::Check(c) => {
+                if let Some(p) = c.path() {
+                    if !written.contains(p) {
+                        let kind = match c {
+                            Check::Exists(_) => 0,
+                            Check::Absent(_) => 1,
+                            Check::Version(..) => 2,
+                            _ => 3,
+                        };
+                        compares.insert((kind, p.clone()));
+                    }
+                }
+            }
+            TxnOp::Create { path, .. } => {
+                if let Some(parent) = path.parent() {
+                    if !parent.is_root() && !written.contains(&parent) {
+                        compares.insert((4, parent.clone()));
+                        compares.insert((5, parent));
+                    }
+                }
+                if !written.contains(path) {
+                    compares.insert((1, path.clone()));
+                }
+                written.insert(path.clone());
+            }
+            TxnOp::Set { path, .. } => {
+                if !written.contains(path) {
+                    compares.insert((2, path.clone()));
+                }
+                written.insert(path.clone());
+            }
+            TxnOp::Delete { path, .. } => {
+                if !written.contains(path) {
+                    compares.insert((2, path.clone()));
+                }
+                compares.insert((6, path.clone()));
+                written.insert(path.clone());
+            }
+        }
+    }
+    (compares.len() + usize::from(session), written.len())
 }
 
 #[cfg(test)]

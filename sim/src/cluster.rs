@@ -188,6 +188,12 @@ impl Cluster {
         }
     }
 
+    /// Makes the registry refuse transactions with more than `limit` compares or writes, as
+    /// etcd's `--max-txn-ops` does ([`Store::set_max_txn_ops`]); `None` lifts the limit.
+    pub fn set_max_txn_ops(&mut self, limit: Option<usize>) {
+        self.store.set_max_txn_ops(limit);
+    }
+
     /// Node `n`'s view of now.
     pub fn time_of(&self, n: usize) -> Now {
         let skew = self.nodes.get(n).map_or(0, |node| node.skew);

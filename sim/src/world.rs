@@ -13,7 +13,8 @@ use std::time::Duration;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use shardjob_core::config::Strictness;
-use shardjob_core::machine::MachineOptions;
+use shardjob_core::machine::{MachineEvent, MachineOptions};
+use shardjob_core::registry::RegistryError;
 use shardjob_core::{CronExpr, InstanceId, JobConfig};
 
 use crate::checkers::{self, Violation};
@@ -76,6 +77,11 @@ pub struct WorldConfig {
     pub keep_log: bool,
     /// Options of every instance (planted bugs are set here).
     pub options: Option<MachineOptions>,
+    /// Most items of a drawn job (and of an operator's new total); 8 by default.
+    pub max_items: u32,
+    /// Let seeds draw a registry limit on the operations of a transaction (etcd's
+    /// `--max-txn-ops`), and whether the instances know it beforehand.
+    pub txn_limits: bool,
 }
 
 impl WorldConfig {
@@ -90,6 +96,8 @@ impl WorldConfig {
             faults: Fault::ALL.into_iter().collect(),
             keep_log: false,
             options: None,
+            max_items: 8,
+            txn_limits: true,
         }
     }
 }
@@ -115,6 +123,8 @@ pub struct SeedReport {
     pub runs: usize,
     /// The faults this seed turned on.
     pub faults: BTreeSet<Fault>,
+    /// The registry's limit on the operations of a transaction this seed drew, if any.
+    pub txn_limit: Option<usize>,
     /// The readable timeline, if kept.
     pub log: Vec<String>,
 }
@@ -196,6 +206,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             fenced_after_pause: 0,
             runs: 0,
             faults: BTreeSet::new(),
+            txn_limit: None,
             log: Vec::new(),
         };
     }
@@ -209,7 +220,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             } else {
                 *rng.pick(&CRONS).unwrap_or(&CRONS[0])
             };
-            let mut j = JobConfig::new(format!("job{k}"), rng.between(1, 8) as u32);
+            let total = rng.between(1, u64::from(cfg.max_items.max(1))) as u32;
+            let mut j = JobConfig::new(format!("job{k}"), total);
             j.cron = CronExpr::parse(cron).ok();
             j.failover = rng.chance(80);
             j.misfire = rng.chance(85);
@@ -253,6 +265,31 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mut c = Cluster::new();
     c.keep_log = cfg.keep_log;
     c.options = cfg.options.clone();
+    // A registry limit on the operations of a transaction, drawn apart from the rest so that
+    // the other draws of a seed stay what they were. The instances know it (a hint that may
+    // be too high) or learn it from refusals.
+    let mut limit_rng = Rng(ChaCha8Rng::seed_from_u64(mix(cfg.seed, 0x6d61_7874_786e)));
+    let txn_limit = (cfg.txn_limits && limit_rng.chance(40)).then(|| {
+        let limit = limit_rng.between(24, 64) as usize;
+        if limit_rng.chance(50) {
+            // Every node gets its own id; this one is a placeholder.
+            let base = c
+                .options
+                .clone()
+                .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new));
+            let hint = if limit_rng.chance(50) {
+                limit
+            } else {
+                limit * 2
+            };
+            if let Some(mut opts) = base {
+                opts.fit_txn_ops(hint);
+                c.options = Some(opts);
+            }
+        }
+        limit
+    });
+    c.set_max_txn_ops(txn_limit);
     c.ignore_cancel = ignore_cancel.clone();
     c.session_timeout = Duration::from_millis(rng.between(2_000, 6_000));
     if faults.contains(&Fault::Latency) {
@@ -336,7 +373,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 let jump = rng.between(0, 20_000) as i64 - 10_000;
                 c.nodes[n].skew += jump;
             }
-            Fault::Operator => operator(&mut c, &mut rng, &jobs, &ips, &up),
+            Fault::Operator => operator(&mut c, &mut rng, &jobs, &ips, &up, cfg.max_items),
             _ => {}
         }
         t = c.now + rng.between(mean_gap / 4, mean_gap * 2);
@@ -437,6 +474,28 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     ));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
+    // Whatever the registry's limit, every transaction is split until it fits.
+    for node in &c.nodes {
+        for (time, e) in &node.events {
+            if let MachineEvent::RegistryFailed {
+                job,
+                purpose,
+                error,
+            } = e
+            {
+                if matches!(error.root_cause(), RegistryError::TooLarge(_)) {
+                    violations.push(Violation {
+                        checker: "txn-limit",
+                        time: *time,
+                        message: format!(
+                            "{}: {purpose} of job {job:?} refused as too large: {error}",
+                            node.id
+                        ),
+                    });
+                }
+            }
+        }
+    }
     violations.sort_by_key(|v| v.time);
 
     SeedReport {
@@ -449,6 +508,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         fenced_after_pause: overlaps.fenced_after_pause,
         runs: c.runs.len(),
         faults,
+        txn_limit,
         log: std::mem::take(&mut c.log),
     }
 }
@@ -459,7 +519,15 @@ fn current_config(c: &Cluster, job: &str) -> Option<JobConfig> {
     JobConfig::from_yaml(&text, Strictness::Lenient).ok()
 }
 
-fn operator(c: &mut Cluster, rng: &mut Rng, jobs: &[JobConfig], ips: &[String], up: &[usize]) {
+fn operator(
+    c: &mut Cluster,
+    rng: &mut Rng,
+    jobs: &[JobConfig],
+    ips: &[String],
+    up: &[usize],
+    max_items: u32,
+) {
+    let max_items = u64::from(max_items.max(1));
     let Some(job) = rng.pick(jobs).map(|j| j.job_name.clone()) else {
         return;
     };
@@ -475,13 +543,13 @@ fn operator(c: &mut Cluster, rng: &mut Rng, jobs: &[JobConfig], ips: &[String], 
             }
         }
         2 => {
-            let item = rng.below(8);
+            let item = rng.below(max_items);
             if c.exists(&format!("/{job}/sharding/{item}")) {
                 c.operator_write(&format!("/{job}/sharding/{item}/disabled"), b"");
             }
         }
         3 => {
-            let item = rng.below(8);
+            let item = rng.below(max_items);
             c.operator_delete(&format!("/{job}/sharding/{item}/disabled"));
         }
         4 => {
@@ -501,7 +569,7 @@ fn operator(c: &mut Cluster, rng: &mut Rng, jobs: &[JobConfig], ips: &[String], 
                 return;
             };
             match k {
-                6 => config.sharding_total_count = rng.between(1, 8) as u32,
+                6 => config.sharding_total_count = rng.between(1, max_items) as u32,
                 7 => {
                     let (cron, _) = *rng.pick(&CRONS[..5]).unwrap_or(&CRONS[0]);
                     config.cron = CronExpr::parse(cron).ok();

@@ -584,3 +584,213 @@ fn a_graceful_leave_gives_back_claims_ahead_at_once() {
     );
     c.assert_no_overlap();
 }
+
+// ----- registries that limit the operations of a transaction (etcd's --max-txn-ops) -----
+
+/// etcd-like compares per transaction allowed in these tests: about 5 claimed items.
+const SMALL_LIMIT: usize = 40;
+
+fn splits(c: &Cluster) -> usize {
+    c.nodes
+        .iter()
+        .flat_map(|n| n.events.iter())
+        .filter(|(_, e)| matches!(e, MachineEvent::TxnSplit { .. }))
+        .count()
+}
+
+fn assert_each_item_once(c: &Cluster, job: &str, items: u32, fire: i64) {
+    for item in 0..items {
+        let n = c
+            .runs
+            .iter()
+            .filter(|r| r.job == job && r.item == item && r.fire == fire)
+            .count();
+        assert_eq!(n, 1, "item {item} of fire {fire} ran {n} times");
+    }
+}
+
+#[test]
+fn a_hundred_items_run_under_a_registry_limit_split_on_the_fly() {
+    let mut c = Cluster::new();
+    c.set_max_txn_ops(Some(SMALL_LIMIT));
+    let j = job("big", "0/5 * * * * ?", 100);
+    for id in [A, B, C] {
+        c.add_node(id, std::slice::from_ref(&j));
+    }
+    c.run_until(31_000);
+    let owners = c.owners("big");
+    assert_eq!(owners.len(), 100, "{owners:?}");
+    let mut l: Vec<usize> = loads(&owners).into_values().collect();
+    l.sort();
+    assert_eq!(l, [33, 33, 34]);
+    assert!(!c.exists("/big/leader/sharding/necessary"));
+    // The machines learned the limit from the registry's refusals.
+    assert!(splits(&c) > 0);
+    for k in 1..=6 {
+        assert_each_item_once(&c, "big", 100, fire_at(&c, k * 5_000));
+    }
+    assert!(c.runs.iter().all(|r| r.kind == RunKind::Scheduled));
+    assert!(c.runs.iter().all(|r| r.end.is_none() || r.recorded));
+    // Claimed ahead in parts, all started at the fire.
+    assert!(
+        c.runs.iter().all(|r| fire_at(&c, r.start) - r.fire <= 2),
+        "{:#?}",
+        c.runs
+            .iter()
+            .filter(|r| fire_at(&c, r.start) - r.fire > 2)
+            .collect::<Vec<_>>()
+    );
+    c.assert_no_overlap();
+}
+
+#[test]
+fn a_limit_given_in_the_options_is_never_exceeded() {
+    let mut c = Cluster::new();
+    c.set_max_txn_ops(Some(SMALL_LIMIT));
+    let mut opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
+    opts.fit_txn_ops(SMALL_LIMIT);
+    c.options = Some(opts);
+    let j = job("big", "0/5 * * * * ?", 100);
+    for id in [A, B] {
+        c.add_node(id, std::slice::from_ref(&j));
+    }
+    c.run_until(21_000);
+    assert_eq!(c.owners("big").len(), 100);
+    assert_eq!(splits(&c), 0, "no transaction was refused");
+    let refused = c
+        .nodes
+        .iter()
+        .flat_map(|n| n.events.iter())
+        .filter(|(_, e)| matches!(e, MachineEvent::RegistryFailed { .. }))
+        .count();
+    assert_eq!(refused, 0);
+    for k in 1..=4 {
+        assert_each_item_once(&c, "big", 100, fire_at(&c, k * 5_000));
+    }
+    c.assert_no_overlap();
+}
+
+#[test]
+fn without_a_limit_a_large_fire_stays_two_transactions() {
+    // The hint of a registry with no limit changes nothing (see also
+    // registry_traffic_is_two_transactions_per_fire_whatever_the_item_count).
+    let mut c = Cluster::new();
+    c.set_max_txn_ops(None);
+    c.add_node(A, &[job("bulk", "* * * * * ?", 200)]);
+    c.run_until(2_500);
+    let before = c.transactions[0];
+    c.run_until(12_500);
+    assert_eq!(c.transactions[0] - before, 20);
+}
+
+#[test]
+fn failover_of_fifty_running_items_under_a_registry_limit() {
+    let mut c = Cluster::new();
+    c.set_max_txn_ops(Some(SMALL_LIMIT));
+    c.duration = Box::new(|_, _, _| 10_000);
+    let mut j = job("batch", "0/30 * * * * ?", 100);
+    j.failover = true;
+    for id in [A, B] {
+        c.add_node(id, std::slice::from_ref(&j));
+    }
+    c.run_until(31_000);
+    let victim_items: BTreeSet<u32> = c
+        .runs
+        .iter()
+        .filter(|r| r.node == 1 && r.end.is_none())
+        .map(|r| r.item)
+        .collect();
+    assert_eq!(victim_items.len(), 50);
+    c.crash(1);
+    c.run_until(45_000);
+    let taken: Vec<_> = c
+        .runs
+        .iter()
+        .filter(|r| r.kind == RunKind::Failover)
+        .collect();
+    assert_eq!(
+        taken.iter().map(|r| r.item).collect::<BTreeSet<_>>(),
+        victim_items
+    );
+    assert_eq!(taken.len(), 50, "each once");
+    assert!(taken.iter().all(|r| r.node == 0));
+    assert!(taken.iter().all(|r| r.fire == fire_at(&c, 30_000)));
+    c.run_until(59_000);
+    assert_eq!(
+        c.runs
+            .iter()
+            .filter(|r| r.fire == fire_at(&c, 30_000))
+            .count(),
+        100 + 50
+    );
+    // The survivor owns everything after the re-shard, and runs the next fire fully.
+    assert_eq!(c.owners("batch").values().filter(|o| *o == A).count(), 100);
+    c.run_until(71_000);
+    assert_each_item_once(&c, "batch", 100, fire_at(&c, 60_000));
+    c.assert_no_overlap();
+}
+
+#[test]
+fn shrinking_and_growing_a_large_job_under_a_registry_limit() {
+    let mut c = Cluster::new();
+    c.set_max_txn_ops(Some(SMALL_LIMIT));
+    let j = job("pay", "* * * * * ?", 60);
+    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j));
+    c.run_until(2_500);
+    assert_eq!(c.owners("pay").len(), 60);
+    let yaml = c
+        .read("/pay/config")
+        .unwrap()
+        .replace("shardingTotalCount: 60", "shardingTotalCount: 10");
+    c.operator_write("/pay/config", yaml.as_bytes());
+    c.run_until(6_500);
+    assert_eq!(
+        c.owners("pay").keys().copied().collect::<Vec<_>>(),
+        (0..10).collect::<Vec<_>>()
+    );
+    for item in 10..60 {
+        assert!(
+            !c.exists(&format!("/pay/sharding/{item}")),
+            "item {item} left behind"
+        );
+    }
+    assert!(!c.exists("/pay/leader/sharding/necessary"));
+    assert_each_item_once(&c, "pay", 10, fire_at(&c, 6_000));
+    let yaml = c
+        .read("/pay/config")
+        .unwrap()
+        .replace("shardingTotalCount: 10", "shardingTotalCount: 80");
+    c.operator_write("/pay/config", yaml.as_bytes());
+    c.run_until(10_500);
+    let owners = c.owners("pay");
+    assert_eq!(owners.len(), 80);
+    assert_eq!(loads(&owners).into_values().collect::<Vec<_>>(), [40, 40]);
+    assert_each_item_once(&c, "pay", 80, fire_at(&c, 10_000));
+    c.assert_no_overlap();
+}
+
+#[test]
+fn a_trigger_of_many_items_under_a_registry_limit_runs_each_once() {
+    let mut c = Cluster::new();
+    c.set_max_txn_ops(Some(SMALL_LIMIT));
+    c.add_node(A, &[job("ops", "0 0 0 1 1 ? 2099", 30)]);
+    c.run_until(2_000);
+    c.trigger(0, "ops");
+    c.run_until(4_000);
+    let runs: Vec<_> = c.runs.iter().filter(|r| r.job == "ops").collect();
+    assert_eq!(runs.len(), 30, "{runs:#?}");
+    assert!(runs.iter().all(|r| r.kind == RunKind::Trigger));
+    assert_eq!(
+        runs.iter().map(|r| r.item).collect::<BTreeSet<_>>().len(),
+        30
+    );
+    assert_eq!(
+        runs.iter().map(|r| r.fire).collect::<BTreeSet<_>>().len(),
+        1
+    );
+    // A second trigger after the first one ran runs everything again, once.
+    c.trigger(0, "ops");
+    c.run_until(6_000);
+    assert_eq!(c.runs.iter().filter(|r| r.job == "ops").count(), 60);
+}

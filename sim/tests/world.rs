@@ -52,3 +52,24 @@ fn an_invalid_user_job_is_reported_not_run() {
     assert_eq!(report.violations.len(), 1);
     assert_eq!(report.violations[0].checker, "config");
 }
+
+#[test]
+fn seeded_worlds_with_large_jobs_under_registry_limits() {
+    // Jobs of up to 40 items; about 40 % of the seeds draw a registry limit on the operations
+    // of a transaction (etcd's --max-txn-ops), known to the instances or learned.
+    let mut limited = 0;
+    for seed in 0..40 {
+        let cfg = WorldConfig {
+            max_items: 40,
+            ..small(seed)
+        };
+        let report = world::run(&cfg);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed} (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.0333 --max-items 40): {:#?}",
+            report.violations
+        );
+        limited += usize::from(report.txn_limit.is_some());
+    }
+    assert!(limited > 5, "{limited} seeds with a limit");
+}

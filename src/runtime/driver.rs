@@ -614,6 +614,9 @@ impl Driver {
             MachineEvent::Resharded { job, owners, .. } => {
                 tracing::info!(instance = %me, %job, plan = %plan(owners), "re-sharded")
             }
+            MachineEvent::TxnSplit { job, items } => {
+                tracing::info!(instance = %me, %job, items, "transaction too large for the registry: split, at most {items} items each")
+            }
             MachineEvent::CorruptNode { path, error } => {
                 tracing::warn!(instance = %me, %path, "unreadable node, treated as absent: {error}")
             }

@@ -293,6 +293,11 @@ impl SchedulerBuilder {
             None => default_instance_id()?,
         };
         let mut opts = MachineOptions::new(instance_id.clone());
+        // A registry that limits the operations of a transaction (etcd's --max-txn-ops) gets
+        // transactions split to fit; a limit set in the options wins.
+        if let Some(max_ops) = registry.max_txn_ops() {
+            opts.fit_txn_ops(max_ops);
+        }
         for f in self.configure {
             f(&mut opts);
         }

@@ -800,3 +800,58 @@ fn same_calls_give_same_results() {
     }
     assert_eq!(run(), run());
 }
+
+/// A claim of `n` items as the machine writes it: the etcd backend needs 6n+1 compares.
+fn claim_ops(session: SessionId, n: u32) -> Vec<TxnOp> {
+    let mut ops = vec![TxnOp::Check(Check::Session(session))];
+    for i in 0..n {
+        let item = format!("/job/sharding/{i}");
+        ops.push(TxnOp::Check(Check::Value(
+            p(&format!("{item}/instance")),
+            b"me".to_vec(),
+        )));
+        ops.push(TxnOp::Check(Check::Absent(p(&format!("{item}/disabled")))));
+        ops.push(TxnOp::create_ephemeral(p(&format!("{item}/running")), "me"));
+        ops.push(TxnOp::Set {
+            path: p(&format!("{item}/execution")),
+            data: Vec::new(),
+            expected: Some(Version(1)),
+        });
+    }
+    ops
+}
+
+#[test]
+fn txn_cost_counts_like_the_etcd_backend() {
+    assert_eq!(txn_cost(&claim_ops(SessionId(1), 1)), (7, 2));
+    assert_eq!(txn_cost(&claim_ops(SessionId(1), 21)), (127, 42));
+    // Parents created in the transaction are not checked again; a parent is checked once.
+    let ops = vec![
+        TxnOp::create(p("/a"), ""),
+        TxnOp::create(p("/a/b"), ""),
+        TxnOp::create(p("/a/c"), ""),
+        TxnOp::create(p("/x/y"), ""),
+        TxnOp::create(p("/x/z"), ""),
+    ];
+    assert_eq!(txn_cost(&ops), (5 + 2, 5));
+}
+
+#[test]
+fn a_transaction_over_the_limit_is_refused_whole() {
+    let (mut st, ids) = store_with(1);
+    st.set_max_txn_ops(Some(3));
+    let ops = vec![
+        TxnOp::create(p("/a"), ""),
+        TxnOp::create(p("/b"), ""),
+        TxnOp::create(p("/c"), ""),
+        TxnOp::create(p("/d"), ""),
+    ];
+    let err = st.transact(ids[0], ops.clone(), ms(1)).unwrap_err();
+    assert!(matches!(err, RegistryError::TooLarge(_)), "{err}");
+    assert_eq!(err.class(), ErrorClass::Fatal);
+    assert!(st.node(&p("/a")).is_none());
+    st.transact(ids[0], ops[..3].to_vec(), ms(2)).unwrap();
+    st.set_max_txn_ops(None);
+    st.transact(ids[0], ops[3..].to_vec(), ms(3)).unwrap();
+    assert!(st.node(&p("/d")).is_some());
+}

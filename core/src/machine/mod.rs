@@ -47,6 +47,18 @@
 //!   updated). Two transactions per job per fire, whatever the item count. If the session
 //!   cannot be confirmed within the safety margin, nothing starts and running items are
 //!   cancelled, before the registry can expire the session and let others take over.
+//! - **Transaction limits**: a registry may refuse large transactions (etcd's
+//!   `--max-txn-ops`, 128 compares by default). With [`MachineOptions::max_txn_items`] set, or
+//!   once the registry refused one as [`RegistryError::TooLarge`] (the job's limit is then
+//!   halved and the work tried again at once), claims, adoptions, completions, re-shards and
+//!   housekeeping touch at most that many items per transaction, and the level-triggered
+//!   decisions take the rest after the watch shows each part. Every part is fenced as a whole
+//!   transaction is: claims take the items whose last finished fire is oldest first, with one
+//!   execution per part; a completion part records only its own items; a re-shard part moves
+//!   items independently (an item whose new owner is written can no longer be claimed by the
+//!   old one, whose claims check the owner) and only the last part clears
+//!   `leader/sharding/necessary`; a trigger keeps one fire time for all its parts. Setup,
+//!   election and leave do not grow with the item count and are never split.
 //! - **Execution record** (`sharding/{item}/execution`, see [`record`]): the last finished
 //!   fire and the run in progress. A fire is due when it is later than the last finished one;
 //!   missed fires collapse into one run right after (misfire), or are dropped when `misfire`
@@ -170,8 +182,18 @@ enum Purpose {
     Reshard {
         owners: BTreeMap<u32, InstanceId>,
         moved_running: Vec<u32>,
+        /// Whether this transaction completes the plan (a plan too large for one transaction
+        /// is written in parts; only the last one clears `leader/sharding/necessary`).
+        last: bool,
+        /// Items it touches (a removed item counts twice), for halving on `TooLarge`.
+        units: usize,
     },
-    Housekeeping,
+    Housekeeping {
+        /// Whether this transaction removes every stale server node (else another follows).
+        last: bool,
+        /// Server nodes it removes.
+        units: usize,
+    },
     Flag,
     Claim(Vec<Claim>),
     /// Markers of this session found without an execution, confirmed by the transaction.
@@ -217,6 +239,8 @@ struct Exec {
     cancelled: bool,
     finished: bool,
     completing: bool,
+    /// How many of `items` (the first ones) the completion in flight records.
+    sending: usize,
     retry_at: Option<u64>,
     backoff: u32,
     /// Claimed ahead of its fire: the start to hand to the driver when the fire comes.
@@ -268,7 +292,14 @@ struct Job {
     /// fires up to then came while it ran.
     last_end: BTreeMap<u32, i64>,
     triggers: VecDeque<String>,
+    /// The trigger being claimed, when its items did not fit in one transaction.
+    trigger_run: Option<TriggerRun>,
     reshard_wanted: Option<u64>,
+    /// Items moved while running by the parts of a re-shard written so far.
+    reshard_moved: Vec<u32>,
+    /// The most items per transaction learned from `TooLarge` refusals (see
+    /// [`MachineOptions::max_txn_items`]).
+    txn_items: Option<usize>,
     orphan_seen: BTreeMap<u32, u64>,
     was_leader: bool,
     leaving: bool,
@@ -284,6 +315,16 @@ struct Job {
     loading: Option<RequestId>,
     /// Next fires already computed.
     fires: FireMemo,
+}
+
+/// A trigger whose items are claimed in several transactions: the same fire and parameter for
+/// all of them.
+#[derive(Debug)]
+struct TriggerRun {
+    parameter: String,
+    fire: i64,
+    /// Items not claimed yet.
+    items: BTreeSet<u32>,
 }
 
 /// Remembers a few `next fire after t` answers of one configuration: the items of a job
@@ -330,6 +371,15 @@ impl Job {
 
     fn name(&self) -> &str {
         self.paths.job_name()
+    }
+
+    /// The most items one transaction of this job may touch, if limited.
+    fn txn_limit(&self, opts: &MachineOptions) -> Option<usize> {
+        let limit = match (opts.max_txn_items, self.txn_items) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        limit.map(|k| k.max(1))
     }
 }
 
@@ -462,7 +512,10 @@ impl Machine {
             running: BTreeMap::new(),
             last_end: BTreeMap::new(),
             triggers: VecDeque::new(),
+            trigger_run: None,
             reshard_wanted: None,
+            reshard_moved: Vec::new(),
+            txn_items: None,
             orphan_seen: BTreeMap::new(),
             was_leader: false,
             leaving: false,
@@ -672,7 +725,10 @@ impl Machine {
                         }
                     }
                     RegistryReply::Failed(error) => {
-                        self.after_failure(&name, error.class(), now);
+                        let units = groups.iter().map(|(_, items)| items.len()).sum();
+                        if !self.split_on_too_large(&name, &error, units) {
+                            self.after_failure(&name, error.class(), now);
+                        }
                     }
                     _ => {}
                 }
@@ -862,6 +918,7 @@ impl Machine {
             job.buffer.clear();
             job.was_leader = false;
             job.reshard_wanted = None;
+            job.reshard_moved.clear();
         }
         self.pending
             .retain(|_, p| matches!(p.purpose, Purpose::Complete(_)));
@@ -1389,11 +1446,13 @@ impl Machine {
             ) {
                 return action;
             }
-            if let Some(action) = housekeeping(j, view, &config, &me, sid, now, &mut wake) {
+            let limit = j.txn_limit(&self.opts);
+            if let Some(action) = housekeeping(j, view, &config, &me, sid, limit, now, &mut wake) {
                 return action;
             }
         } else if let Some(j) = self.jobs.get_mut(name) {
             j.reshard_wanted = None;
+            j.reshard_moved.clear();
         }
 
         // Markers of this session that no local execution holds: a claim whose reply was lost
@@ -1438,7 +1497,13 @@ impl Machine {
         let j = self.jobs.get(name)?;
         let mut groups: BTreeMap<RunKey, Vec<(ExecItem, Revision)>> = BTreeMap::new();
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+        // Within the transaction limit; the next evaluation adopts the rest.
+        let limit = j.txn_limit(&self.opts).unwrap_or(usize::MAX);
+        let mut taken = 0usize;
         for (item, v) in &view.items {
+            if taken >= limit {
+                break;
+            }
             if j.running.contains_key(item) {
                 continue;
             }
@@ -1478,6 +1543,7 @@ impl Machine {
                 *version,
             )));
             ops.push(TxnOp::Check(Check::Absent(j.paths.item_disabled(*item))));
+            taken += 1;
             groups.entry((run.fire, run.kind)).or_default().push((
                 ExecItem {
                     item: *item,
@@ -1524,6 +1590,7 @@ impl Machine {
             cancelled: finished,
             finished,
             completing: false,
+            sending: 0,
             retry_at: None,
             backoff: 0,
             pending: None,
@@ -1663,7 +1730,7 @@ impl Machine {
             Purpose::Elect => "election",
             Purpose::Abdicate => "abdication",
             Purpose::Reshard { .. } => "re-sharding",
-            Purpose::Housekeeping => "housekeeping",
+            Purpose::Housekeeping { .. } => "housekeeping",
             Purpose::Flag => "re-sharding flag",
             Purpose::ConsumeTrigger { .. } => "trigger",
             Purpose::Leave => "leave",
@@ -1686,15 +1753,27 @@ impl Machine {
                     Purpose::Reshard {
                         owners,
                         moved_running,
+                        last,
+                        ..
                     } => {
-                        j.reshard_wanted = None;
-                        self.out.push_back(Command::Event(MachineEvent::Resharded {
-                            job: name,
-                            owners,
-                            moved_running,
-                        }));
+                        j.reshard_moved.extend(moved_running);
+                        if last {
+                            // The whole plan is written: the next difference is a new re-shard.
+                            j.reshard_wanted = None;
+                            let mut moved_running = std::mem::take(&mut j.reshard_moved);
+                            moved_running.sort_unstable();
+                            moved_running.dedup();
+                            self.out.push_back(Command::Event(MachineEvent::Resharded {
+                                job: name,
+                                owners,
+                                moved_running,
+                            }));
+                        }
                     }
-                    Purpose::Housekeeping => j.last_housekeeping = Some(now.mono),
+                    // A part of the clean-up (not `last`): the next evaluation removes the rest.
+                    Purpose::Housekeeping { last: true, .. } => {
+                        j.last_housekeeping = Some(now.mono);
+                    }
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
                         self.jobs.remove(&name);
@@ -1707,6 +1786,13 @@ impl Machine {
                 }
             }
             RegistryReply::Failed(error) => {
+                let units = match &purpose {
+                    Purpose::Reshard { units, .. } | Purpose::Housekeeping { units, .. } => *units,
+                    _ => 0,
+                };
+                if self.split_on_too_large(&name, &error, units) {
+                    return;
+                }
                 let class = error.class();
                 // A conflict in an election or a trigger race is normal: someone else won.
                 let quiet = class == ErrorClass::Conflict
@@ -1714,7 +1800,7 @@ impl Machine {
                 if !quiet {
                     self.failed(Some(&name), what, error.clone());
                 }
-                if let Purpose::Housekeeping = purpose {
+                if let Purpose::Housekeeping { .. } = purpose {
                     if let Some(j) = self.jobs.get_mut(&name) {
                         j.last_housekeeping = Some(now.mono);
                     }
@@ -1723,6 +1809,27 @@ impl Machine {
             }
             _ => {}
         }
+    }
+
+    /// If the registry refused a transaction of `units` items as too large, lowers the job's
+    /// limit to half of them and lets the next evaluation (right after this reply) try again
+    /// with smaller transactions. Returns whether it did; a one-item transaction cannot be
+    /// split and fails as usual.
+    fn split_on_too_large(&mut self, name: &str, error: &RegistryError, units: usize) -> bool {
+        if !matches!(error.root_cause(), RegistryError::TooLarge(_)) || units <= 1 {
+            return false;
+        }
+        let Some(j) = self.jobs.get_mut(name) else {
+            return false;
+        };
+        let half = units / 2;
+        let items = j.txn_items.map_or(half, |k| k.min(half)).max(1);
+        j.txn_items = Some(items);
+        self.out.push_back(Command::Event(MachineEvent::TxnSplit {
+            job: name.to_owned(),
+            items,
+        }));
+        true
     }
 
     fn after_failure(&mut self, name: &str, class: ErrorClass, now: Now) {
@@ -1761,10 +1868,15 @@ impl Machine {
             RegistryReply::Transacted(results) => results,
             RegistryReply::Failed(error) => {
                 let class = error.class();
-                if class != ErrorClass::Conflict {
-                    self.failed(Some(&name), "claim", error);
+                let units = claims.iter().map(|c| c.items.len()).sum();
+                if self.split_on_too_large(&name, &error, units) {
+                    // Nothing was claimed; the next evaluation claims fewer items at a time.
+                } else {
+                    if class != ErrorClass::Conflict {
+                        self.failed(Some(&name), "claim", error);
+                    }
+                    self.after_failure(&name, class, now);
                 }
-                self.after_failure(&name, class, now);
                 if planted!(self.opts, IgnoreFailedClaim) {
                     for claim in claims {
                         let items = claim
@@ -1799,6 +1911,16 @@ impl Machine {
         };
         j.backoff = 0;
         j.await_own_writes(&results, now, timeout);
+        if let Some(run) = &mut j.trigger_run {
+            for claim in claims.iter().filter(|c| c.kind == RunKind::Trigger) {
+                for c in &claim.items {
+                    run.items.remove(&c.item);
+                }
+            }
+            if run.items.is_empty() {
+                j.trigger_run = None;
+            }
+        }
         for claim in claims {
             let mut items = Vec::new();
             for c in &claim.items {
@@ -1864,8 +1986,15 @@ impl Machine {
             self.executions.remove(&id);
             return;
         };
+        // With a transaction limit the end is recorded in parts, the first items first: each
+        // part removes only its own items' markers and records only their fire.
+        let take = job
+            .txn_limit(&self.opts)
+            .map_or(exec.items.len(), |k| k.min(exec.items.len()));
+        exec.sending = take;
+        let part = &exec.items[..take];
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
-        for it in &exec.items {
+        for it in part {
             ops.push(TxnOp::Delete {
                 path: job.paths.item_running(it.item),
                 expected: Some(it.running_version),
@@ -1877,7 +2006,7 @@ impl Machine {
                 });
             }
         }
-        for it in &exec.items {
+        for it in part {
             let done = if exec.counts_as_fire && !planted!(self.opts, ForgetCompletion) {
                 Some(it.record.done.map_or(exec.fire, |d| d.max(exec.fire)))
             } else {
@@ -1902,18 +2031,28 @@ impl Machine {
     fn on_complete(&mut self, id: ExecutionId, reply: RegistryReply, now: Now) {
         match reply {
             RegistryReply::Transacted(results) => {
-                let Some(exec) = self.executions.remove(&id) else {
+                let Some(exec) = self.executions.get_mut(&id) else {
                     return;
                 };
-                if exec.started {
+                let take = exec.sending.min(exec.items.len());
+                let recorded: Vec<ExecItem> = exec.items.drain(..take).collect();
+                let (job, started) = (exec.job.clone(), exec.started);
+                let rest = !exec.items.is_empty();
+                if rest {
+                    exec.completing = false;
+                    exec.backoff = 0;
+                } else {
+                    self.executions.remove(&id);
+                }
+                if started {
                     self.out
                         .push_back(Command::Event(MachineEvent::RunRecorded {
-                            job: exec.job.clone(),
-                            items: exec.items.iter().map(|i| i.item).collect(),
+                            job: job.clone(),
+                            items: recorded.iter().map(|i| i.item).collect(),
                         }));
                 }
-                if let Some(j) = self.jobs.get_mut(&exec.job) {
-                    for it in &exec.items {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    for it in &recorded {
                         if j.running.get(&it.item) == Some(&id) {
                             j.running.remove(&it.item);
                         }
@@ -1921,9 +2060,27 @@ impl Machine {
                     }
                     j.await_own_writes(&results, now, ms(self.opts.sync_timeout));
                 }
+                if rest {
+                    // The next part at once.
+                    self.send_completion(id, now);
+                }
             }
             RegistryReply::Failed(error) => {
                 let class = error.class();
+                let too_large = self.executions.get(&id).and_then(|e| {
+                    let units = e.sending;
+                    (units > 1 && matches!(error.root_cause(), RegistryError::TooLarge(_)))
+                        .then(|| (e.job.clone(), units))
+                });
+                if let Some((job, units)) = too_large {
+                    if self.split_on_too_large(&job, &error, units) {
+                        if let Some(e) = self.executions.get_mut(&id) {
+                            e.completing = false;
+                        }
+                        self.send_completion(id, now);
+                        return;
+                    }
+                }
                 match class {
                     ErrorClass::Transient => {
                         if let Some(e) = self.executions.get_mut(&id) {
@@ -2187,6 +2344,7 @@ fn reshard(
         .collect();
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
         j.reshard_wanted = None;
+        j.reshard_moved.clear();
         return None;
     }
     let wanted = *j.reshard_wanted.get_or_insert(now.mono);
@@ -2226,8 +2384,35 @@ fn reshard(
         }
         return None;
     }
+    // Within the transaction limit: moves and new items first (one unit each), then removals
+    // (two units: an item and its state). Each item's change stands on its own: an item whose
+    // owner is written can no longer be claimed by the old owner (claims check the owner in
+    // the registry), one not written yet stays with its old owner until the next part. The
+    // flag goes with the last part, so a leader that dies meanwhile leaves it for the next.
+    let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
+    let mut units = 0usize;
+    let mut last = true;
+    let mut part_moving: Vec<u32> = Vec::new();
+    for item in &moving {
+        if units >= limit {
+            last = false;
+            break;
+        }
+        units += 1;
+        part_moving.push(*item);
+    }
+    let mut part_removed: Vec<u32> = Vec::new();
+    for item in &removed {
+        if units > 0 && units.saturating_add(2) > limit {
+            last = false;
+            break;
+        }
+        units += 2;
+        part_removed.push(*item);
+    }
+    let (moving, removed) = (part_moving, part_removed);
     let moved_running: Vec<u32> = moving.iter().copied().filter(is_running).collect();
-    if let Some(v) = view.necessary {
+    if let (Some(v), true) = (view.necessary, last) {
         ops.push(TxnOp::Delete {
             path: p.sharding_necessary(),
             expected: Some(v),
@@ -2279,18 +2464,23 @@ fn reshard(
         Purpose::Reshard {
             owners,
             moved_running,
+            last,
+            units,
         },
         ops,
     ))
 }
 
-/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone.
+/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone, at
+/// most `limit` of them per transaction.
+#[allow(clippy::too_many_arguments)]
 fn housekeeping(
     j: &mut Job,
     view: &JobView,
     config: &JobConfig,
     me: &InstanceId,
     sid: crate::registry::SessionId,
+    limit: Option<usize>,
     now: Now,
     wake: &mut Vec<u64>,
 ) -> Option<Action> {
@@ -2309,9 +2499,17 @@ fn housekeeping(
         TxnOp::Check(Check::Session(sid)),
         TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
     ];
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut units = 0usize;
+    let mut last = true;
     for (ip, value) in &view.servers {
         if value.trim() == "ENABLED" && !live_ips.contains(ip.as_str()) {
+            if units >= limit {
+                last = false;
+                break;
+            }
             if let Ok(path) = p.server(ip) {
+                units += 1;
                 ops.push(TxnOp::Check(Check::Value(
                     path.clone(),
                     b"ENABLED".to_vec(),
@@ -2324,7 +2522,7 @@ fn housekeeping(
         j.last_housekeeping = Some(now.mono);
         return None;
     }
-    Some(Action::Txn(Purpose::Housekeeping, ops))
+    Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
 }
 
 /// The claim decision: own due items (cron, misfire, triggers) and failover orphans.
@@ -2359,25 +2557,44 @@ fn claims(
     }
 
     // Manual triggers: all my enabled items, once none of them runs. Before the job has a
-    // plan at all the trigger waits for one, rather than running nothing.
+    // plan at all the trigger waits for one, rather than running nothing. A trigger whose
+    // items take several transactions (a transaction limit) is remembered until all of them
+    // are claimed, with one fire time; scheduled fires wait for it meanwhile.
     let planned = (0..n).any(|i| view.items.get(&i).is_some_and(|v| v.owner.is_some()));
-    if !j.triggers.is_empty() && planned {
+    let skip_disabled = |i: &u32| {
+        view.items.get(i).is_some_and(|v| v.disabled) && !planted!(opts, RunDisabledItems)
+    };
+    if !j.triggers.is_empty() && planned && j.trigger_run.is_none() {
         let busy = mine.iter().any(|i| {
             j.running.contains_key(i) || view.items.get(i).is_some_and(|v| v.running.is_some())
         });
         if !busy {
-            trigger_param = j.triggers.pop_front();
-            for &i in &mine {
-                let v = view.items.get(&i);
-                if v.is_some_and(|v| v.disabled) && !planted!(opts, RunDisabledItems) {
-                    continue;
-                }
-                let rec = v.and_then(|v| v.record.clone());
-                groups
-                    .entry((now_ms, RunKind::Trigger))
-                    .or_default()
-                    .push((i, rec));
+            if let Some(parameter) = j.triggers.pop_front() {
+                j.trigger_run = Some(TriggerRun {
+                    parameter,
+                    fire: now_ms,
+                    items: mine.iter().copied().filter(|i| !skip_disabled(i)).collect(),
+                });
             }
+        }
+    }
+    if let Some(run) = &mut j.trigger_run {
+        // Items that moved away or were disabled meanwhile are left out.
+        run.items.retain(|i| mine.contains(i) && !skip_disabled(i));
+        trigger_param = Some(run.parameter.clone());
+        for &i in &run.items {
+            if j.running.contains_key(&i) || view.items.get(&i).is_some_and(|v| v.running.is_some())
+            {
+                continue; // running (another kind of run, or not recorded yet): waits
+            }
+            let rec = view.items.get(&i).and_then(|v| v.record.clone());
+            groups
+                .entry((run.fire, RunKind::Trigger))
+                .or_default()
+                .push((i, rec));
+        }
+        if run.items.is_empty() {
+            j.trigger_run = None;
         }
     }
 
@@ -2523,6 +2740,36 @@ fn claims(
                 });
                 failover_items.push((i, run, Some((r, ver))));
             }
+        }
+    }
+
+    // Within the transaction limit: the items whose last finished fire is oldest first (so
+    // that no item starves when the parts of a fire take longer than its interval), failover
+    // before own items of the same age. The rest stays due and is claimed by the next
+    // evaluation, once the watch shows this claim.
+    if let Some(limit) = j.txn_limit(opts) {
+        let total = groups.values().map(Vec::len).sum::<usize>() + failover_items.len();
+        if total > limit {
+            let age = |rec: &CurrentRecord| rec.as_ref().and_then(|(r, _)| r.done);
+            let mut order: Vec<(Option<i64>, bool, u32)> = failover_items
+                .iter()
+                .map(|(i, _, rec)| (age(rec), false, *i))
+                .chain(
+                    groups
+                        .values()
+                        .flatten()
+                        .map(|(i, rec)| (age(rec), true, *i)),
+                )
+                .collect();
+            order.sort_unstable();
+            order.truncate(limit);
+            let own: BTreeSet<u32> = order.iter().filter(|o| o.1).map(|o| o.2).collect();
+            let failover: BTreeSet<u32> = order.iter().filter(|o| !o.1).map(|o| o.2).collect();
+            groups.retain(|_, items| {
+                items.retain(|(i, _)| own.contains(i));
+                !items.is_empty()
+            });
+            failover_items.retain(|(i, _, _)| failover.contains(i));
         }
     }
 

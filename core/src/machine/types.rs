@@ -72,6 +72,17 @@ pub struct MachineOptions {
     /// that cannot start (session in doubt, shutdown) is released without counting as a run.
     /// Zero claims at the fire. Default 250 ms.
     pub claim_ahead: Duration,
+    /// The most items one transaction of the machine may touch (claims, adoptions,
+    /// completions, re-sharding, housekeeping), for registries that limit the size of a
+    /// transaction (etcd's `--max-txn-ops`). Larger work is split into several transactions,
+    /// each safe on its own; the level-triggered decisions take the rest after the watch shows
+    /// the previous one. `None` (the default): no limit, one transaction per decision.
+    ///
+    /// Whatever this says, a transaction the registry refuses as
+    /// [`RegistryError::TooLarge`] halves the job's limit (down to one item) and is tried
+    /// again at once, so a limit is found without configuration; see
+    /// [`MachineOptions::fit_txn_ops`] to derive this one from a registry's operation limit.
+    pub max_txn_items: Option<usize>,
     /// Extra names accepted in job configurations (custom strategies).
     pub known_types: KnownTypes,
     /// Planted bugs switched on (simulator self-test only).
@@ -93,10 +104,31 @@ impl MachineOptions {
             shutdown_grace: Duration::from_secs(30),
             sync_timeout: Duration::from_secs(10),
             claim_ahead: Duration::from_millis(250),
+            max_txn_items: None,
             known_types: KnownTypes::default(),
             #[cfg(feature = "plant-bugs")]
             plants: std::collections::BTreeSet::new(),
         }
+    }
+}
+
+impl MachineOptions {
+    /// The most registry operations one item of a machine transaction costs, counted as etcd
+    /// counts them (compares and writes separately, with the tree emulation's extra compares):
+    /// a claim costs 6 compares and 2 writes per item, a failover claim 6 and 3, a completion 5
+    /// and 3, a new item 4 and 3; a removed item counts as two items.
+    pub const OPS_PER_ITEM: usize = 8;
+
+    /// The operations of a transaction that do not depend on its items (session, leader and
+    /// flag checks), with a margin.
+    pub const OPS_PER_TXN: usize = 8;
+
+    /// Sets [`MachineOptions::max_txn_items`] for a registry that allows at most `max_ops`
+    /// operations (or compares) per transaction, such as
+    /// [`Registry::max_txn_ops`](crate::registry::Registry::max_txn_ops): at least one item.
+    pub fn fit_txn_ops(&mut self, max_ops: usize) {
+        let items = max_ops.saturating_sub(Self::OPS_PER_TXN) / Self::OPS_PER_ITEM;
+        self.max_txn_items = Some(items.max(1));
     }
 }
 
@@ -238,6 +270,15 @@ pub enum MachineEvent {
         /// Items that moved while a run of theirs lasted (after the wait deadline, or because
         /// their owner was gone): the new owner starts them once that run ends.
         moved_running: Vec<u32>,
+    },
+    /// The registry refused a transaction of the job as too large
+    /// ([`RegistryError::TooLarge`]): from now on the job's transactions touch at most `items`
+    /// items each, and the refused work is tried again at once in smaller parts.
+    TxnSplit {
+        /// The job.
+        job: String,
+        /// The new most items per transaction.
+        items: usize,
     },
     /// A node the machine reads holds something it cannot understand; it is treated as absent.
     CorruptNode {

@@ -71,6 +71,16 @@ pub trait Registry: Send + Sync {
     /// Ends the session on purpose (its ephemeral nodes go at once) and stops the client.
     async fn close(&self) -> Result<(), RegistryError>;
 
+    /// The most operations one transaction may hold, as the backend counts them (etcd counts
+    /// compares and writes separately, each against its `--max-txn-ops`, and the tree
+    /// emulation adds compares of its own), if the registry limits it; `None` (the default)
+    /// if only the request size is limited (ZooKeeper). A hint: a driver sets
+    /// [`MachineOptions::max_txn_items`](crate::machine::MachineOptions::max_txn_items) from
+    /// it, and a transaction that is still too large fails with [`RegistryError::TooLarge`].
+    fn max_txn_ops(&self) -> Option<usize> {
+        None
+    }
+
     /// Creates one node.
     async fn create(
         &self,

@@ -38,6 +38,12 @@ struct Args {
     /// With --seed: print the whole timeline, not only the part before the first violation.
     #[arg(long)]
     full_log: bool,
+    /// Most items of a job drawn by a seed.
+    #[arg(long, default_value_t = 8)]
+    max_items: u32,
+    /// Never draw a registry limit on the operations of a transaction.
+    #[arg(long)]
+    no_txn_limits: bool,
     /// Run every Nth seed twice and compare the trace hashes (0: never).
     #[arg(long, default_value_t = 10)]
     determinism_every: u64,
@@ -132,10 +138,11 @@ fn main() -> ExitCode {
 
 fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     println!(
-        "seed {} FAILED ({} violations; faults {:?})",
+        "seed {} FAILED ({} violations; faults {:?}; registry txn limit {:?})",
         report.seed,
         report.violations.len(),
-        report.faults
+        report.faults,
+        report.txn_limit
     );
     for v in report.violations.iter().take(10) {
         println!(
@@ -176,9 +183,12 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
         println!("    {line}");
     }
     let mut replay_cmd = format!(
-        "  replay: shardjob-sim --seed {} --instances {} --jobs {} --hours {}",
-        report.seed, args.instances, args.jobs, args.hours
+        "  replay: shardjob-sim --seed {} --instances {} --jobs {} --hours {} --max-items {}",
+        report.seed, args.instances, args.jobs, args.hours, args.max_items
     );
+    if args.no_txn_limits {
+        replay_cmd.push_str(" --no-txn-limits");
+    }
     if let Some(p) = &args.plant {
         replay_cmd.push_str(&format!(" --plant {p}"));
     }
@@ -193,6 +203,8 @@ fn config(args: &Args) -> Result<WorldConfig, String> {
     cfg.instances = args.instances.clamp(1, 64);
     cfg.job_count = args.jobs.clamp(1, 10_000);
     cfg.duration_ms = (args.hours * 3_600_000.0) as u64;
+    cfg.max_items = args.max_items.clamp(1, 10_000);
+    cfg.txn_limits = !args.no_txn_limits;
     if let Some(name) = &args.plant {
         cfg.options = Some(plant_options(name)?);
     }
