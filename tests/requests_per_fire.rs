@@ -23,8 +23,8 @@
 //! The instance's registry client is wrapped in a counter of the calls the runtime makes
 //! through the `Registry` trait (transactions, reads), so the report tells the core's
 //! requests from what a backend adds on its own (ZooKeeper: the read before a transaction
-//! with value checks, and one read per created or changed node a watch reports, because
-//! ZooKeeper's notifications carry no data).
+//! with value checks, and one multi-read per burst of created or changed nodes a watch
+//! reports, because ZooKeeper's notifications carry no data).
 //!
 //! etcd refuses a transaction with more than `--max-txn-ops` (default 128) compares or
 //! writes. A claim of `n` items needs `6n + 1` compares and re-sharding a job of `n` items
