@@ -315,6 +315,23 @@ impl Inner {
     }
 }
 
+/// Whether a request failed before it reached any server: the channel could not connect to
+/// the member it picked. Only then may a write be sent again without knowing its outcome.
+pub(crate) fn never_sent(e: &etcd::Error) -> bool {
+    match e {
+        etcd::Error::GRpcStatus(status) => {
+            let lower = status.message().to_lowercase();
+            matches!(
+                tonic_code::Code::of(status.code() as i32),
+                tonic_code::Code::Unavailable
+            ) && (lower.contains("tcp connect error")
+                || lower.contains("error trying to connect")
+                || lower.contains("connection refused"))
+        }
+        _ => false,
+    }
+}
+
 /// Maps an `etcd-client` error.
 pub(crate) fn map_error(e: etcd::Error) -> RegistryError {
     use tonic_code::Code;

@@ -1,6 +1,7 @@
 //! Transactions as etcd `Txn`s (see the crate documentation, "Transactions").
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
 
 use etcd_client as etcd;
 use shardjob_core::registry::{
@@ -167,7 +168,18 @@ pub(crate) async fn transact(
             })
             .collect();
         let txn = etcd::Txn::new().when(compares).and_then(puts);
-        let resp = c.txn(txn).await.map_err(|e| inner.error(e))?;
+        let resp = match c.txn(txn).await {
+            Ok(resp) => resp,
+            // The channel picked a member it cannot connect to (etcd-client keeps a dead
+            // member in rotation): the request never left, so sending it again is safe.
+            Err(e) if crate::never_sent(&e) && !inner.is_closed() => {
+                tracing::debug!(error = %e, "etcd txn not sent (no connection); retrying");
+                inner.nudge.notify_one();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+            Err(e) => return Err(inner.error(e)),
+        };
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             return Ok(results(&plan, ops, resp, revision, lease));
