@@ -794,3 +794,41 @@ fn a_trigger_of_many_items_under_a_registry_limit_runs_each_once() {
     c.run_until(6_000);
     assert_eq!(c.runs.iter().filter(|r| r.job == "ops").count(), 60);
 }
+
+#[test]
+fn a_trigger_run_that_dies_moves_as_a_trigger_and_never_counts_as_a_fire() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _, _| 5_000);
+    let mut j = job("report", "0 0 0 1 1 ? 2099", 2);
+    j.failover = true;
+    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j));
+    c.run_until(1_000);
+    let a_item = c
+        .owners("report")
+        .into_iter()
+        .find(|(_, o)| o == A)
+        .map(|(i, _)| i)
+        .expect("A owns an item");
+    let path = format!("/report/sharding/{a_item}/execution");
+    let before = c.read(&path).unwrap_or_default();
+    c.trigger(0, "report");
+    c.run_until(1_500);
+    c.crash(0);
+    c.run_until(12_000);
+    let moved: Vec<(String, u32, RunKind)> = c
+        .runs
+        .iter()
+        .filter(|r| r.item == a_item)
+        .map(|r| (c.nodes[r.node].id.to_string(), r.item, r.kind))
+        .collect();
+    assert_eq!(
+        moved,
+        [
+            (A.to_owned(), a_item, RunKind::Trigger),
+            (B.to_owned(), a_item, RunKind::Trigger)
+        ]
+    );
+    // The trigger's time was not recorded as a done fire: the record is as before.
+    assert_eq!(c.read(&path).unwrap_or_default(), before);
+}

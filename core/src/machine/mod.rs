@@ -2854,11 +2854,18 @@ fn claims(
         let failover_op = ops.len();
         ops.push(TxnOp::create_ephemeral(p.item_failover(i), me.as_str()));
         let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
+        // A manual trigger's run stays one when it moves: its time is not a scheduled fire,
+        // and must never count as one, even if this run dies too and moves again.
+        let kind = if run.kind == RunKind::Trigger {
+            RunKind::Trigger
+        } else {
+            RunKind::Failover
+        };
         let record = ItemRecord {
             done: prior.done,
             run: Some(RunRecord {
                 fire: run.fire,
-                kind: RunKind::Failover,
+                kind,
                 instance: me.clone(),
             }),
         };
@@ -2883,7 +2890,11 @@ fn claims(
     for ((fire, counts_as_fire), items) in by_fire {
         claims_out.push(Claim {
             fire,
-            kind: RunKind::Failover,
+            kind: if counts_as_fire {
+                RunKind::Failover
+            } else {
+                RunKind::Trigger
+            },
             counts_as_fire,
             parameter: None,
             items,
