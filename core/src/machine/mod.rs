@@ -120,6 +120,9 @@ macro_rules! planted {
 
 /// How often every job is evaluated on a timeout, whether due or not (ms).
 const SWEEP_MS: u64 = 10_000;
+/// How much older than the claim's lead the last registry reply may be when a run claimed
+/// ahead starts.
+const FRESH_VIEW_MS: u64 = 500;
 
 /// Most fires looked at when catching up missed fires of one item in one evaluation.
 const MAX_CATCH_UP_STEPS: usize = 100_000;
@@ -1668,7 +1671,14 @@ impl Machine {
                 break;
             }
             self.starts.remove(&(t, id));
-            let lease_ok = self.lease_valid(now);
+            // The view must be recent too: after a pause or a cut longer than the claim's
+            // lead, an operator's disable may not have reached it. Then the claim is given
+            // back, and claimed again with the registry's own checks.
+            let fresh = matches!(self.session, Session::Live(_))
+                && self.confirmed.is_some_and(|c| {
+                    now.mono.saturating_sub(c) <= ms(self.opts.claim_ahead) + FRESH_VIEW_MS
+                });
+            let lease_ok = self.lease_valid(now) && fresh;
             let disabled = self.disabled_since_claim(id);
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
