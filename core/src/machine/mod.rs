@@ -2435,15 +2435,30 @@ fn reshard(
         }
         ops.push(TxnOp::delete(item_path));
     }
-    // A new item starts with a record: fires before its creation are not due, whoever owns it
-    // and whatever that owner remembers from an earlier item of that number. Its start is the
-    // later of this clock and the latest fire any item of the job has done, so a leader whose
-    // clock is behind does not make a new item run a fire the job already ran.
+    // The latest fire done by any item, those removed now included, is kept in the `sharding`
+    // node's data (ElasticJob leaves it empty), so that it outlives the items.
     let latest_done = view
         .items
         .values()
         .filter_map(|v| v.record.as_ref().and_then(|(r, _)| r.done))
+        .chain(view.sharding_done)
         .max();
+    let removed_done = removed
+        .iter()
+        .filter_map(|i| view.items.get(i))
+        .filter_map(|v| v.record.as_ref().and_then(|(r, _)| r.done))
+        .max();
+    if removed_done.is_some_and(|d| view.sharding_done.is_none_or(|s| d > s)) {
+        let mark = ItemRecord {
+            done: removed_done,
+            run: None,
+        };
+        ops.push(TxnOp::set(p.sharding(), mark.to_bytes()));
+    }
+    // A new item starts with a record: fires before its creation are not due, whoever owns it
+    // and whatever that owner remembers from an earlier item of that number. Its start is the
+    // later of this clock and the latest fire the job has done, so a leader whose clock is
+    // behind does not make a new item run a fire the job already ran.
     let start = latest_done.map_or(now.wall_ms(), |d| d.max(now.wall_ms()));
     for item in &moving {
         let Some(owner) = owners.get(item) else {

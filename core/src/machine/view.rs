@@ -173,6 +173,8 @@ pub(crate) struct JobView {
     pub servers: BTreeMap<String, String>,
     pub leader: Option<String>,
     pub necessary: Option<Version>,
+    /// The latest fire done by items since removed (the `sharding` node's record).
+    pub sharding_done: Option<i64>,
     /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.
     pub items: BTreeMap<u32, Box<ItemView>>,
     pub triggers: BTreeMap<InstanceId, String>,
@@ -213,6 +215,10 @@ impl JobView {
             }
             JobNode::LeaderInstance => self.leader = Some(text(node)),
             JobNode::ShardingNecessary => self.necessary = Some(node.stat.version),
+            // Empty in ElasticJob's layout; anything unreadable counts as no mark.
+            JobNode::Sharding => {
+                self.sharding_done = ItemRecord::parse(&node.data).ok().and_then(|r| r.done);
+            }
             JobNode::Item(i) => {
                 let item = self.item(i, new);
                 item.exists = true;
@@ -279,6 +285,7 @@ impl JobView {
             }
             JobNode::LeaderInstance => self.leader = None,
             JobNode::ShardingNecessary => self.necessary = None,
+            JobNode::Sharding => self.sharding_done = None,
             JobNode::Item(i) => {
                 if let Some(item) = self.items.get_mut(&i) {
                     item.exists = false;
