@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use shardjob_backend_mem::{Store, WatchId};
+use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{
     Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineEvent, MachineOptions,
@@ -162,10 +163,7 @@ impl Cluster {
         Self {
             store: Store::new(),
             now: 0,
-            wall_origin: Utc
-                .with_ymd_and_hms(2026, 11, 22, 6, 0, 0)
-                .single()
-                .unwrap_or_default(),
+            wall_origin: wall_origin(),
             nodes: Vec::new(),
             runs: Vec::new(),
             last_ended: BTreeMap::new(),
@@ -772,15 +770,20 @@ impl Cluster {
         next
     }
 
+    /// The operator's own session (it never expires), opened on first use.
+    fn operator_session(&mut self, now: Duration) -> SessionId {
+        *self.operator.get_or_insert_with(|| {
+            self.store
+                .open_session(Duration::from_secs(1 << 30), now)
+                .id
+        })
+    }
+
     /// Writes a node as an operator would (creating it if missing), from a session of its own.
     pub fn operator_write(&mut self, path: &str, data: &[u8]) {
         let now = self.store_now();
         let path = NodePath::new(path).unwrap_or_else(|e| panic!("{e}"));
-        let session = *self.operator.get_or_insert_with(|| {
-            self.store
-                .open_session(Duration::from_secs(1 << 30), now)
-                .id
-        });
+        let session = self.operator_session(now);
         let result = match self.store.node(&path) {
             Some(_) => self
                 .store
@@ -814,11 +817,7 @@ impl Cluster {
         let Ok(path) = NodePath::new(path) else {
             return;
         };
-        let session = *self.operator.get_or_insert_with(|| {
-            self.store
-                .open_session(Duration::from_secs(1 << 30), now)
-                .id
-        });
+        let session = self.operator_session(now);
         let result = self.store.delete(session, &path, None, now);
         self.disabled_since.remove(path.as_str());
         self.note(("operator-delete", path.to_string()), || {
@@ -839,11 +838,10 @@ impl Cluster {
             return out;
         };
         for node in self.store.tree(&root) {
-            let segs: Vec<&str> = node.path.segments().collect();
-            if segs.len() == 4 && segs[3] == "instance" {
-                if let Ok(item) = segs[2].parse() {
-                    out.insert(item, String::from_utf8_lossy(&node.data).into_owned());
-                }
+            if let Some((_, JobNode::ItemState(item, ItemLeaf::Instance))) =
+                JobNode::parse(&node.path)
+            {
+                out.insert(item, String::from_utf8_lossy(&node.data).into_owned());
             }
         }
         out
@@ -877,6 +875,14 @@ impl Cluster {
     pub fn trace_hash(&self) -> u64 {
         self.trace.finish()
     }
+}
+
+/// The wall-clock time at virtual 0 of every cluster: fixed, so a seed's trace does not depend
+/// on the day it runs.
+pub fn wall_origin() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 22, 6, 0, 0)
+        .single()
+        .unwrap_or_default()
 }
 
 impl Default for Cluster {

@@ -185,14 +185,21 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     }
 
     // Jobs. A user's job that is not valid is reported, not run (nothing panics on input).
+    let mut names = BTreeSet::new();
     let invalid: Vec<Violation> = cfg
         .jobs
         .iter()
-        .filter_map(|j| j.validate().err().map(|e| (j, e)))
-        .map(|(j, e)| Violation {
-            checker: "config",
-            time: 0,
-            message: format!("job {:?} is not valid: {e}", j.job_name),
+        .filter_map(|j| {
+            let problem = match j.validate() {
+                Err(e) => format!("is not valid: {e}"),
+                Ok(()) if !names.insert(j.job_name.as_str()) => "is given twice".to_owned(),
+                Ok(()) => return None,
+            };
+            Some(Violation {
+                checker: "config",
+                time: 0,
+                message: format!("job {:?} {problem}", j.job_name),
+            })
         })
         .collect();
     if !invalid.is_empty() {
@@ -235,7 +242,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 .cron
                 .as_ref()
                 .and_then(|c| {
-                    let a = c.next_after(chrono::Utc::now(), &j.time_zone)?;
+                    // From the simulation's own start: the trace must not depend on today.
+                    let a = c.next_after(crate::cluster::wall_origin(), &j.time_zone)?;
                     let b = c.next_after(a, &j.time_zone)?;
                     Some((b - a).num_milliseconds().max(1) as u64)
                 })
@@ -399,7 +407,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         next_pid += 1;
     }
     for j in &jobs {
-        for ip in ips.iter().chain(std::iter::once(&"10.0.1.0".to_owned())) {
+        for ip in &ips {
             let path = format!("/{}/servers/{ip}", j.job_name);
             if c.read(&path).as_deref() == Some("DISABLED") {
                 c.operator_write(&path, b"ENABLED");
@@ -451,7 +459,6 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             j.job_name.clone(),
             checkers::liveness::JobAtEnd {
                 config,
-                disabled: Vec::new(),
                 bound_ms: bound,
             },
         );

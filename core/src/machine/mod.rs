@@ -802,9 +802,10 @@ impl Machine {
             if next.len() < slice {
                 let more = slice - next.len();
                 next.extend(self.jobs.keys().take(more).cloned());
-                next.dedup();
             }
             self.sweep_cursor = next.last().cloned();
+            // A job both due and swept is evaluated once.
+            next.retain(|n| !due.contains(n));
             due.extend(next);
         }
         for name in due {
@@ -927,7 +928,15 @@ impl Machine {
             .retain(|_, p| matches!(p.purpose, Purpose::Complete(_)));
         if self.shutdown.is_some() {
             // Nothing left to leave: the session took the instance nodes with it.
-            self.jobs.retain(|_, j| !j.running.is_empty());
+            let idle: Vec<String> = self
+                .jobs
+                .iter()
+                .filter(|(_, j)| j.running.is_empty())
+                .map(|(name, _)| name.clone())
+                .collect();
+            for name in idle {
+                self.forget_job(&name);
+            }
             self.finish_shutdown_if_done();
         }
     }
@@ -1138,13 +1147,7 @@ impl Machine {
                 JobConfig::from_yaml_with(text, Strictness::Lenient, &self.opts.known_types)
                     .map_err(|e| e.to_string())
             })
-            .and_then(|mut c| {
-                // The same expression as the local one: share its compiled search.
-                if let (Some(mine), Some(theirs)) = (&j.spec.config.cron, &mut c.cron) {
-                    if mine == theirs {
-                        *theirs = mine.clone();
-                    }
-                }
+            .and_then(|c| {
                 if c.job_name == name {
                     Ok(c)
                 } else {
@@ -1191,7 +1194,6 @@ impl Machine {
     /// Enters the job's `wake` in the ordered index (and drops a job that is gone).
     fn index_wake(&mut self, name: &str) {
         let Some(j) = self.jobs.get_mut(name) else {
-            self.wakes.retain(|(_, n)| n != name);
             return;
         };
         if j.wake != j.wake_indexed {
@@ -1202,6 +1204,15 @@ impl Machine {
                 self.wakes.insert((t, name.to_owned()));
             }
             j.wake_indexed = j.wake;
+        }
+    }
+
+    /// Stops hosting a job: drops it and its entry in the wake index.
+    fn forget_job(&mut self, name: &str) {
+        if let Some(j) = self.jobs.remove(name) {
+            if let Some(t) = j.wake_indexed {
+                self.wakes.remove(&(t, name.to_owned()));
+            }
         }
     }
 
@@ -1216,7 +1227,9 @@ impl Machine {
                 j.retry_at = None;
                 self.start_load(name, now);
             } else {
-                j.wake = j.retry_at;
+                // Without a session the connection brings every job back; a retry time
+                // already past would only wake the job again and again meanwhile.
+                j.wake = j.retry_at.filter(|t| *t > now.mono);
             }
             return;
         }
@@ -1331,7 +1344,7 @@ impl Machine {
                 .unwrap_or_default();
             if ops.len() <= 1 {
                 let name = name.to_owned();
-                self.jobs.remove(&name);
+                self.forget_job(&name);
                 self.out
                     .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
                 return Action::Nothing;
@@ -1350,7 +1363,7 @@ impl Machine {
                     let job = name.to_owned();
                     self.out
                         .push_back(Command::Event(MachineEvent::JobActive { job }));
-                    self.decide(name, now)
+                    self.decide_with(name, view, now)
                 }
                 Ok(ops) => Action::Txn(Purpose::Setup, ops),
                 Err(event) => {
@@ -1605,7 +1618,6 @@ impl Machine {
 
     /// Records a new execution and asks the driver to start it.
     #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::too_many_arguments)]
     fn start_execution(
         &mut self,
         name: &str,
@@ -1671,12 +1683,17 @@ impl Machine {
                 break;
             }
             self.starts.remove(&(t, id));
+            // Entries of executions given back or gone meanwhile are stale.
+            if self.executions.get(&id).is_none_or(|e| e.pending.is_none()) {
+                continue;
+            }
             // The view must be recent too: after a pause or a cut longer than the claim's
             // lead, an operator's disable may not have reached it. Then the claim is given
             // back, and claimed again with the registry's own checks.
             let fresh = matches!(self.session, Session::Live(_))
                 && self.confirmed.is_some_and(|c| {
-                    now.mono.saturating_sub(c) <= ms(self.opts.claim_ahead) + FRESH_VIEW_MS
+                    now.mono.saturating_sub(c)
+                        <= ms(self.opts.claim_ahead).saturating_add(FRESH_VIEW_MS)
                 });
             let lease_ok = self.lease_valid(now) && fresh;
             let disabled = self.disabled_since_claim(id);
@@ -1697,21 +1714,25 @@ impl Machine {
 
     /// Whether an operator disabled one of the execution's items, or this server, after the
     /// claim: a run claimed ahead then does not start.
-    fn disabled_since_claim(&mut self, id: ExecutionId) -> bool {
+    fn disabled_since_claim(&self, id: ExecutionId) -> bool {
         let Some(e) = self.executions.get(&id) else {
             return false;
         };
-        let Some(j) = self.jobs.get_mut(&e.job) else {
+        let Some(j) = self.jobs.get(&e.job) else {
             return false;
         };
-        let view = j.cache.take_view();
-        let version = j.cache.version;
-        let disabled = !view.server_enabled(self.opts.instance_id.server_ip())
+        let fresh;
+        let view = match &j.cache.view {
+            Some(view) => view,
+            None => {
+                fresh = JobView::read(&j.cache);
+                &fresh
+            }
+        };
+        !view.server_enabled(self.opts.instance_id.server_ip())
             || e.items
                 .iter()
-                .any(|it| view.items.get(&it.item).is_some_and(|v| v.disabled));
-        j.cache.give_back(version, view);
-        disabled
+                .any(|it| view.items.get(&it.item).is_some_and(|v| v.disabled))
     }
 
     /// Gives up an execution claimed ahead that never started: its markers go and its records
@@ -1786,8 +1807,7 @@ impl Machine {
                     }
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
-                        self.jobs.remove(&name);
-                        self.index_wake(&name);
+                        self.forget_job(&name);
                         self.out
                             .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
                         self.finish_shutdown_if_done();
@@ -2077,12 +2097,8 @@ impl Machine {
             }
             RegistryReply::Failed(error) => {
                 let class = error.class();
-                let too_large = self.executions.get(&id).and_then(|e| {
-                    let units = e.sending;
-                    (units > 1 && matches!(error.root_cause(), RegistryError::TooLarge(_)))
-                        .then(|| (e.job.clone(), units))
-                });
-                if let Some((job, units)) = too_large {
+                let sent = self.executions.get(&id).map(|e| (e.job.clone(), e.sending));
+                if let Some((job, units)) = sent {
                     if self.split_on_too_large(&job, &error, units) {
                         if let Some(e) = self.executions.get_mut(&id) {
                             e.completing = false;
@@ -2576,7 +2592,9 @@ fn claims(
                 || view.items.get(i).and_then(|v| v.owner.as_ref()) == Some(me)
         })
         .collect();
-    j.owned_since.retain(|i, _| mine.contains(i));
+    // `mine` is ascending: membership by binary search (jobs can have many items).
+    let is_mine = |i: &u32| mine.binary_search(i).is_ok();
+    j.owned_since.retain(|i, _| is_mine(i));
     for &i in &mine {
         j.owned_since.entry(i).or_insert(now_ms);
     }
@@ -2605,7 +2623,7 @@ fn claims(
     }
     if let Some(run) = &mut j.trigger_run {
         // Items that moved away or were disabled meanwhile are left out.
-        run.items.retain(|i| mine.contains(i) && !skip_disabled(i));
+        run.items.retain(|i| is_mine(i) && !skip_disabled(i));
         trigger_param = Some(run.parameter.clone());
         for &i in &run.items {
             if j.running.contains_key(&i) || view.items.get(&i).is_some_and(|v| v.running.is_some())
@@ -2799,10 +2817,7 @@ fn claims(
     }
 
     if groups.is_empty() && failover_items.is_empty() {
-        if let Some(p) = trigger_param {
-            // Nothing to run for the trigger (no items here): it is consumed.
-            let _ = p;
-        }
+        // A trigger with nothing to run here is consumed all the same.
         return None;
     }
 

@@ -50,8 +50,9 @@ pub struct MachineOptions {
     /// How long the leader waits after a membership change before re-sharding, so that a burst
     /// of joins is one re-shard. Default 200 ms.
     pub reshard_debounce: Duration,
-    /// How long the leader waits for running items that must move before it re-shards the
-    /// others and leaves the running ones where they are. Default 30 s.
+    /// How long the leader waits for running items that must move before it re-shards
+    /// anyway (their running markers keep the new owner from starting them before the old run
+    /// ends). Default 30 s.
     pub reshard_wait: Duration,
     /// How long an instance leaves a dead instance's orphaned items to the instance whose
     /// share they are before claiming them itself. Default 2 s.

@@ -169,7 +169,6 @@ pub(crate) struct ItemView {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct JobView {
     pub instances: BTreeSet<InstanceId>,
-    pub disabled_servers: BTreeSet<String>,
     pub servers: BTreeMap<String, String>,
     pub leader: Option<String>,
     pub necessary: Option<Version>,
@@ -205,13 +204,7 @@ impl JobView {
                 self.instances.insert(id);
             }
             JobNode::Server(ip) => {
-                let value = text(node);
-                if value.trim() == "DISABLED" {
-                    self.disabled_servers.insert(ip.clone());
-                } else {
-                    self.disabled_servers.remove(&ip);
-                }
-                self.servers.insert(ip, value);
+                self.servers.insert(ip, text(node));
             }
             JobNode::LeaderInstance => self.leader = Some(text(node)),
             JobNode::ShardingNecessary => self.necessary = Some(node.stat.version),
@@ -280,7 +273,6 @@ impl JobView {
                 self.instances.remove(&id);
             }
             JobNode::Server(ip) => {
-                self.disabled_servers.remove(&ip);
                 self.servers.remove(&ip);
             }
             JobNode::LeaderInstance => self.leader = None,
@@ -337,7 +329,7 @@ impl JobView {
 
     /// Whether a server (by ip) is enabled: its node is absent or not `DISABLED`.
     pub fn server_enabled(&self, ip: &str) -> bool {
-        !self.disabled_servers.contains(ip)
+        self.servers.get(ip).is_none_or(|v| v.trim() != "DISABLED")
     }
 
     /// Live instances whose server is enabled.

@@ -72,7 +72,6 @@ impl NodePath {
         Ok(self.child_unchecked(name))
     }
 
-    /// The child called `name`, which the caller has already checked to be one valid segment.
     /// The descendant `self/a/b/…` of segments known to be valid, built in one allocation.
     pub(crate) fn descendant_unchecked(&self, names: &[&str]) -> Self {
         let base = if self.is_root() { "" } else { self.0.as_str() };
@@ -93,16 +92,9 @@ impl NodePath {
         Self(out)
     }
 
+    /// The child called `name`, which the caller has already checked to be one valid segment.
     pub(crate) fn child_unchecked(&self, name: &str) -> Self {
-        debug_assert!(
-            !name.contains('/') && check_segment(name).is_ok(),
-            "bad segment {name:?}"
-        );
-        if self.is_root() {
-            Self(format!("/{name}"))
-        } else {
-            Self(format!("{}/{name}", self.0))
-        }
+        self.descendant_unchecked(&[name])
     }
 
     /// The path as a string.

@@ -4,6 +4,8 @@
 
 use std::collections::BTreeSet;
 
+use shardjob_core::InstanceId;
+
 use super::Violation;
 use crate::cluster::Cluster;
 
@@ -33,7 +35,8 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
                     fail(format!("{job}/{item} is owned by {o}, which is not live"))
                 }
                 Some(o) => {
-                    let ip = o.split("@-@").next().unwrap_or(o);
+                    let ip = InstanceId::new(o.as_str())
+                        .map_or_else(|_| o.clone(), |id| id.server_ip().to_owned());
                     if c.read(&format!("/{job}/servers/{ip}")).as_deref() == Some("DISABLED") {
                         fail(format!(
                             "{job}/{item} is owned by {o}, whose server is disabled"

@@ -15,8 +15,6 @@ use crate::cluster::RunRecord;
 pub struct JobAtEnd {
     /// The configuration in the registry at the end.
     pub config: JobConfig,
-    /// Items disabled at the end.
-    pub disabled: Vec<u32>,
     /// How late a fire may complete.
     pub bound_ms: u64,
 }
@@ -31,7 +29,7 @@ pub fn check(
 ) -> Vec<Violation> {
     let mut out = Vec::new();
     let origin_ms = origin.timestamp_millis();
-    let by_item = index(runs);
+    let by_item = super::runs_by_item(runs);
     for (name, job) in jobs {
         let c = &job.config;
         if !(c.failover && c.misfire && c.monitor_execution) {
@@ -49,9 +47,6 @@ pub fn check(
             }
             let deadline = (f - origin_ms) as u64 + job.bound_ms;
             for item in 0..c.sharding_total_count {
-                if job.disabled.contains(&item) {
-                    continue;
-                }
                 let mine = by_item
                     .get(&(name.as_str(), item))
                     .map_or(&[][..], |v| &v[..]);
@@ -88,7 +83,7 @@ pub fn misfires(
 ) -> Vec<Violation> {
     let mut out = Vec::new();
     let origin_ms = origin.timestamp_millis();
-    let by_item = index(runs);
+    let by_item = super::runs_by_item(runs);
     for (name, job) in jobs {
         let c = &job.config;
         if !(c.misfire && c.monitor_execution) {
@@ -133,13 +128,4 @@ pub fn misfires(
         }
     }
     out
-}
-
-/// The runs of each (job, item), in the order they started.
-fn index(runs: &[RunRecord]) -> BTreeMap<(&str, u32), Vec<&RunRecord>> {
-    let mut by_item: BTreeMap<(&str, u32), Vec<&RunRecord>> = BTreeMap::new();
-    for r in runs {
-        by_item.entry((r.job.as_str(), r.item)).or_default().push(r);
-    }
-    by_item
 }

@@ -18,3 +18,14 @@ pub struct Violation {
     /// What is wrong.
     pub message: String,
 }
+
+/// The runs of each (job, item), in the order they started.
+fn runs_by_item(
+    runs: &[crate::cluster::RunRecord],
+) -> std::collections::BTreeMap<(&str, u32), Vec<&crate::cluster::RunRecord>> {
+    let mut by_item: std::collections::BTreeMap<(&str, u32), Vec<_>> = Default::default();
+    for r in runs {
+        by_item.entry((r.job.as_str(), r.item)).or_default().push(r);
+    }
+    by_item
+}

@@ -5,7 +5,7 @@
 //! frozen by a pause while another instance took the item over (it is told to stop the moment
 //! it wakes; the overlap lasts until it does, and the tokens must grow too).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use super::Violation;
 use crate::cluster::RunRecord;
@@ -24,11 +24,7 @@ pub struct Overlaps {
 /// Checks every pair of runs of the same (job, item).
 pub fn check(runs: &[RunRecord], ignore_cancel: &BTreeSet<String>) -> Overlaps {
     let mut out = Overlaps::default();
-    let mut by_item: BTreeMap<(&str, u32), Vec<&RunRecord>> = BTreeMap::new();
-    for r in runs {
-        by_item.entry((r.job.as_str(), r.item)).or_default().push(r);
-    }
-    for ((job, item), mut list) in by_item {
+    for ((job, item), mut list) in super::runs_by_item(runs) {
         list.sort_by_key(|r| (r.start, r.token));
         for (k, b) in list.iter().enumerate() {
             for a in &list[..k] {
