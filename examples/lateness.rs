@@ -6,6 +6,7 @@
 //! same instant (the worst case); `spread`: every job fires every 10 s, a tenth of them in each
 //! second (job `n` at seconds `n % 10`, `n % 10 + 10`, …).
 
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,16 +17,21 @@ use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
 use shardjob::mem::MemServer;
 use shardjob::runtime::{RunEvent, Scheduler};
 
+/// Not set yet: no fire is measured.
+const UNSET: i64 = i64::MAX;
+
 struct Probe {
     lateness: Arc<Mutex<Vec<i64>>>,
-    after: chrono::DateTime<Utc>,
+    /// The first fire time measured, in epoch milliseconds; [`UNSET`] until every job is
+    /// active.
+    after: Arc<AtomicI64>,
 }
 
 #[async_trait::async_trait]
 impl SimpleJob for Probe {
     async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
         let now = Utc::now();
-        if ctx.fire_time >= self.after {
+        if ctx.fire_time.timestamp_millis() >= self.after.load(Ordering::Relaxed) {
             let late = (now - ctx.fire_time).num_microseconds().unwrap_or(i64::MAX);
             self.lateness.lock().map_err(JobError::failed)?.push(late);
         }
@@ -56,8 +62,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let herd = CronExpr::parse("* * * * * ?")?;
     let lateness = Arc::new(Mutex::new(Vec::new()));
-    // Measure from the third second on: start-up is measured separately.
-    let after = Utc::now() + chrono::Duration::seconds(3);
+    // Measured from a second after every job is active: start-up is measured separately, and
+    // its backlog does not count as lateness.
+    let after = Arc::new(AtomicI64::new(UNSET));
     let server = MemServer::default();
     let t0 = Instant::now();
     let mut builder = Scheduler::builder().registry(Arc::new(server.connect_default()));
@@ -72,7 +79,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             config,
             Probe {
                 lateness: Arc::clone(&lateness),
-                after,
+                after: Arc::clone(&after),
             },
         );
     }
@@ -93,6 +100,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let startup = t0.elapsed();
+    let from = Utc::now() + chrono::Duration::seconds(1);
+    after.store(from.timestamp_millis(), Ordering::Relaxed);
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let rss = proc_status("VmRSS:");
     let threads = proc_status("Threads:");

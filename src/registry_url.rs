@@ -237,21 +237,16 @@ impl RegistryUrl {
 
 /// The lease TTL for a session timeout: whole seconds, rounded up, at least [`ETCD_MIN_TTL`].
 pub fn etcd_ttl(session_timeout: Duration) -> Duration {
-    let secs = session_timeout.as_secs() + u64::from(session_timeout.subsec_nanos() > 0);
+    let secs = session_timeout
+        .as_secs()
+        .saturating_add(u64::from(session_timeout.subsec_nanos() > 0));
     Duration::from_secs(secs).max(ETCD_MIN_TTL)
 }
 
 /// Whether `h` looks like `host:port` (a port number after the last colon, something before).
+/// The hosts of a URL are cut before its first `/`, so none holds one.
 fn is_host_port(h: &str) -> bool {
-    match h.rsplit_once(':') {
-        Some((host, port)) => {
-            !host.is_empty()
-                && !host.contains('/')
-                && !port.is_empty()
-                && port.parse::<u16>().is_ok()
-        }
-        None => false,
-    }
+    matches!(h.rsplit_once(':'), Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok())
 }
 
 /// The session timeout of a query string (`key=value&...`).
@@ -369,6 +364,7 @@ mod tests {
             Duration::from_secs(3)
         );
         assert_eq!(etcd_ttl(Duration::from_secs(60)), Duration::from_secs(60));
+        assert_eq!(etcd_ttl(Duration::MAX), Duration::from_secs(u64::MAX));
     }
 
     #[tokio::test]

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use shardjob::core::config::ErrorHandlerType;
 use shardjob::core::machine::record::RunKind;
 use shardjob::core::machine::{ExecutionId, ItemOutcome};
-use shardjob::core::registry::{CreateMode, NodePath, Registry};
+use shardjob::core::registry::{CreateMode, NodePath, Registry, RegistryError};
 use shardjob::core::{CronExpr, InstanceId, JobConfig};
 use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
 use shardjob::listeners::{
@@ -922,6 +922,75 @@ async fn distribute_once_does_not_wait_for_disabled_items() {
         assert!(failed.is_empty(), "{failed:#?}");
     }
     assert!(guarantee_items(&server, "partly").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn distribute_once_fails_at_once_when_the_claim_is_too_large() {
+    let server = MemServer::default();
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let once = Once::default();
+    let mut handles = Vec::new();
+    for n in 1..=2 {
+        let work = Work {
+            instance: id(n).to_string(),
+            runs: Arc::clone(&runs),
+            fail: BTreeSet::new(),
+            work: Duration::from_millis(50),
+        };
+        let handle = builder(&server, n)
+            .job(JobConfig::new("big", 8), work)
+            .listener(
+                "big",
+                DistributeOnce::new(
+                    once.clone(),
+                    Duration::from_secs(30),
+                    Duration::from_secs(30),
+                ),
+            )
+            .build()
+            .await
+            .unwrap();
+        handles.push(handle);
+    }
+    wait_for_plan(&server, "big", 8, 2).await;
+    // Each instance's registration (four items) fits, and so does the machine's claim of an
+    // item; the claim of the round, which checks all eight items, does not.
+    server.with_store(|st, _| st.set_max_txn_ops(Some(8)));
+    let mut events: Vec<_> = handles.iter().map(|h| h.subscribe()).collect();
+    for h in &handles {
+        h.trigger("big", None).await.unwrap();
+    }
+    // Both rounds of both instances fail long before their 30 s timeouts, saying why. (The
+    // machine's claims are split to fit the limit too, so an instance may run its items in
+    // several executions, each with its rounds.)
+    let mut failed = Vec::new();
+    eventually(10, "every round failed", || {
+        for (n, ev) in events.iter_mut().enumerate() {
+            for f in failures(ev) {
+                failed.push((n + 1, f));
+            }
+        }
+        let ran: BTreeSet<u32> = runs.lock().unwrap().iter().map(|r| r.item).collect();
+        ran.len() == 8
+            && (1..=2).all(|n| {
+                [ListenerHook::Before, ListenerHook::After]
+                    .iter()
+                    .all(|hook| failed.iter().any(|(i, (_, h, _))| *i == n && h == hook))
+            })
+    })
+    .await;
+    // Without the limit, so that the instances can leave.
+    server.with_store(|st, _| st.set_max_txn_ops(None));
+    for h in &handles {
+        h.shutdown().await.unwrap();
+    }
+    for (n, (_, hook, e)) in &failed {
+        assert!(
+            matches!(e, ListenerError::Registry(RegistryError::TooLarge(_))),
+            "instance {n} {hook}: {e}"
+        );
+    }
+    assert!(once.calls.calls().is_empty());
 }
 
 /// Never returns from `before`, and ignores cancellation.

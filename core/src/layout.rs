@@ -185,7 +185,8 @@ impl JobPaths {
 
     /// `guarantee/started/{item}`: the item has started in the current round.
     pub fn guarantee_started_item(&self, item: u32) -> NodePath {
-        self.at(&["guarantee", "started", &item.to_string()])
+        let mut digits = [0u8; 10];
+        self.at(&["guarantee", "started", item_digits(item, &mut digits)])
     }
 
     /// `guarantee/completed`: parent of the items registered as completed in a
@@ -196,7 +197,8 @@ impl JobPaths {
 
     /// `guarantee/completed/{item}`: the item has completed in the current round.
     pub fn guarantee_completed_item(&self, item: u32) -> NodePath {
-        self.at(&["guarantee", "completed", &item.to_string()])
+        let mut digits = [0u8; 10];
+        self.at(&["guarantee", "completed", item_digits(item, &mut digits)])
     }
 }
 
@@ -231,6 +233,8 @@ pub enum JobNode {
     FailoverItem(u32),
     /// `trigger/{id}`.
     Trigger(InstanceId),
+    /// `guarantee` or any path below it: the distribute-once listeners' rounds.
+    Guarantee,
     /// Any other path under the job: intermediate directories, nodes of newer versions or of
     /// other tools. Not an error: ignore it.
     Other,
@@ -267,7 +271,12 @@ impl JobNode {
         let mut len = 0;
         for segment in segments {
             if len == buf.len() {
-                return Some((job, JobNode::Other));
+                let node = if buf[0] == "guarantee" {
+                    JobNode::Guarantee
+                } else {
+                    JobNode::Other
+                };
+                return Some((job, node));
             }
             buf[len] = segment;
             len += 1;
@@ -292,6 +301,7 @@ impl JobNode {
                 parse_item(item).map_or(JobNode::Other, JobNode::FailoverItem)
             }
             ["trigger", id] => InstanceId::new(*id).map_or(JobNode::Other, JobNode::Trigger),
+            ["guarantee", ..] => JobNode::Guarantee,
             _ => JobNode::Other,
         };
         Some((job, node))
@@ -377,6 +387,10 @@ mod tests {
             p.guarantee_completed().as_str(),
             "/myJob/guarantee/completed"
         );
+        assert_eq!(
+            p.guarantee_completed_item(10).as_str(),
+            "/myJob/guarantee/completed/10"
+        );
         assert!(p.server("a/b").is_err());
         assert!(JobPaths::new("a/b").is_err());
     }
@@ -407,6 +421,9 @@ mod tests {
             (p.leader_instance(), JobNode::LeaderInstance),
             (p.failover_item(2), JobNode::FailoverItem(2)),
             (p.trigger(&id), JobNode::Trigger(id.clone())),
+            (p.guarantee_started(), JobNode::Guarantee),
+            (p.guarantee_started_item(3), JobNode::Guarantee),
+            (p.guarantee_completed_item(0), JobNode::Guarantee),
         ];
         for (path, want) in cases {
             assert_eq!(JobNode::parse(&path), Some(("j", want)), "{path}");
@@ -414,6 +431,12 @@ mod tests {
         let odd = NodePath::new("/j/sharding/07/instance").unwrap();
         assert_eq!(JobNode::parse(&odd), Some(("j", JobNode::Other)));
         let odd = NodePath::new("/j/sharding/99999999999").unwrap();
+        assert_eq!(JobNode::parse(&odd), Some(("j", JobNode::Other)));
+        for deep in ["/j/guarantee", "/j/guarantee/a/b/c/d/e"] {
+            let path = NodePath::new(deep).unwrap();
+            assert_eq!(JobNode::parse(&path), Some(("j", JobNode::Guarantee)));
+        }
+        let odd = NodePath::new("/j/sharding/1/a/b/c").unwrap();
         assert_eq!(JobNode::parse(&odd), Some(("j", JobNode::Other)));
         assert_eq!(JobNode::parse(&NodePath::root()), None);
     }

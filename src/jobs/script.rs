@@ -4,7 +4,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use shardjob_core::machine::record::RunKind;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 
@@ -94,12 +93,6 @@ impl Job for ScriptJob {
         argv.push(ctx.to_json());
         let program = argv.remove(0);
 
-        let kind = match ctx.kind {
-            RunKind::Scheduled => "SCHEDULED",
-            RunKind::Misfire => "MISFIRE",
-            RunKind::Failover => "FAILOVER",
-            RunKind::Trigger => "TRIGGER",
-        };
         let mut child = Command::new(&program)
             .args(&argv)
             .env(
@@ -107,7 +100,7 @@ impl Job for ScriptJob {
                 ctx.fire_time
                     .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
             )
-            .env(ENV_RUN_KIND, kind)
+            .env(ENV_RUN_KIND, ctx.kind.as_str())
             .env(ENV_FENCING_TOKEN, ctx.fencing_token.to_string())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())

@@ -258,7 +258,7 @@ pub struct ShardingContexts {
     pub cancel: CancelSignal,
     /// The runtime's access to the registry, for [`DistributeOnce`]; `None` for a context
     /// made by hand.
-    pub(crate) guarantee: Option<Guarantee>,
+    pub(crate) guarantee: Option<Arc<Guarantee>>,
 }
 
 impl fmt::Debug for ShardingContexts {

@@ -32,8 +32,10 @@
 //!
 //! A waiter whose timeout passes while a claimer runs the once-hook still ends the round: the
 //! hook runs to its end (exactly once), but the waiters report the round as timed out or
-//! abandoned. Each waiter reads its node when a guarantee node changes, so a round costs
-//! `O(instances²)` reads at most; the registrations and the claim are one transaction each.
+//! abandoned. Each waiter reads its node once when a guarantee node changes (and once after
+//! each claim it tries and loses), so a round costs `O(instances²)` reads at most; the
+//! registrations and the claim are one transaction each. A claim larger than the registry
+//! allows fails the round at once with [`ListenerError::Registry`].
 //! Manual triggers all share the round key `trigger`: two trigger rounds of one job must not
 //! overlap.
 //!
@@ -62,6 +64,9 @@ use super::{JobListener, ListenerError, ListenerHook, ShardingContexts};
 
 /// How often a waiter re-reads its node when no watch event came.
 const RECHECK: Duration = Duration::from_secs(1);
+
+/// A deadline for a timeout too large to add to the clock: about thirty years, never reached.
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// First pause after a transient registry error while registering (doubles up to 1 s).
 const RETRY: Duration = Duration::from_millis(50);
@@ -107,7 +112,8 @@ pub trait DistributeOnceListener: Send + Sync + 'static {
 /// do not run and are not waited for. Unlike ElasticJob's, the timeouts are never infinite.
 ///
 /// The claim is one transaction that checks every item of the job: with etcd, `n + 1` must
-/// not exceed the server's `--max-txn-ops` (128 by default).
+/// not exceed the server's `--max-txn-ops` (128 by default); a claim that does fails the
+/// round at once with [`ListenerError::Registry`] ([`RegistryError::TooLarge`]).
 pub struct DistributeOnce<L> {
     hooks: L,
     started_timeout: Duration,
@@ -262,8 +268,8 @@ impl Round<'_> {
 
     /// Whether a node's data belongs to this round (`{round}` or `{round} claimed {id}`).
     fn owns(&self, data: &[u8]) -> bool {
-        let text = String::from_utf8_lossy(data);
-        text.split(' ').next() == Some(self.key.as_str())
+        data.strip_prefix(self.key.as_bytes())
+            .is_some_and(|rest| matches!(rest.first(), None | Some(b' ')))
     }
 }
 
@@ -317,7 +323,11 @@ impl Guarantee {
             hook,
             paths: &self.paths,
         };
-        let deadline = Instant::now() + timeout;
+        let start = Instant::now();
+        // A timeout too large for the clock never passes.
+        let deadline = start
+            .checked_add(timeout)
+            .unwrap_or_else(|| start + FAR_FUTURE);
         // Subscribe before the first write, so no change after it is missed.
         let mut changes = self.shared.changes.subscribe();
         changes.borrow_and_update();
@@ -327,7 +337,7 @@ impl Guarantee {
             // Registered so the others are not held up; a cancelled run claims nothing.
             return Err(ListenerError::Cancelled);
         }
-        let mut claimed = self.try_claim(&round, ctx, first).await;
+        let mut claimed = self.try_claim(&round, ctx, first).await?;
         loop {
             if let Some(participants) = claimed {
                 tracing::debug!(
@@ -338,43 +348,47 @@ impl Guarantee {
                 self.finish(&round, &participants, first).await;
                 return result;
             }
-            match self.seen(&round, first).await {
-                Seen::Over => return self.outcome(&round).await,
-                Seen::Claimed => {}
-                // A claimer that registered last but died before claiming leaves the round
-                // to the waiters.
-                Seen::Registered => {}
+            // The claim failed: the round may have ended meanwhile.
+            if let Seen::Over = self.seen(&round, first).await {
+                return self.outcome(&round).await;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                self.abandon(&round).await;
-                tracing::warn!(
-                    job = %ctx.job_name, round = %round.key, %hook,
-                    timeout_ms = timeout.as_millis() as u64,
-                    "distribute-once round timed out: not every item arrived"
-                );
-                return Err(ListenerError::Timeout {
-                    hook,
-                    round: round.key,
-                    after: timeout,
-                });
-            }
-            let pause = RECHECK.min(deadline - now);
-            tokio::select! {
-                r = changes.changed() => {
-                    if r.is_err() {
-                        // Cannot happen while `self.shared` holds the sender; if it did, the
-                        // re-check and the deadline still end the wait.
-                        tokio::time::sleep(pause).await;
-                    }
+            // Wait for a change, reading the node once per wake, until it is worth another
+            // claim: still registered but not claimed (a claimer that registered last but
+            // died before claiming leaves the round to the waiters).
+            loop {
+                let now = Instant::now();
+                if now >= deadline {
+                    self.abandon(&round).await;
+                    tracing::warn!(
+                        job = %ctx.job_name, round = %round.key, %hook,
+                        timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+                        "distribute-once round timed out: not every item arrived"
+                    );
+                    return Err(ListenerError::Timeout {
+                        hook,
+                        round: round.key,
+                        after: timeout,
+                    });
                 }
-                () = tokio::time::sleep(pause) => {}
-                _ = ctx.cancel.cancelled() => return Err(ListenerError::Cancelled),
+                let pause = RECHECK.min(deadline - now);
+                tokio::select! {
+                    r = changes.changed() => {
+                        if r.is_err() {
+                            // Cannot happen while `self.shared` holds the sender; if it did,
+                            // the re-check and the deadline still end the wait.
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
+                    () = tokio::time::sleep(pause) => {}
+                    _ = ctx.cancel.cancelled() => return Err(ListenerError::Cancelled),
+                }
+                match self.seen(&round, first).await {
+                    Seen::Over => return self.outcome(&round).await,
+                    Seen::Registered => break,
+                    Seen::Claimed => {}
+                }
             }
-            claimed = match self.seen(&round, first).await {
-                Seen::Registered => self.try_claim(&round, ctx, first).await,
-                _ => None,
-            };
+            claimed = self.try_claim(&round, ctx, first).await?;
         }
     }
 
@@ -447,13 +461,16 @@ impl Guarantee {
         Err(last.unwrap_or_else(|| RegistryError::NoNode(path.clone())))
     }
 
-    /// The claim transaction; `Some(items checked)` if this instance won the round.
+    /// The claim transaction; `Some(items checked)` if this instance won the round, `None` if
+    /// it did not (or could not tell, and tries again at the next change). Fails on a fatal
+    /// registry error, which no retry mends: a claim larger than the registry allows
+    /// ([`RegistryError::TooLarge`]), a closed client.
     async fn try_claim(
         &self,
         round: &Round<'_>,
         ctx: &ShardingContexts,
         first: u32,
-    ) -> Option<Vec<u32>> {
+    ) -> Result<Option<Vec<u32>>, ListenerError> {
         let disabled = self.shared.disabled();
         let mine: BTreeSet<u32> = ctx.items().collect();
         let mut ops = Vec::new();
@@ -472,13 +489,15 @@ impl Guarantee {
         let claim = format!("{} claimed {}", round.key, self.instance);
         ops.push(TxnOp::set(round.item(first), claim));
         match self.registry.transact(ops).await {
-            Ok(_) => Some(participants),
-            Err(e) => {
-                if e.class() != ErrorClass::Conflict {
+            Ok(_) => Ok(Some(participants)),
+            Err(e) => match e.class() {
+                ErrorClass::Conflict => Ok(None),
+                ErrorClass::Fatal => Err(ListenerError::Registry(e)),
+                _ => {
                     tracing::debug!(job = %ctx.job_name, "distribute-once: claim failed: {e}");
+                    Ok(None)
                 }
-                None
-            }
+            },
         }
     }
 
@@ -558,29 +577,30 @@ impl Guarantee {
     /// writes `{round} {marker}` into the directory; retried a few times on conflicts.
     async fn clear(&self, round: &Round<'_>, marker: &str) {
         for _ in 0..3 {
-            let names = match self.registry.children(&round.dir).await {
-                Ok(names) => names,
+            let nodes = match self.registry.get_tree(&round.dir).await {
+                // No directory: nothing to clear.
+                Ok(nodes) if nodes.is_empty() => return,
+                Ok(nodes) => nodes,
                 Err(RegistryError::NoNode(_)) => return,
                 Err(e) => {
                     tracing::warn!(dir = %round.dir, "distribute-once: cannot clear the round: {e}");
                     return;
                 }
             };
-            let mut ops = Vec::new();
-            for item in names.iter().filter_map(|n| parse_item(n)) {
-                let path = round.item(item);
-                match self.registry.get(&path).await {
-                    Ok(Some(node)) if round.owns(&node.data) => ops.push(TxnOp::Delete {
-                        path,
-                        expected: Some(node.stat.version),
-                    }),
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(%path, "distribute-once: cannot read: {e}");
-                        return;
-                    }
-                }
-            }
+            let mut ops: Vec<TxnOp> = nodes
+                .into_iter()
+                // The round's item nodes: the directory's children named by an item, not the
+                // directory itself (the tree's first node).
+                .filter(|node| {
+                    node.path != round.dir
+                        && parse_item(node.path.name()).is_some_and(|i| node.path == round.item(i))
+                        && round.owns(&node.data)
+                })
+                .map(|node| TxnOp::Delete {
+                    path: node.path,
+                    expected: Some(node.stat.version),
+                })
+                .collect();
             ops.push(TxnOp::set(
                 round.dir.clone(),
                 format!("{} {marker}", round.key),

@@ -98,10 +98,33 @@ pub(crate) struct JobEntry {
     /// What distribute-once listeners of the job follow: changes under `guarantee`, and
     /// disabled items.
     guarantee: Arc<GuaranteeShared>,
+    /// The registry access every run of the job hands its listeners for distribute-once
+    /// rounds; `None` when the job has no listeners.
+    run_guarantee: Option<Arc<Guarantee>>,
 }
 
 impl JobEntry {
-    fn new(config: JobConfig, job: Arc<dyn Job>, listeners: Vec<Arc<dyn JobListener>>) -> Self {
+    fn new(
+        config: JobConfig,
+        job: Arc<dyn Job>,
+        listeners: Vec<Arc<dyn JobListener>>,
+        registry: &Arc<dyn Registry>,
+        instance: &InstanceId,
+    ) -> Self {
+        let guarantee = GuaranteeShared::new();
+        // The machine accepted the job, so its name is a valid path segment.
+        let run_guarantee = if listeners.is_empty() {
+            None
+        } else {
+            JobPaths::new(&config.job_name).ok().map(|paths| {
+                Arc::new(Guarantee::new(
+                    Arc::clone(registry),
+                    paths,
+                    instance.clone(),
+                    Arc::clone(&guarantee),
+                ))
+            })
+        };
         Self {
             job,
             effective: Arc::new(config),
@@ -111,7 +134,8 @@ impl JobEntry {
             owned: BTreeSet::new(),
             triggers: Vec::new(),
             listeners: listeners.into(),
-            guarantee: GuaranteeShared::new(),
+            guarantee,
+            run_guarantee,
         }
     }
 
@@ -185,7 +209,7 @@ impl Driver {
             .map(|(config, job, listeners)| {
                 (
                     config.job_name.clone(),
-                    JobEntry::new(config, job, listeners),
+                    JobEntry::new(config, job, listeners, &p.registry, &p.instance),
                 )
             })
             .collect();
@@ -386,18 +410,6 @@ impl Driver {
             return;
         };
         let limiter = entry.limiter();
-        let guarantee = if entry.listeners.is_empty() {
-            None
-        } else {
-            JobPaths::new(&execution.job_name).ok().map(|paths| {
-                Guarantee::new(
-                    Arc::clone(&self.registry),
-                    paths,
-                    self.instance.clone(),
-                    Arc::clone(&entry.guarantee),
-                )
-            })
-        };
         let task = ExecutionTask {
             execution,
             job: Arc::clone(&entry.job),
@@ -411,7 +423,7 @@ impl Driver {
             finished: self.finished_tx.clone(),
             warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
             listeners: Arc::clone(&entry.listeners),
-            guarantee,
+            guarantee: entry.run_guarantee.clone(),
         };
         let handle = tokio::spawn(task.run());
         self.running.insert(
@@ -462,8 +474,9 @@ impl Driver {
                 if result.is_ok() {
                     tracing::info!(instance = %self.instance, job = %config.job_name, "job added");
                     let name = config.job_name.clone();
-                    self.jobs
-                        .insert(name, JobEntry::new(*config, job, listeners));
+                    let entry =
+                        JobEntry::new(*config, job, listeners, &self.registry, &self.instance);
+                    self.jobs.insert(name, entry);
                 }
                 let _ = reply.send(result.map_err(RuntimeError::from));
             }
@@ -522,9 +535,7 @@ impl Driver {
             return;
         };
         if let Some(entry) = self.jobs.get_mut(job) {
-            if !Arc::ptr_eq(&entry.effective, &config) && *entry.effective != *config {
-                entry.effective = config;
-            }
+            entry.effective = config;
         }
     }
 
@@ -534,11 +545,8 @@ impl Driver {
     fn observe_node(&mut self, path: &NodePath, exists: bool, data: &[u8]) -> Option<String> {
         let (job, node) = JobNode::parse(path)?;
         let entry = self.jobs.get_mut(job)?;
-        if node == JobNode::Other && path.segments().nth(1) == Some("guarantee") {
-            entry.guarantee.changed();
-            return None;
-        }
         match node {
+            JobNode::Guarantee => entry.guarantee.changed(),
             JobNode::Config if exists => return Some(job.to_owned()),
             JobNode::ShardingNecessary => entry.resharding.set(exists),
             JobNode::ItemState(item, ItemLeaf::Disabled) => {

@@ -41,7 +41,7 @@ pub(crate) struct ExecutionTask {
     /// The job's listeners, in calling order.
     pub listeners: Arc<[Arc<dyn JobListener>]>,
     /// Registry access for distribute-once listeners.
-    pub guarantee: Option<Guarantee>,
+    pub guarantee: Option<Arc<Guarantee>>,
 }
 
 /// What every item task of one execution shares.

@@ -306,9 +306,6 @@ impl SchedulerBuilder {
         let mut machine = Machine::new(opts);
         let mut given: BTreeMap<String, Vec<Arc<dyn JobListener>>> = BTreeMap::new();
         for (job, listener) in self.listeners {
-            if !self.jobs.iter().any(|(c, _)| c.job_name == job) {
-                return Err(ListenerSetupError::UnknownJob(job).into());
-            }
             given.entry(job).or_default().push(listener);
         }
         let factories = Arc::new(self.listener_types);
@@ -322,6 +319,10 @@ impl SchedulerBuilder {
             };
             machine.add_job(spec, clock.now())?;
             jobs.push((config, job, listeners));
+        }
+        // Listeners left over were given for jobs this builder does not have.
+        if let Some(job) = given.into_keys().next() {
+            return Err(ListenerSetupError::UnknownJob(job).into());
         }
         let stream = registry
             .watch(&NodePath::root())

@@ -34,6 +34,17 @@ pub enum RunKind {
 }
 
 impl RunKind {
+    /// The kind's name as stored in execution records (its serde name: `SCHEDULED`,
+    /// `MISFIRE`, `FAILOVER`, `TRIGGER`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Scheduled => "SCHEDULED",
+            RunKind::Misfire => "MISFIRE",
+            RunKind::Failover => "FAILOVER",
+            RunKind::Trigger => "TRIGGER",
+        }
+    }
+
     /// ElasticJob's `ExecutionSource` name for this kind (`NORMAL_TRIGGER`, `MISFIRE`,
     /// `FAILOVER`); triggers are `NORMAL_TRIGGER` as in ElasticJob.
     pub fn execution_source(self) -> &'static str {
@@ -102,6 +113,15 @@ mod tests {
         assert_eq!(ItemRecord::parse(&bytes).unwrap(), r);
         assert_eq!(ItemRecord::parse(b"{}").unwrap(), ItemRecord::default());
         assert!(ItemRecord::parse(b"garbage").is_err());
+        for kind in [
+            RunKind::Scheduled,
+            RunKind::Misfire,
+            RunKind::Failover,
+            RunKind::Trigger,
+        ] {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+        }
         assert!(ItemRecord::parse(br#"{"run":{"fire":1,"kind":"X","instance":"a"}}"#).is_err());
         assert!(
             ItemRecord::parse(br#"{"run":{"fire":1,"kind":"TRIGGER","instance":"a/b"}}"#).is_err()
