@@ -168,18 +168,7 @@ pub(crate) async fn transact(
             })
             .collect();
         let txn = etcd::Txn::new().when(compares).and_then(puts);
-        let resp = match c.txn(txn).await {
-            Ok(resp) => resp,
-            // The channel picked a member it cannot connect to (etcd-client keeps a dead
-            // member in rotation): the request never left, so sending it again is safe.
-            Err(e) if crate::never_sent(&e) && !inner.is_closed() => {
-                tracing::debug!(error = %e, "etcd txn not sent (no connection); retrying");
-                inner.nudge.notify_one();
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-            Err(e) => return Err(inner.error(e)),
-        };
+        let resp = send(inner, &mut c, txn).await?;
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             return Ok(results(&plan, ops, resp, revision, lease));
@@ -202,6 +191,30 @@ pub(crate) async fn transact(
             "the transaction's compares kept racing with concurrent writes ({MAX_ATTEMPTS} attempts)"
         )),
     ))
+}
+
+/// Sends a transaction. While the channel cannot connect to the member it picked
+/// (etcd-client keeps a dead member in rotation), the request never leaves, so the same `Txn`
+/// is sent again after a short pause: this does not count as an attempt, and the request
+/// deadline of [`Inner::run`] bounds it.
+async fn send(
+    inner: &Inner,
+    c: &mut etcd::Client,
+    txn: etcd::Txn,
+) -> Result<etcd::TxnResponse, RegistryError> {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match c.txn(txn.clone()).await {
+            Ok(resp) => return Ok(resp),
+            Err(e) if crate::never_sent(&e) && !inner.is_closed() => {
+                tracing::debug!(error = %e, "etcd txn not sent (no connection); sending it again");
+                inner.nudge.notify_one();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(160));
+            }
+            Err(e) => return Err(inner.error(e)),
+        }
+    }
 }
 
 fn abort(index: usize, cause: RegistryError) -> RegistryError {
