@@ -109,8 +109,8 @@ struct Plan {
     steps: Vec<Step>,
 }
 
-/// Prefixes that need a read of their keys (a delete after deletes of some children), with
-/// the keys the transaction deletes under them.
+/// The child prefixes of nodes the transaction deletes after deleting some of their
+/// descendants, each with the revision it was read at and the keys found under it then.
 type Reads = HashMap<String, (i64, Vec<String>)>;
 
 pub(crate) async fn transact(
@@ -175,10 +175,6 @@ pub(crate) async fn transact(
         }
         // Which condition failed? Read the state again, in order.
         match diagnose(inner, &mut c, &plan).await? {
-            Some((index, RegistryError::SessionExpired)) => {
-                let _ = index;
-                return Err(RegistryError::SessionExpired);
-            }
             Some((index, e)) => return Err(abort(index, e)),
             None => {
                 race_at = plan.conds.first().map_or(0, |(i, _, _)| *i);
@@ -231,7 +227,8 @@ fn abort(index: usize, cause: RegistryError) -> RegistryError {
     }
 }
 
-/// The deletes of paths under `p` among `ops[..i]` (keys).
+/// The keys of the paths below `p` that `ops` delete (callers pass the operations before
+/// the delete of `p`).
 fn deleted_under(inner: &Inner, ops: &[TxnOp], p: &NodePath) -> Vec<String> {
     ops.iter()
         .filter_map(|op| match op {
@@ -470,21 +467,8 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
                 }
                 Some(Effect::Gone { .. }) => Step::Fail(RegistryError::NoNode(path.clone())),
                 None => {
-                    match expected {
-                        Some(v) => conds.push((
-                            i,
-                            Cond::ModRev(inner.key(path), v.0),
-                            RegistryError::BadVersion {
-                                path: path.clone(),
-                                expected: *v,
-                            },
-                        )),
-                        None => conds.push((
-                            i,
-                            Cond::Exists(inner.key(path)),
-                            RegistryError::NoNode(path.clone()),
-                        )),
-                    }
+                    let (cond, err) = expected_cond(inner, path, *expected);
+                    conds.push((i, cond, err));
                     touch(
                         &mut effects,
                         path,
@@ -527,21 +511,8 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
                     }
                     Some(Effect::Exists { created_here, .. }) => *created_here,
                     None => {
-                        match expected {
-                            Some(v) => conds.push((
-                                i,
-                                Cond::ModRev(inner.key(path), v.0),
-                                RegistryError::BadVersion {
-                                    path: path.clone(),
-                                    expected: *v,
-                                },
-                            )),
-                            None => conds.push((
-                                i,
-                                Cond::Exists(inner.key(path)),
-                                RegistryError::NoNode(path.clone()),
-                            )),
-                        }
+                        let (cond, err) = expected_cond(inner, path, *expected);
+                        conds.push((i, cond, err));
                         false
                     }
                 };
@@ -604,6 +575,28 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
         writes,
         steps,
     })
+}
+
+/// The compare of a set or delete of a node the transaction has not written before: its
+/// `mod_revision` if a version is expected, else that it exists; with the error if it fails.
+fn expected_cond(
+    inner: &Inner,
+    path: &NodePath,
+    expected: Option<Version>,
+) -> (Cond, RegistryError) {
+    match expected {
+        Some(v) => (
+            Cond::ModRev(inner.key(path), v.0),
+            RegistryError::BadVersion {
+                path: path.clone(),
+                expected: v,
+            },
+        ),
+        None => (
+            Cond::Exists(inner.key(path)),
+            RegistryError::NoNode(path.clone()),
+        ),
+    }
 }
 
 /// The results of a committed transaction.
