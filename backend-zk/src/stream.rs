@@ -82,10 +82,7 @@ async fn run(
                     None => break,
                 }
             }
-            let Some(out) = node_events(&inner, burst, &mut vanished).await else {
-                continue;
-            };
-            for e in out {
+            for e in node_events(&inner, burst, &mut vanished).await {
                 if tx.send(e).is_err() {
                     return;
                 }
@@ -176,7 +173,8 @@ fn node_path(raw: &str) -> Option<NodePath> {
 enum Read {
     Node(Vec<u8>, shardjob_core::registry::Stat),
     Gone,
-    /// The session or the registry ended: the stream learns it from its watcher next.
+    /// The node cannot be read: the session or the registry ended (the stream learns it from
+    /// its watcher next), or reading it is not allowed. Its event is skipped.
     Stop,
 }
 
@@ -205,12 +203,13 @@ fn poll_now(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
 }
 
 /// The registry events of a burst of node events, in order; the data of created and changed
-/// nodes comes from one multi-read. `None` when the session or client ended meanwhile.
+/// nodes comes from one multi-read. The event of a node that cannot be read ([`Read::Stop`])
+/// is skipped, the others of the burst are kept.
 async fn node_events(
     inner: &Weak<Inner>,
     burst: Vec<zk::WatchedEvent>,
     vanished: &mut HashSet<NodePath>,
-) -> Option<Vec<RegistryEvent>> {
+) -> Vec<RegistryEvent> {
     let events: Vec<(zk::EventType, NodePath)> = burst
         .into_iter()
         .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
@@ -250,7 +249,7 @@ async fn node_events(
                             vanished.insert(path);
                         }
                     }
-                    Read::Stop => return None,
+                    Read::Stop => {}
                 }
             }
             zk::EventType::NodeDeleted => {
@@ -267,7 +266,7 @@ async fn node_events(
             _ => {}
         }
     }
-    Some(out)
+    out
 }
 
 /// Reads several nodes in one request (ZooKeeper's multi-read); falls back to one read per
