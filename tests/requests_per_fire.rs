@@ -76,10 +76,10 @@ impl SimpleJob for Count {
             .insert(ctx.sharding_item);
         // A body that takes a moment, like a real one, but short enough that 50 items (4 at a
         // time: the CPU executor on 2 cores) end well within the second between fires. (With
-        // an empty body and many items, ZooKeeper's watch, which reads every changed node one
-        // by one, can still show the `running` markers of a run that has already ended; the
-        // instance then tries to adopt them and the registry refuses: one more, failed,
-        // transaction per fire.)
+        // an empty body and many items, ZooKeeper's watch, which reads the changed nodes after
+        // their notifications arrive (one multi-read per burst), can still show the `running`
+        // markers of a run that has already ended; the instance then tries to adopt them and
+        // the registry refuses: one more, failed, transaction per fire.)
         tokio::time::sleep(BODY).await;
         Ok(())
     }

@@ -71,8 +71,11 @@
 //! # Failures
 //!
 //! Reads are retried on `Unavailable` (a dead member in the balanced channel) until the
-//! request deadline; writes are not (a failed write may have been applied: the error is
-//! [`RegistryError::ConnectionLoss`] or [`RegistryError::Timeout`], class transient).
+//! request deadline. Writes are retried only when the request never left: a transaction the
+//! channel could not send because it could not connect to the member it picked (etcd-client
+//! keeps a dead member in rotation) is sent again, unchanged, until the request deadline. Any
+//! other failed write may have been applied and is not retried: the error is
+//! [`RegistryError::ConnectionLoss`] or [`RegistryError::Timeout`], class transient.
 //!
 //! [`SessionEvent::Suspended`]: shardjob_core::registry::SessionEvent::Suspended
 //! [`SessionEvent::Reconnected`]: shardjob_core::registry::SessionEvent::Reconnected
@@ -317,19 +320,33 @@ impl Inner {
 
 /// Whether a request failed before it reached any server: the channel could not connect to
 /// the member it picked. Only then may a write be sent again without knowing its outcome.
+///
+/// tonic turns a failed connection into an `Unavailable` status whose source chain holds the
+/// connector's error: hyper-util's `ConnectError` (shown as "tcp connect error" for a refused
+/// or timed-out connect; the type is not exported) over the `io::Error`. An `Unavailable`
+/// status without such a source (a connection lost after the request went out, or an answer
+/// of the server) is not a "never sent".
 pub(crate) fn never_sent(e: &etcd::Error) -> bool {
-    match e {
-        etcd::Error::GRpcStatus(status) => {
-            let lower = status.message().to_lowercase();
-            matches!(
-                tonic_code::Code::of(status.code() as i32),
-                tonic_code::Code::Unavailable
-            ) && (lower.contains("tcp connect error")
-                || lower.contains("error trying to connect")
-                || lower.contains("connection refused"))
-        }
-        _ => false,
+    let etcd::Error::GRpcStatus(status) = e else {
+        return false;
+    };
+    if !matches!(
+        tonic_code::Code::of(status.code() as i32),
+        tonic_code::Code::Unavailable
+    ) {
+        return false;
     }
+    let mut source = std::error::Error::source(status);
+    while let Some(err) = source {
+        let refused = err
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused);
+        if refused || err.to_string() == "tcp connect error" {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Maps an `etcd-client` error.
@@ -817,6 +834,24 @@ impl Registry for EtcdRegistry {
 
 #[cfg(test)]
 mod tests {
+    /// A request to a port nobody listens on fails before it is sent, and is recognised so.
+    #[tokio::test]
+    async fn a_refused_connection_is_never_sent() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut c = etcd_client::Client::connect([format!("127.0.0.1:{port}")], None)
+            .await
+            .unwrap();
+        let e = c.get("k", None).await.unwrap_err();
+        assert!(super::never_sent(&e), "{e:?}");
+        assert!(!super::never_sent(&etcd_client::Error::IoError(
+            std::io::ErrorKind::ConnectionRefused.into()
+        )));
+    }
+
     #[test]
     fn segment_order_is_depth_first() {
         use shardjob_core::registry::NodePath;

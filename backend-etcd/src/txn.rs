@@ -109,8 +109,8 @@ struct Plan {
     steps: Vec<Step>,
 }
 
-/// Prefixes that need a read of their keys (a delete after deletes of some children), with
-/// the keys the transaction deletes under them.
+/// The child prefixes of nodes the transaction deletes after deleting some of their
+/// descendants, each with the revision it was read at and the keys found under it then.
 type Reads = HashMap<String, (i64, Vec<String>)>;
 
 pub(crate) async fn transact(
@@ -168,28 +168,13 @@ pub(crate) async fn transact(
             })
             .collect();
         let txn = etcd::Txn::new().when(compares).and_then(puts);
-        let resp = match c.txn(txn).await {
-            Ok(resp) => resp,
-            // The channel picked a member it cannot connect to (etcd-client keeps a dead
-            // member in rotation): the request never left, so sending it again is safe.
-            Err(e) if crate::never_sent(&e) && !inner.is_closed() => {
-                tracing::debug!(error = %e, "etcd txn not sent (no connection); retrying");
-                inner.nudge.notify_one();
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                continue;
-            }
-            Err(e) => return Err(inner.error(e)),
-        };
+        let resp = send(inner, &mut c, txn).await?;
         if resp.succeeded() {
             let revision = resp.header().map_or(0, |h| h.revision());
             return Ok(results(&plan, ops, resp, revision, lease));
         }
         // Which condition failed? Read the state again, in order.
         match diagnose(inner, &mut c, &plan).await? {
-            Some((index, RegistryError::SessionExpired)) => {
-                let _ = index;
-                return Err(RegistryError::SessionExpired);
-            }
             Some((index, e)) => return Err(abort(index, e)),
             None => {
                 race_at = plan.conds.first().map_or(0, |(i, _, _)| *i);
@@ -202,6 +187,30 @@ pub(crate) async fn transact(
             "the transaction's compares kept racing with concurrent writes ({MAX_ATTEMPTS} attempts)"
         )),
     ))
+}
+
+/// Sends a transaction. While the channel cannot connect to the member it picked
+/// (etcd-client keeps a dead member in rotation), the request never leaves, so the same `Txn`
+/// is sent again after a short pause: this does not count as an attempt, and the request
+/// deadline of [`Inner::run`] bounds it.
+async fn send(
+    inner: &Inner,
+    c: &mut etcd::Client,
+    txn: etcd::Txn,
+) -> Result<etcd::TxnResponse, RegistryError> {
+    let mut backoff = Duration::from_millis(20);
+    loop {
+        match c.txn(txn.clone()).await {
+            Ok(resp) => return Ok(resp),
+            Err(e) if crate::never_sent(&e) && !inner.is_closed() => {
+                tracing::debug!(error = %e, "etcd txn not sent (no connection); sending it again");
+                inner.nudge.notify_one();
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(160));
+            }
+            Err(e) => return Err(inner.error(e)),
+        }
+    }
 }
 
 fn abort(index: usize, cause: RegistryError) -> RegistryError {
@@ -218,7 +227,8 @@ fn abort(index: usize, cause: RegistryError) -> RegistryError {
     }
 }
 
-/// The deletes of paths under `p` among `ops[..i]` (keys).
+/// The keys of the paths below `p` that `ops` delete (callers pass the operations before
+/// the delete of `p`).
 fn deleted_under(inner: &Inner, ops: &[TxnOp], p: &NodePath) -> Vec<String> {
     ops.iter()
         .filter_map(|op| match op {
@@ -457,21 +467,8 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
                 }
                 Some(Effect::Gone { .. }) => Step::Fail(RegistryError::NoNode(path.clone())),
                 None => {
-                    match expected {
-                        Some(v) => conds.push((
-                            i,
-                            Cond::ModRev(inner.key(path), v.0),
-                            RegistryError::BadVersion {
-                                path: path.clone(),
-                                expected: *v,
-                            },
-                        )),
-                        None => conds.push((
-                            i,
-                            Cond::Exists(inner.key(path)),
-                            RegistryError::NoNode(path.clone()),
-                        )),
-                    }
+                    let (cond, err) = expected_cond(inner, path, *expected);
+                    conds.push((i, cond, err));
                     touch(
                         &mut effects,
                         path,
@@ -514,21 +511,8 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
                     }
                     Some(Effect::Exists { created_here, .. }) => *created_here,
                     None => {
-                        match expected {
-                            Some(v) => conds.push((
-                                i,
-                                Cond::ModRev(inner.key(path), v.0),
-                                RegistryError::BadVersion {
-                                    path: path.clone(),
-                                    expected: *v,
-                                },
-                            )),
-                            None => conds.push((
-                                i,
-                                Cond::Exists(inner.key(path)),
-                                RegistryError::NoNode(path.clone()),
-                            )),
-                        }
+                        let (cond, err) = expected_cond(inner, path, *expected);
+                        conds.push((i, cond, err));
                         false
                     }
                 };
@@ -591,6 +575,28 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
         writes,
         steps,
     })
+}
+
+/// The compare of a set or delete of a node the transaction has not written before: its
+/// `mod_revision` if a version is expected, else that it exists; with the error if it fails.
+fn expected_cond(
+    inner: &Inner,
+    path: &NodePath,
+    expected: Option<Version>,
+) -> (Cond, RegistryError) {
+    match expected {
+        Some(v) => (
+            Cond::ModRev(inner.key(path), v.0),
+            RegistryError::BadVersion {
+                path: path.clone(),
+                expected: v,
+            },
+        ),
+        None => (
+            Cond::Exists(inner.key(path)),
+            RegistryError::NoNode(path.clone()),
+        ),
+    }
 }
 
 /// The results of a committed transaction.

@@ -1,8 +1,8 @@
 //! Event streams: one persistent recursive watch each, read by a background task.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Weak;
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use shardjob_core::registry::{
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
-use crate::{Inner, map_error, map_stat};
+use crate::{Inner, Session, map_error, map_stat};
 
 struct ZkEventStream {
     rx: mpsc::UnboundedReceiver<RegistryEvent>,
@@ -57,10 +57,10 @@ async fn run(
     // Paths whose Created was dropped because the node was gone when read: their next
     // Deleted is dropped too.
     let mut vanished: HashSet<NodePath> = HashSet::new();
-    // Events taken from the watcher but not handled yet (the one that ended a burst).
-    let mut stash: VecDeque<zk::WatchedEvent> = VecDeque::new();
+    // An event taken from the watcher but not handled yet (the one that ended a burst).
+    let mut stash: Option<zk::WatchedEvent> = None;
     loop {
-        let event = match stash.pop_front() {
+        let event = match stash.take() {
             Some(e) => e,
             None => tokio::select! {
                 e = watcher.changed() => e,
@@ -76,16 +76,13 @@ async fn run(
                 match poll_now(&mut watcher) {
                     Some(e) if is_node_event(&e) => burst.push(e),
                     Some(e) => {
-                        stash.push_back(e);
+                        stash = Some(e);
                         break;
                     }
                     None => break,
                 }
             }
-            let Some(out) = node_events(&inner, burst, &mut vanished).await else {
-                continue;
-            };
-            for e in out {
+            for e in node_events(&inner, burst, &mut vanished).await {
                 if tx.send(e).is_err() {
                     return;
                 }
@@ -176,7 +173,8 @@ fn node_path(raw: &str) -> Option<NodePath> {
 enum Read {
     Node(Vec<u8>, shardjob_core::registry::Stat),
     Gone,
-    /// The session or the registry ended: the stream learns it from its watcher next.
+    /// The node cannot be read: the session or the registry ended (the stream learns it from
+    /// its watcher next), or reading it is not allowed. Its event is skipped.
     Stop,
 }
 
@@ -205,12 +203,13 @@ fn poll_now(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
 }
 
 /// The registry events of a burst of node events, in order; the data of created and changed
-/// nodes comes from one multi-read. `None` when the session or client ended meanwhile.
+/// nodes comes from one multi-read. The event of a node that cannot be read ([`Read::Stop`])
+/// is skipped, the others of the burst are kept.
 async fn node_events(
     inner: &Weak<Inner>,
     burst: Vec<zk::WatchedEvent>,
     vanished: &mut HashSet<NodePath>,
-) -> Option<Vec<RegistryEvent>> {
+) -> Vec<RegistryEvent> {
     let events: Vec<(zk::EventType, NodePath)> = burst
         .into_iter()
         .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
@@ -250,7 +249,7 @@ async fn node_events(
                             vanished.insert(path);
                         }
                     }
-                    Read::Stop => return None,
+                    Read::Stop => {}
                 }
             }
             zk::EventType::NodeDeleted => {
@@ -267,36 +266,44 @@ async fn node_events(
             _ => {}
         }
     }
-    Some(out)
+    out
 }
 
-/// Reads several nodes in one request (ZooKeeper's multi-read); falls back to one read per
-/// node, with retries, when the batch fails as a whole or for a node.
+/// Reads several nodes in one request (ZooKeeper's multi-read), one read per node when there
+/// is only one. Falls back to [`read`] (with its retries) for a node whose result is an error
+/// other than `NoNode`, and for every node when the request fails as a whole.
 async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
-    if paths.len() <= 1 {
-        let mut out = Vec::new();
-        for p in paths {
-            out.push(read(inner, p).await);
+    let batch = if paths.len() > 1 {
+        let results = attempt(inner, |session| async move {
+            let mut reader = session.client.new_multi_reader();
+            for p in paths {
+                reader
+                    .add_get_data(p.as_str())
+                    .map_err(|e| map_error(e, p, None))?;
+            }
+            reader
+                .commit()
+                .await
+                .map_err(|e| map_error(e, &NodePath::root(), None))
+        })
+        .await;
+        match results {
+            Some(Ok(results)) if results.len() == paths.len() => Some(results),
+            Some(Ok(_)) => {
+                tracing::debug!("a multi-read of watched nodes answered the wrong count");
+                None
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "the multi-read of watched nodes failed");
+                None
+            }
+            None => None,
         }
-        return out;
-    }
-    let batch = async {
-        let strong = inner.upgrade()?;
-        let timeout = strong.config.request_timeout;
-        let session = strong.session().await.ok()?;
-        let mut reader = session.client.new_multi_reader();
-        for p in paths {
-            reader.add_get_data(p.as_str()).ok()?;
-        }
-        let results = tokio::time::timeout(timeout, reader.commit())
-            .await
-            .ok()?
-            .ok()?;
-        (results.len() == paths.len()).then_some(results)
+    } else {
+        None
     };
-    let results = batch.await;
     let mut out = Vec::with_capacity(paths.len());
-    match results {
+    match batch {
         Some(results) => {
             for (p, r) in paths.iter().zip(results) {
                 out.push(match r {
@@ -321,34 +328,52 @@ async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
 async fn read(inner: &Weak<Inner>, path: &NodePath) -> Read {
     let mut backoff = Duration::from_millis(20);
     loop {
-        let Some(strong) = inner.upgrade() else {
-            return Read::Stop;
-        };
-        let timeout = strong.config.request_timeout;
-        let attempt = async {
-            let session = strong.session().await?;
+        let result = attempt(inner, |session| async move {
             session
                 .client
                 .get_data(path.as_str())
                 .await
                 .map_err(|e| map_error(e, path, None))
+        })
+        .await;
+        let Some(result) = result else {
+            return Read::Stop;
         };
-        let result = tokio::time::timeout(timeout, attempt).await;
-        drop(strong);
         match result {
-            Ok(Ok((data, stat))) => return Read::Node(data, map_stat(&stat)),
-            Ok(Err(RegistryError::NoNode(_))) => return Read::Gone,
-            Ok(Err(RegistryError::SessionExpired | RegistryError::Closed)) => return Read::Stop,
-            Ok(Err(RegistryError::NotAuthorized(msg))) => {
+            Ok((data, stat)) => return Read::Node(data, map_stat(&stat)),
+            Err(RegistryError::NoNode(_)) => return Read::Gone,
+            Err(RegistryError::SessionExpired | RegistryError::Closed) => return Read::Stop,
+            Err(RegistryError::NotAuthorized(msg)) => {
                 tracing::warn!(%path, %msg, "cannot read a watched node");
                 return Read::Stop;
             }
-            Ok(Err(e)) => tracing::debug!(%path, error = %e, "retrying the read of a watched node"),
-            Err(_) => tracing::debug!(%path, "the read of a watched node timed out; retrying"),
+            Err(RegistryError::Timeout) => {
+                tracing::debug!(%path, "the read of a watched node timed out; retrying")
+            }
+            Err(e) => tracing::debug!(%path, error = %e, "retrying the read of a watched node"),
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_millis(500));
     }
+}
+
+/// One request for a stream: `f` on the live session, waiting for the session and the
+/// request together bounded by the request deadline ([`RegistryError::Timeout`] past it).
+/// `None` when the registry is gone.
+async fn attempt<T, F, Fut>(inner: &Weak<Inner>, f: F) -> Option<Result<T, RegistryError>>
+where
+    F: FnOnce(Arc<Session>) -> Fut,
+    Fut: Future<Output = Result<T, RegistryError>>,
+{
+    let strong = inner.upgrade()?;
+    let work = async {
+        let session = strong.session().await?;
+        f(session).await
+    };
+    let result = tokio::time::timeout(strong.config.request_timeout, work)
+        .await
+        .unwrap_or(Err(RegistryError::Timeout));
+    Some(result)
 }
 
 /// After a reconnection: watches `root` again in the same session.

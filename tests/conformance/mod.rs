@@ -392,7 +392,8 @@ pub async fn transactions_are_all_or_nothing(b: &dyn Backend) {
     // One transaction, one revision (ZooKeeper: zxids of one multi are consecutive at least).
     assert!(t.created <= a0.created && a0.created <= a1.modified);
     assert_eq!(a1.created, a0.created);
-    // (etcd: all writes of a transaction share its revision, which is the version.)
+    // No check that the set gave a new version: on etcd all writes of a transaction share its
+    // revision, which is the version.
     assert_eq!(e.ephemeral_owner, Some(c.session().unwrap().id));
     assert_eq!(c.get(&p("/t/a")).await.unwrap().unwrap().data, b"a2");
 
@@ -651,7 +652,6 @@ pub async fn watches_deliver_changes_in_order(b: &dyn Backend) {
         );
     }
 
-    // A burst: every change arrives, in order; a watch sees only its subtree.
     // A burst per kind of change (ZooKeeper notifications carry no data: a change whose node
     // is deleted before the stream reads it shows only as the deletion, so the phases do not
     // overlap): every change arrives, in order; a watch sees only its subtree.
