@@ -288,12 +288,19 @@ impl ZkRegistry {
                 .unwrap_or(Err(zk::Error::Timeout));
                 match other {
                     Ok(other) => {
+                        // Dropping the second client sends its close. If the original client
+                        // took the session back first, the server refuses that close and the
+                        // second client may keep reconnecting without ever ending: bound the
+                        // wait and try again.
                         let mut other_state = other.state_watcher();
                         drop(other);
-                        let mut s = other_state.peek_state();
-                        while !s.is_terminated() {
-                            s = other_state.changed().await;
-                        }
+                        let _ = tokio::time::timeout(Duration::from_millis(1000), async {
+                            let mut s = other_state.peek_state();
+                            while !s.is_terminated() {
+                                s = other_state.changed().await;
+                            }
+                        })
+                        .await;
                     }
                     Err(zk::Error::SessionExpired) => {}
                     Err(e) => tracing::debug!(error = %e, "expire hook: attaching failed"),
