@@ -43,9 +43,16 @@ pub(crate) struct Clock {
 }
 
 impl Clock {
+    /// A clock whose millisecond ticks fall on the wall clock's: the origin is put back by
+    /// the wall clock's fraction of a millisecond, so that a fire time converted with
+    /// [`Now::mono_at`] is reached on the wall clock's millisecond, not up to one off.
     pub(crate) fn new() -> Self {
+        let now = Instant::now();
+        let fraction = Utc::now().timestamp_subsec_nanos() % 1_000_000;
         Self {
-            origin: Instant::now(),
+            origin: now
+                .checked_sub(Duration::from_nanos(u64::from(fraction)))
+                .unwrap_or(now),
         }
     }
 
@@ -156,10 +163,14 @@ impl JobEntry {
 /// How many items of one job run at once: `CPU` = available cores × 2, `SINGLE_THREAD` = 1.
 pub fn executor_size(kind: ExecutorType) -> usize {
     match kind {
-        ExecutorType::Cpu => std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-            .saturating_mul(2),
+        ExecutorType::Cpu => {
+            // Read once: the answer takes system calls (cgroup files), and ten thousand jobs
+            // each ask on their first run.
+            static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+            CORES
+                .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+                .saturating_mul(2)
+        }
         ExecutorType::SingleThread => 1,
     }
 }
@@ -316,7 +327,10 @@ impl Driver {
                     let now = self.clock.now();
                     self.machine.handle_execution_finished(done.id, done.outcomes, now);
                 }
-                () = sleep_until(deadline), if deadline.is_some() => {
+                () = sleep_until(deadline.map(|d| d.early)), if deadline.is_some() => {
+                    if let Some(d) = deadline {
+                        wait_out(d);
+                    }
                     let now = self.clock.now();
                     self.last_timeout = Some(now.mono);
                     self.machine.handle_timeout(now);
@@ -328,13 +342,21 @@ impl Driver {
 
     /// When to call `handle_timeout` next: the machine's time, but never again at a `mono`
     /// already handled (a deadline that stays due is retried a millisecond later).
-    fn timer_deadline(&self) -> Option<Instant> {
+    fn timer_deadline(&self) -> Option<Deadline> {
         let t = self.machine.poll_timeout()?;
         let t = match self.last_timeout {
             Some(last) if t <= last => last.saturating_add(1),
             _ => t,
         };
-        Some(self.clock.instant_at(t))
+        let at = self.clock.instant_at(t);
+        // Runs claimed ahead start on the dot: the timer is set a little early and the rest
+        // is waited out precisely (see `wait_out`).
+        let early = if self.machine.next_start() == Some(t) {
+            at.checked_sub(START_LEAD).unwrap_or(at)
+        } else {
+            at
+        };
+        Some(Deadline { at, early })
     }
 
     async fn finish(mut self, end: SchedulerState) {
@@ -680,6 +702,27 @@ fn plan(owners: &BTreeMap<u32, InstanceId>) -> String {
         .map(|(id, items)| format!("{id}=[{}]", items.join(",")))
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// How much before a start the driver's timer is set: tokio's timer has millisecond ticks
+/// and rounds up, and the process's wake-up adds to that.
+const START_LEAD: Duration = Duration::from_micros(2_500);
+
+/// When the machine's timer is due, and when to wake for it.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    early: Instant,
+}
+
+/// Waits out the rest of a deadline the timer woke early for, yielding the thread meanwhile
+/// (at most [`START_LEAD`] of real time, once per start time: fires fall on whole seconds).
+/// The bound holds under tokio's paused test clock too, which a busy wait cannot advance.
+fn wait_out(d: Deadline) {
+    let limit = std::time::Instant::now() + START_LEAD;
+    while Instant::now() < d.at && std::time::Instant::now() < limit {
+        std::thread::yield_now();
+    }
 }
 
 async fn sleep_until(deadline: Option<Instant>) {

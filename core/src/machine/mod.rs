@@ -120,6 +120,9 @@ macro_rules! planted {
 
 /// How often every job is evaluated on a timeout, whether due or not (ms).
 const SWEEP_MS: u64 = 10_000;
+/// The most jobs the rolling sweep evaluates in one timeout; the rest of its slice follows
+/// a millisecond later, so that ten thousand jobs never hold the machine for long.
+const SWEEP_CHUNK: usize = 64;
 /// How much older than the claim's lead the last registry reply may be when a run claimed
 /// ahead starts.
 const FRESH_VIEW_MS: u64 = 500;
@@ -159,6 +162,10 @@ pub struct Machine {
     last_sweep: u64,
     /// The last job the rolling sweep evaluated.
     sweep_cursor: Option<String>,
+    /// Jobs of the current sweep slice not evaluated yet.
+    sweep_left: usize,
+    /// When the rest of the slice is evaluated (set while `sweep_left > 0`).
+    sweep_at: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -418,6 +425,8 @@ impl Machine {
             stopped: false,
             last_sweep: 0,
             sweep_cursor: None,
+            sweep_left: 0,
+            sweep_at: None,
         }
     }
 
@@ -601,6 +610,7 @@ impl Machine {
         at(self.wakes.first().map(|(t, _)| *t));
         at(self.retries.first().map(|(t, _)| *t));
         at(self.starts.first().map(|(t, _)| *t));
+        at(self.sweep_at);
         if !self.executions.is_empty() || self.in_doubt {
             if let Session::Live(info) = self.session {
                 if self.probe.is_none() {
@@ -613,6 +623,14 @@ impl Machine {
         }
         at(self.shutdown);
         next
+    }
+
+    /// The earliest time (monotonic ms) at which a run claimed ahead is due to start, if any.
+    /// It is also among what [`Machine::poll_timeout`] returns; a driver that wants runs to
+    /// start on the dot can wake a little before it and wait out the rest precisely, since
+    /// general-purpose timers fire a millisecond or two late.
+    pub fn next_start(&self) -> Option<u64> {
+        self.starts.first().map(|(t, _)| *t)
     }
 
     /// A registry event from the watch on `/`, or a session change.
@@ -752,7 +770,11 @@ impl Machine {
     /// The monotonic clock reached [`Machine::poll_timeout`].
     pub fn handle_timeout(&mut self, now: Now) {
         self.check_lease(now);
+        let queued = self.out.len();
         self.start_due(now);
+        // Runs that start now go out before anything else is worked on: the sweep waits a
+        // millisecond, so the driver can hand the runs their start first.
+        let started = self.out.len() > queued;
         self.maybe_probe(now);
         while let Some(&(t, id)) = self.retries.first() {
             if t > now.mono {
@@ -774,6 +796,8 @@ impl Machine {
         // The sweep goes a tenth of the jobs at a time, so that ten thousand jobs do not stall
         // the machine at once.
         if self.shutdown.is_some() {
+            self.sweep_at = None;
+            self.sweep_left = 0;
             self.evaluate_all(now);
             return;
         }
@@ -785,7 +809,15 @@ impl Machine {
             .collect();
         if now.mono >= self.last_sweep.saturating_add(SWEEP_MS / 10) {
             self.last_sweep = now.mono;
-            let slice = self.jobs.len().div_ceil(10).max(1);
+            self.sweep_left = self.jobs.len().div_ceil(10).max(1);
+            self.sweep_at = Some(now.mono);
+        }
+        if started && self.sweep_left > 0 {
+            self.sweep_at = Some(now.mono.saturating_add(1));
+        } else if self.sweep_at.is_some_and(|t| t <= now.mono) {
+            let chunk = self.sweep_left.min(SWEEP_CHUNK);
+            self.sweep_left -= chunk;
+            self.sweep_at = (self.sweep_left > 0).then(|| now.mono.saturating_add(1));
             let after = self.sweep_cursor.take();
             let mut next: Vec<String> = match &after {
                 Some(c) => self
@@ -795,12 +827,12 @@ impl Machine {
                         std::ops::Bound::Unbounded,
                     ))
                     .map(|(n, _)| n.clone())
-                    .take(slice)
+                    .take(chunk)
                     .collect(),
                 None => Vec::new(),
             };
-            if next.len() < slice {
-                let more = slice - next.len();
+            if next.len() < chunk {
+                let more = chunk - next.len();
                 next.extend(self.jobs.keys().take(more).cloned());
             }
             self.sweep_cursor = next.last().cloned();
