@@ -88,6 +88,8 @@ pub struct Node {
     pub shutdown_requested: bool,
     replies: Vec<(u64, RequestId, RegistryReply)>,
     running: BTreeMap<ExecutionId, Running>,
+    /// Runs announced with [`Command::Prepare`] and not started or discarded yet.
+    prepared: BTreeMap<ExecutionId, Execution>,
     /// Events the machine reported, with their virtual time.
     pub events: Vec<(u64, MachineEvent)>,
 }
@@ -144,6 +146,11 @@ pub struct Cluster {
     pub disabled_since: BTreeMap<String, u64>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
+    /// Breaches of the prepare protocol ([`Command::Prepare`], [`Command::Start`],
+    /// [`Command::Discard`]), with their virtual time.
+    pub protocol_errors: Vec<(u64, String)>,
+    /// Runs announced with [`Command::Prepare`], and how many of them were discarded.
+    pub prepared: (u64, u64),
     operator: Option<SessionId>,
 }
 
@@ -182,6 +189,8 @@ impl Cluster {
             log: Vec::new(),
             disabled_since: BTreeMap::new(),
             disabled_runs: Vec::new(),
+            protocol_errors: Vec::new(),
+            prepared: (0, 0),
             operator: None,
         }
     }
@@ -262,6 +271,7 @@ impl Cluster {
             shutdown_requested: false,
             replies: Vec::new(),
             running: BTreeMap::new(),
+            prepared: BTreeMap::new(),
             events: Vec::new(),
         });
         self.requests.push(0);
@@ -300,6 +310,7 @@ impl Cluster {
         node.up = false;
         node.crashed = true;
         node.replies.clear();
+        node.prepared.clear();
         let gone: Vec<Running> = std::mem::take(&mut node.running).into_values().collect();
         for r in gone {
             for i in r.runs {
@@ -483,7 +494,43 @@ impl Cluster {
                     };
                     self.nodes[n].replies.push((at, id, reply));
                 }
-                Command::Start(exec) => self.start(n, exec),
+                Command::Start(exec) => {
+                    // A run announced ahead must start exactly as announced.
+                    if let Some(announced) = self.nodes[n].prepared.remove(&exec.id) {
+                        if announced != exec {
+                            let why = format!(
+                                "node {n}: {:?} started otherwise than prepared: {announced:?} then {exec:?}",
+                                exec.id
+                            );
+                            self.protocol_errors.push((self.now, why));
+                        }
+                    }
+                    self.start(n, exec);
+                }
+                Command::Prepare(exec) => {
+                    self.note(("prepare", n, exec.id.0), || {
+                        format!(
+                            "node {n}: prepare {:?} of {} at {}",
+                            exec.id, exec.job_name, exec.fire_time
+                        )
+                    });
+                    let id = exec.id;
+                    self.prepared.0 += 1;
+                    if self.nodes[n].running.contains_key(&id)
+                        || self.nodes[n].prepared.insert(id, exec).is_some()
+                    {
+                        let why = format!("node {n}: {id:?} prepared twice or while running");
+                        self.protocol_errors.push((self.now, why));
+                    }
+                }
+                Command::Discard(id) => {
+                    self.note(("discard", n, id.0), || format!("node {n}: discard {id:?}"));
+                    self.prepared.1 += 1;
+                    if self.nodes[n].prepared.remove(&id).is_none() {
+                        let why = format!("node {n}: discard of {id:?}, which is not prepared");
+                        self.protocol_errors.push((self.now, why));
+                    }
+                }
                 Command::Cancel { id, reason } => {
                     let now = self.now;
                     let delay = self.cancel_delay;

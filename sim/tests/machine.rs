@@ -585,6 +585,72 @@ fn a_graceful_leave_gives_back_claims_ahead_at_once() {
     c.assert_no_overlap();
 }
 
+/// A cluster whose nodes announce their claims ahead, as the runtime's do.
+fn preparing() -> Cluster {
+    let mut c = Cluster::new();
+    let Ok(id) = shardjob_core::InstanceId::new(A) else {
+        panic!("bad instance id");
+    };
+    let mut opts = shardjob_core::machine::MachineOptions::new(id);
+    opts.prepare_ahead = true;
+    c.options = Some(opts);
+    c.duration = Box::new(|_, _, _| 300);
+    c
+}
+
+#[test]
+fn a_claim_ahead_is_prepared_then_started_as_announced() {
+    let mut c = preparing();
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 2)]);
+    c.run_until(4_900);
+    // One execution of both items, announced at the claim; nothing runs yet.
+    assert_eq!(c.prepared, (1, 0));
+    assert!(c.runs.is_empty());
+    c.run_until(5_100);
+    let starts: Vec<(u32, u64)> = c.runs.iter().map(|r| (r.item, r.start)).collect();
+    assert_eq!(starts, [(0, 5_000), (1, 5_000)]);
+    c.run_until(20_100);
+    // Every fire prepared once, started exactly as announced, none discarded.
+    assert_eq!(c.prepared, (4, 0));
+    assert!(c.protocol_errors.is_empty(), "{:?}", c.protocol_errors);
+}
+
+#[test]
+fn a_prepared_claim_disabled_before_its_fire_is_discarded_not_run() {
+    let mut c = preparing();
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 1)]);
+    c.run_until(4_900);
+    assert_eq!(c.prepared, (1, 0));
+    c.operator_write("/tick/sharding/0/disabled", b"");
+    c.run_until(6_000);
+    assert!(c.runs.is_empty(), "{:?}", c.runs);
+    assert_eq!(c.prepared, (1, 1));
+    assert!(c.protocol_errors.is_empty(), "{:?}", c.protocol_errors);
+}
+
+#[test]
+fn a_graceful_leave_discards_its_prepared_claims() {
+    let mut c = preparing();
+    let j = job("tick", "0/5 * * * * ?", 2);
+    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j));
+    c.run_until(4_850);
+    assert_eq!(c.prepared, (2, 0));
+    c.shutdown(0);
+    c.run_until(6_000);
+    // A discards its claim; B prepares A's item too and runs both at the fire.
+    assert_eq!(c.prepared.1, 1);
+    let mut fires: Vec<(u32, String)> = c
+        .runs
+        .iter()
+        .map(|r| (r.item, c.nodes[r.node].id.to_string()))
+        .collect();
+    fires.sort();
+    assert_eq!(fires, [(0, B.to_owned()), (1, B.to_owned())]);
+    assert!(c.protocol_errors.is_empty(), "{:?}", c.protocol_errors);
+    c.assert_no_overlap();
+}
+
 // ----- registries that limit the operations of a transaction (etcd's --max-txn-ops) -----
 
 /// etcd-like compares per transaction allowed in these tests: about 5 claimed items.

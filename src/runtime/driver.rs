@@ -22,7 +22,7 @@ use shardjob_core::registry::{
     RequestId, SessionEvent, WatchEventKind,
 };
 use shardjob_core::{InstanceId, JobConfig};
-use tokio::sync::{Semaphore, broadcast, mpsc, watch};
+use tokio::sync::{Semaphore, broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -188,6 +188,9 @@ pub(crate) struct Driver {
     jobs: BTreeMap<String, JobEntry>,
     factories: Arc<BTreeMap<String, ListenerFactory>>,
     running: HashMap<ExecutionId, Running>,
+    /// Runs set up ahead of their fire ([`Command::Prepare`]), each waiting for its start
+    /// signal; they are in `running` too.
+    prepared: HashMap<ExecutionId, oneshot::Sender<()>>,
     /// Outstanding `GetTree` requests, by the job whose subtree they load.
     trees: HashMap<RequestId, String>,
     stream: Option<Box<dyn EventStream>>,
@@ -232,6 +235,7 @@ impl Driver {
             jobs,
             factories: p.factories,
             running: HashMap::new(),
+            prepared: HashMap::new(),
             trees: HashMap::new(),
             stream: Some(p.stream),
             watch_rx,
@@ -331,9 +335,18 @@ impl Driver {
                     if let Some(d) = deadline {
                         wait_out(d);
                     }
-                    let now = self.clock.now();
-                    self.last_timeout = Some(now.mono);
-                    self.machine.handle_timeout(now);
+                    // The machine hands out starts in chunks: each chunk is carried out
+                    // before the next is asked for, so the first runs start at once.
+                    let mut now = self.clock.now();
+                    loop {
+                        self.last_timeout = Some(now.mono);
+                        self.machine.handle_timeout(now);
+                        if self.machine.next_start().is_none_or(|t| t > now.mono) {
+                            break;
+                        }
+                        self.pump().await;
+                        now = self.clock.now();
+                    }
                 }
             }
         };
@@ -397,7 +410,24 @@ impl Driver {
                         let _ = tx.send((id, reply));
                     });
                 }
-                Command::Start(execution) => self.start(execution),
+                Command::Start(execution) => match self.prepared.remove(&execution.id) {
+                    Some(go) => {
+                        // Set up at the claim: only the signal is left to give.
+                        let _ = go.send(());
+                    }
+                    None => self.start(execution, None),
+                },
+                Command::Prepare(execution) => {
+                    let (go, wait) = oneshot::channel();
+                    self.prepared.insert(execution.id, go);
+                    self.start(execution, Some(wait));
+                }
+                Command::Discard(id) => {
+                    self.prepared.remove(&id);
+                    if let Some(r) = self.running.remove(&id) {
+                        r.task.abort();
+                    }
+                }
                 Command::Cancel { id, reason } => {
                     if let Some(r) = self.running.get(&id) {
                         tracing::warn!(instance = %self.instance, execution = id.0, ?reason, "cancelling running items");
@@ -415,7 +445,9 @@ impl Driver {
         }
     }
 
-    fn start(&mut self, execution: Execution) {
+    /// Spawns an execution's task; with `go`, the task sets the run up and waits for the
+    /// signal before it runs anything (a run prepared ahead of its fire).
+    fn start(&mut self, execution: Execution, go: Option<oneshot::Receiver<()>>) {
         let id = execution.id;
         let (cancel_tx, cancel) = CancelSignal::new();
         let Some(entry) = self.jobs.get_mut(&execution.job_name) else {
@@ -446,6 +478,7 @@ impl Driver {
             warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
             listeners: Arc::clone(&entry.listeners),
             guarantee: entry.run_guarantee.clone(),
+            go,
         };
         let handle = tokio::spawn(task.run());
         self.running.insert(

@@ -11,7 +11,7 @@ use chrono::Utc;
 use shardjob_core::config::ErrorHandlerType;
 use shardjob_core::machine::{Execution, ExecutionId, ItemOutcome};
 use shardjob_core::{InstanceId, JobConfig};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -42,6 +42,9 @@ pub(crate) struct ExecutionTask {
     pub listeners: Arc<[Arc<dyn JobListener>]>,
     /// Registry access for distribute-once listeners.
     pub guarantee: Option<Arc<Guarantee>>,
+    /// For a run prepared ahead of its fire: the start signal to wait for once it is set up.
+    /// A dropped sender means the run never starts; nothing is reported then.
+    pub go: Option<oneshot::Receiver<()>>,
 }
 
 /// What every item task of one execution shares.
@@ -107,6 +110,11 @@ impl ExecutionTask {
             queue.push_back((ctx, info));
         }
 
+        if let Some(go) = self.go {
+            if go.await.is_err() {
+                return;
+            }
+        }
         let mut outcomes = BTreeMap::new();
         // Once the run is cancelled, its `before` hooks and items together have the cancel
         // timeout to end; its `after` hooks together have another.

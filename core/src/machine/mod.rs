@@ -123,6 +123,10 @@ const SWEEP_MS: u64 = 10_000;
 /// The most jobs the rolling sweep evaluates in one timeout; the rest of its slice follows
 /// a millisecond later, so that ten thousand jobs never hold the machine for long.
 const SWEEP_CHUNK: usize = 64;
+/// The most runs claimed ahead handed out (or given back) in one timeout: the rest stay due,
+/// so a driver can carry out the first starts while the machine checks the next ones (see
+/// [`Machine::next_start`]).
+const START_CHUNK: usize = 32;
 /// How much older than the claim's lead the last registry reply may be when a run claimed
 /// ahead starts.
 const FRESH_VIEW_MS: u64 = 500;
@@ -257,6 +261,8 @@ struct Exec {
     pending: Option<Execution>,
     /// Whether the driver was told to start it (a claim given back never was).
     started: bool,
+    /// Whether the driver was told to prepare it ([`MachineOptions::prepare_ahead`]).
+    prepared: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -629,6 +635,10 @@ impl Machine {
     /// It is also among what [`Machine::poll_timeout`] returns; a driver that wants runs to
     /// start on the dot can wake a little before it and wait out the rest precisely, since
     /// general-purpose timers fire a millisecond or two late.
+    ///
+    /// One [`Machine::handle_timeout`] hands out a bounded number of starts: while this is
+    /// still at or before the time just handled, carrying out the commands and calling
+    /// `handle_timeout` again at once starts the rest sooner than waiting for the next tick.
     pub fn next_start(&self) -> Option<u64> {
         self.starts.first().map(|(t, _)| *t)
     }
@@ -1643,6 +1653,7 @@ impl Machine {
             backoff: 0,
             pending: None,
             started: false,
+            prepared: false,
         };
         self.executions.insert(id, exec);
         id
@@ -1695,6 +1706,10 @@ impl Machine {
             // Claimed ahead: started when the fire comes.
             let at = now.mono_at(fire);
             if let Some(e) = self.executions.get_mut(&id) {
+                if self.opts.prepare_ahead {
+                    e.prepared = true;
+                    self.out.push_back(Command::Prepare(execution.clone()));
+                }
                 e.pending = Some(execution);
                 self.starts.insert((at, id));
             }
@@ -1710,10 +1725,12 @@ impl Machine {
     /// Hands the driver the executions claimed ahead whose fire has come, if the session is
     /// sure; releases them otherwise.
     fn start_due(&mut self, now: Now) {
+        let mut handled = 0;
         while let Some(&(t, id)) = self.starts.first() {
-            if t > now.mono {
+            if t > now.mono || handled == START_CHUNK {
                 break;
             }
+            handled += 1;
             self.starts.remove(&(t, id));
             // Entries of executions given back or gone meanwhile are stale.
             if self.executions.get(&id).is_none_or(|e| e.pending.is_none()) {
@@ -1732,12 +1749,11 @@ impl Machine {
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
             };
-            let Some(execution) = e.pending.take() else {
-                continue;
-            };
             if lease_ok && e.epoch == self.epoch && !e.cancelled && !disabled {
-                e.started = true;
-                self.out.push_back(Command::Start(execution));
+                if let Some(execution) = e.pending.take() {
+                    e.started = true;
+                    self.out.push_back(Command::Start(execution));
+                }
             } else {
                 self.release(id, now);
             }
@@ -1773,7 +1789,9 @@ impl Machine {
         let Some(e) = self.executions.get_mut(&id) else {
             return;
         };
-        e.pending = None;
+        if e.pending.take().is_some() && e.prepared {
+            self.out.push_back(Command::Discard(id));
+        }
         e.counts_as_fire = false;
         e.cancelled = true;
         e.finished = true;
@@ -2166,6 +2184,9 @@ impl Machine {
         let Some(exec) = self.executions.remove(&id) else {
             return;
         };
+        if exec.pending.is_some() && exec.prepared {
+            self.out.push_back(Command::Discard(id));
+        }
         if let Some(j) = self.jobs.get_mut(&exec.job) {
             for it in &exec.items {
                 if j.running.get(&it.item) == Some(&id) {

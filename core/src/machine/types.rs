@@ -84,6 +84,11 @@ pub struct MachineOptions {
     /// again at once, so a limit is found without configuration; see
     /// [`MachineOptions::fit_txn_ops`] to derive this one from a registry's operation limit.
     pub max_txn_items: Option<usize>,
+    /// Announce runs claimed ahead with [`Command::Prepare`] as soon as the claim succeeds,
+    /// so that the driver can set them up before the fire and the start itself costs little
+    /// when many jobs fire at the same instant. Off (the default): a run claimed ahead shows
+    /// only at its start.
+    pub prepare_ahead: bool,
     /// Extra names accepted in job configurations (custom strategies).
     pub known_types: KnownTypes,
     /// Planted bugs switched on (simulator self-test only).
@@ -106,6 +111,7 @@ impl MachineOptions {
             sync_timeout: Duration::from_secs(10),
             claim_ahead: Duration::from_millis(250),
             max_txn_items: None,
+            prepare_ahead: false,
             known_types: KnownTypes::default(),
             #[cfg(feature = "plant-bugs")]
             plants: std::collections::BTreeSet::new(),
@@ -217,8 +223,16 @@ pub enum Command {
         /// The request.
         op: RegistryOp,
     },
-    /// Start running items.
+    /// Start running items. With [`MachineOptions::prepare_ahead`] a run claimed ahead was
+    /// announced before with [`Command::Prepare`] under the same id.
     Start(Execution),
+    /// A run claimed ahead of its fire (only with [`MachineOptions::prepare_ahead`]). The
+    /// driver may set it up now (tasks, contexts) but must run nothing of it before
+    /// [`Command::Start`] with the same id; [`Command::Discard`] says it never will start.
+    Prepare(Execution),
+    /// A run announced with [`Command::Prepare`] will not start: drop what was set up for it.
+    /// It is not to be reported finished.
+    Discard(ExecutionId),
     /// Signal cancellation to a running execution; report it finished when it stops.
     Cancel {
         /// The execution.
