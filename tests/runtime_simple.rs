@@ -447,3 +447,127 @@ async fn dropping_every_handle_leaves_gracefully() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Panics on its first run of each item, succeeds afterwards.
+#[derive(Default)]
+struct PanicsOnce {
+    runs: Mutex<BTreeSet<u32>>,
+}
+
+#[async_trait]
+impl SimpleJob for PanicsOnce {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        let first = self.runs.lock().unwrap().insert(ctx.sharding_item);
+        if first {
+            panic!("boom on item {}", ctx.sharding_item);
+        }
+        Ok(())
+    }
+}
+
+/// Triggers the job and returns each item's outcome.
+async fn trigger_and_collect(
+    handle: &SchedulerHandle,
+    job: &str,
+    items: usize,
+) -> BTreeMap<u32, ItemOutcome> {
+    let mut events = handle.subscribe();
+    handle.trigger(job, None).await.unwrap();
+    let mut outcomes = BTreeMap::new();
+    while outcomes.len() < items {
+        let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        if let RunEvent::ItemFinished { run, outcome, .. } = ev {
+            outcomes.insert(run.item, outcome);
+        }
+    }
+    outcomes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_body_fails_its_item_and_the_job_goes_on() {
+    // One item (run within the execution's own task) and two items (a task each).
+    for items in [1u32, 2] {
+        let server = MemServer::default();
+        let handle = Scheduler::builder()
+            .registry(Arc::new(server.connect(Duration::from_secs(3))))
+            .instance_id(id(1))
+            .job(JobConfig::new("panics", items), PanicsOnce::default())
+            .build()
+            .await
+            .unwrap();
+        let first = trigger_and_collect(&handle, "panics", items as usize).await;
+        for item in 0..items {
+            assert!(
+                matches!(&first[&item], ItemOutcome::Failed(m) if m.contains("panicked") && m.contains("boom")),
+                "{items} items: {first:?}"
+            );
+        }
+        let second = trigger_and_collect(&handle, "panics", items as usize).await;
+        assert!(
+            second.values().all(|o| *o == ItemOutcome::Succeeded),
+            "{items} items: {second:?}"
+        );
+        handle.shutdown().await.unwrap();
+    }
+}
+
+/// Runs for a minute whatever it is told.
+struct Deaf;
+
+#[async_trait]
+impl SimpleJob for Deaf {
+    async fn execute(&self, _ctx: &ShardingContext) -> Result<(), JobError> {
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_item_that_ignores_cancellation_is_stopped_after_the_cancel_timeout() {
+    for items in [1u32, 2] {
+        let server = MemServer::default();
+        let handle = Scheduler::builder()
+            .registry(Arc::new(server.connect(Duration::from_secs(3))))
+            .instance_id(id(1))
+            .options(|o| o.shutdown_grace = Duration::from_millis(200))
+            .cancel_timeout(Duration::from_millis(300))
+            .job(JobConfig::new("deaf", items), Deaf)
+            .build()
+            .await
+            .unwrap();
+        let mut events = handle.subscribe();
+        handle.trigger("deaf", None).await.unwrap();
+        let mut started = 0;
+        while started < items {
+            let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+                .await
+                .unwrap()
+                .unwrap();
+            if matches!(ev, RunEvent::ItemStarted { .. }) {
+                started += 1;
+            }
+        }
+        let t = tokio::time::Instant::now();
+        // Grace 200 ms, then the cancel timeout of 300 ms: far less than the body's minute.
+        tokio::time::timeout(Duration::from_secs(10), handle.shutdown())
+            .await
+            .expect("shutdown waits for the deaf item no longer than its cancel timeout")
+            .unwrap();
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        let mut stopped = 0;
+        while let Ok(ev) = events.try_recv() {
+            if let RunEvent::ItemFinished { outcome, error, .. } = ev {
+                assert_eq!(outcome, ItemOutcome::Cancelled);
+                assert!(
+                    error.is_some_and(|e| e.to_string().contains("ignored its cancellation")),
+                    "{items} items"
+                );
+                stopped += 1;
+            }
+        }
+        assert_eq!(stopped, items);
+    }
+}
