@@ -311,6 +311,9 @@ struct Job {
     /// The trigger being claimed, when its items did not fit in one transaction.
     trigger_run: Option<TriggerRun>,
     reshard_wanted: Option<u64>,
+    /// The cache's [`Cache::plan_version`](view::Cache) at which the plan was last found to
+    /// need nothing: until the plan's inputs change, a re-shard is not worked out again.
+    reshard_idle: Option<u64>,
     /// Items moved while running by the parts of a re-shard written so far.
     reshard_moved: Vec<u32>,
     /// The most items per transaction learned from `TooLarge` refusals (see
@@ -532,6 +535,7 @@ impl Machine {
             triggers: VecDeque::new(),
             trigger_run: None,
             reshard_wanted: None,
+            reshard_idle: None,
             reshard_moved: Vec::new(),
             txn_items: None,
             orphan_seen: BTreeMap::new(),
@@ -2382,6 +2386,11 @@ fn reshard(
     now: Now,
     wake: &mut Vec<u64>,
 ) -> Option<Action> {
+    // Fires change only the items' run markers and records: the plan needs nothing then, and
+    // working out the target assignment again would cost every evaluation of the leader.
+    if j.reshard_idle == Some(j.cache.plan_version) {
+        return None;
+    }
     let candidates = registry_order(view.eligible());
     if candidates.is_empty() {
         return None;
@@ -2424,6 +2433,7 @@ fn reshard(
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
         j.reshard_wanted = None;
         j.reshard_moved.clear();
+        j.reshard_idle = Some(j.cache.plan_version);
         return None;
     }
     let wanted = *j.reshard_wanted.get_or_insert(now.mono);

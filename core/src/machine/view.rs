@@ -28,6 +28,10 @@ pub(crate) struct Cache {
     pub seen: Option<Revision>,
     /// Grows with every change, so readers can tell a cache they have read already.
     pub version: u64,
+    /// Grows with every change that can bear on the sharding plan (anything but the items'
+    /// run markers, run records, flags and triggers), so the leader can tell that a plan found
+    /// sound is still sound without working it out again.
+    pub plan_version: u64,
     /// The facts read off `nodes`, kept in step with them; `None` while a decision has it.
     pub view: Option<JobView>,
 }
@@ -35,6 +39,7 @@ pub(crate) struct Cache {
 impl Cache {
     pub fn load(&mut self, nodes: Vec<Node>) {
         self.version += 1;
+        self.plan_version += 1;
         self.nodes.clear();
         let mut view = JobView::default();
         for node in nodes {
@@ -51,6 +56,9 @@ impl Cache {
 
     pub fn apply(&mut self, event: WatchEvent) {
         self.version += 1;
+        if bears_on_plan(&event.path) {
+            self.plan_version += 1;
+        }
         let WatchEvent {
             kind,
             path,
@@ -148,6 +156,26 @@ impl Cache {
         out.sort_by_key(|p| std::cmp::Reverse(p.segments().count()));
         out
     }
+}
+
+/// Whether a change of the node at `path` can change what a re-shard decides: everything
+/// but the items' run markers, records and flags, and triggers.
+fn bears_on_plan(path: &NodePath) -> bool {
+    !matches!(
+        JobNode::parse(path),
+        Some((
+            _,
+            JobNode::ItemState(
+                _,
+                ItemLeaf::Running
+                    | ItemLeaf::Execution
+                    | ItemLeaf::Misfire
+                    | ItemLeaf::Failover
+                    | ItemLeaf::Failovering
+                    | ItemLeaf::Disabled
+            ) | JobNode::Trigger(_)
+        ))
+    )
 }
 
 /// One item's state read off the cache.
