@@ -1,10 +1,13 @@
 //! Measures fire lateness (job body start − scheduled fire time), start-up time, resident
 //! memory and threads of one instance hosting many jobs on the in-memory registry.
 //!
-//! `cargo run --release --example lateness -- [JOBS] [SECONDS] [herd|spread]` (default 1000
-//! jobs, 10 s, herd). Every job has one item. `herd`: every job fires every second, all at the
-//! same instant (the worst case); `spread`: every job fires every 10 s, a tenth of them in each
-//! second (job `n` at seconds `n % 10`, `n % 10 + 10`, …).
+//! `cargo run --release --example lateness -- [JOBS] [SECONDS] [herd|spread|minute]` (default
+//! 1000 jobs, 10 s, herd). Every job has one item.
+//! - `herd`: every job fires every second, all at the same instant (the worst case);
+//! - `spread`: every job fires every 10 s, a tenth of them in each second (job `n` at seconds
+//!   `n % 10`, `n % 10 + 10`, …): with 10,000 jobs, still 1,000 at the same instant;
+//! - `minute`: every job fires once a minute, job `n` at second `n % 60` (10,000 jobs: about
+//!   167 at each second). Run it for at least 60 s to measure every job.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,11 +58,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let jobs: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(1000);
     let seconds: u64 = args.next().map(|a| a.parse()).transpose()?.unwrap_or(10);
-    let spread = match args.next().as_deref() {
-        None | Some("herd") => false,
-        Some("spread") => true,
-        Some(other) => return Err(format!("expected herd or spread, not {other:?}").into()),
-    };
+    let mode = args.next().unwrap_or_else(|| "herd".to_owned());
+    if !["herd", "spread", "minute"].contains(&mode.as_str()) {
+        return Err(format!("expected herd, spread or minute, not {mode:?}").into());
+    }
     let herd = CronExpr::parse("* * * * * ?")?;
     let lateness = Arc::new(Mutex::new(Vec::new()));
     // Measured from a second after every job is active: start-up is measured separately, and
@@ -69,10 +71,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let t0 = Instant::now();
     let mut builder = Scheduler::builder().registry(Arc::new(server.connect_default()));
     for n in 0..jobs {
-        let cron = if spread {
-            CronExpr::parse(&format!("{}/10 * * * * ?", n % 10))?
-        } else {
-            herd.clone()
+        let cron = match mode.as_str() {
+            "spread" => CronExpr::parse(&format!("{}/10 * * * * ?", n % 10))?,
+            "minute" => CronExpr::parse(&format!("{} * * * * ?", n % 60))?,
+            _ => herd.clone(),
         };
         let config = JobConfig::new(format!("job-{n}"), 1).with_cron(cron);
         builder = builder.job(
@@ -117,7 +119,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .copied()
             .unwrap_or(0)
     };
-    let mode = if spread { "spread" } else { "herd" };
     println!(
         "{jobs} jobs ({mode}), {seconds} s: start-up {} ms (all jobs active), {} item runs measured",
         startup.as_millis(),
