@@ -327,9 +327,19 @@ impl Driver {
                     }
                 }
                 Some(done) = self.finished_rx.recv() => {
-                    self.running.remove(&done.id);
                     let now = self.clock.now();
+                    self.running.remove(&done.id);
                     self.machine.handle_execution_finished(done.id, done.outcomes, now);
+                    // Runs that fired together end together: take the others in one go.
+                    for _ in 1..MAX_BATCH {
+                        match self.finished_rx.try_recv() {
+                            Ok(done) => {
+                                self.running.remove(&done.id);
+                                self.machine.handle_execution_finished(done.id, done.outcomes, now);
+                            }
+                            Err(_) => break,
+                        }
+                    }
                 }
                 () = sleep_until(deadline.map(|d| d.early)), if deadline.is_some() => {
                     if let Some(d) = deadline {
