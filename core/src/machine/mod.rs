@@ -14,9 +14,14 @@
 //!    command out: run [`Command::Registry`] requests (concurrently is fine) and report each
 //!    reply with [`Machine::handle_registry_reply`]; start [`Command::Start`] executions and
 //!    report their end with [`Machine::handle_execution_finished`]; signal
-//!    [`Command::Cancel`]; close the session on [`Command::CloseSession`].
+//!    [`Command::Cancel`]; close the session on [`Command::CloseSession`]. With
+//!    [`MachineOptions::prepare_ahead`], a run claimed ahead of its fire comes first as
+//!    [`Command::Prepare`] (set it up, run nothing), then as [`Command::Start`] at the fire, or
+//!    [`Command::Discard`] if it never starts.
 //! 4. Call [`Machine::handle_timeout`] when the monotonic clock reaches
-//!    [`Machine::poll_timeout`] (ask again after every call; it changes).
+//!    [`Machine::poll_timeout`] (ask again after every call; it changes). Starts are handed out
+//!    a bounded number per call: while [`Machine::next_start`] is still due, carry out the
+//!    commands and call again.
 //! 5. [`Machine::shutdown`] leaves gracefully; the machine is done when
 //!    [`Machine::is_stopped`].
 //!
