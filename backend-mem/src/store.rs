@@ -47,6 +47,7 @@
 //!   end. A killed client's watches end at once with nothing more (the process is gone).
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::ops::Bound;
 use std::time::Duration;
 
 use shardjob_core::registry::{
@@ -118,11 +119,53 @@ fn deadline(status: SessionStatus, link: Link, timeout: Duration) -> Option<Dura
     }
 }
 
+/// One node. Kept small, since a store holds every node of every job: the path is the map's
+/// key, children are found by ranging over the paths that follow it (a parent sorts before its
+/// children), and the metadata is packed.
 #[derive(Debug, Clone)]
 struct NodeEntry {
-    data: Vec<u8>,
-    stat: Stat,
-    children: BTreeSet<String>,
+    data: Box<[u8]>,
+    version: i64,
+    created: u64,
+    modified: u64,
+    /// The owning session's id for an ephemeral node, 0 for a persistent one (ids start at 1).
+    owner: u64,
+    /// How many children the node has.
+    children: u32,
+}
+
+impl NodeEntry {
+    fn new(data: Box<[u8]>, stat: Stat) -> Self {
+        Self {
+            data,
+            version: stat.version.0,
+            created: stat.created.0,
+            modified: stat.modified.0,
+            owner: stat.ephemeral_owner.map_or(0, |s| s.0),
+            children: 0,
+        }
+    }
+
+    fn stat(&self) -> Stat {
+        Stat {
+            version: Version(self.version),
+            created: Revision(self.created),
+            modified: Revision(self.modified),
+            ephemeral_owner: self.owner(),
+        }
+    }
+
+    fn owner(&self) -> Option<SessionId> {
+        (self.owner != 0).then_some(SessionId(self.owner))
+    }
+
+    fn node(&self, path: NodePath) -> Node {
+        Node {
+            path,
+            data: self.data.to_vec(),
+            stat: self.stat(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -177,7 +220,7 @@ impl WatchEntry {
 
 enum Undo {
     Created(NodePath),
-    Set(NodePath, Vec<u8>, Stat),
+    Set(NodePath, Box<[u8]>, Stat),
     Deleted(NodePath, NodeEntry),
 }
 
@@ -208,16 +251,15 @@ impl Default for Store {
 impl Store {
     /// An empty store: only the root `/` (empty data, version 0, revision 0), no session, time 0.
     pub fn new() -> Self {
-        let root = NodeEntry {
-            data: Vec::new(),
-            stat: Stat {
+        let root = NodeEntry::new(
+            Box::default(),
+            Stat {
                 version: Version(0),
                 created: Revision(0),
                 modified: Revision(0),
                 ephemeral_owner: None,
             },
-            children: BTreeSet::new(),
-        };
+        );
         Self {
             nodes: BTreeMap::from([(NodePath::root(), root)]),
             revision: 0,
@@ -545,11 +587,10 @@ impl Store {
     ) -> Result<Vec<String>, RegistryError> {
         self.advance_to(now);
         self.gate(session)?;
-        let node = self
-            .nodes
-            .get(path)
-            .ok_or_else(|| RegistryError::NoNode(path.clone()))?;
-        Ok(node.children.iter().cloned().collect())
+        if !self.nodes.contains_key(path) {
+            return Err(RegistryError::NoNode(path.clone()));
+        }
+        Ok(self.child_names(path))
     }
 
     /// Reads `root` and everything below it atomically, parents before children, siblings by
@@ -831,46 +872,31 @@ impl Store {
 
     /// Reads a node without a session (for checkers and debugging).
     pub fn node(&self, path: &NodePath) -> Option<Node> {
-        self.nodes.get(path).map(|n| Node {
-            path: path.clone(),
-            data: n.data.clone(),
-            stat: n.stat,
-        })
+        self.nodes.get(path).map(|n| n.node(path.clone()))
     }
 
     /// Every node, the root included, in path order (a parent sorts before its children).
     pub fn dump(&self) -> Vec<Node> {
         self.nodes
             .iter()
-            .map(|(path, n)| Node {
-                path: path.clone(),
-                data: n.data.clone(),
-                stat: n.stat,
-            })
+            .map(|(path, n)| n.node(path.clone()))
             .collect()
     }
 
     /// `root` and everything below it, parents before children, siblings by name, without a
     /// session. Empty if `root` does not exist.
     pub fn tree(&self, root: &NodePath) -> Vec<Node> {
-        let mut out = Vec::new();
-        let mut stack = vec![root.clone()];
-        while let Some(path) = stack.pop() {
-            let Some(n) = self.nodes.get(&path) else {
-                continue;
-            };
-            stack.extend(
-                n.children
-                    .iter()
-                    .rev()
-                    .filter_map(|name| child(&path, name)),
-            );
-            out.push(Node {
-                path,
-                data: n.data.clone(),
-                stat: n.stat,
-            });
-        }
+        let Some(top) = self.nodes.get(root) else {
+            return Vec::new();
+        };
+        let mut below: Vec<(&NodePath, &NodeEntry)> = self.below(root).collect();
+        // Path order puts `a-b` (and other names with a byte below `/`) between `a` and
+        // `a/x`; ordering by segments gives parents before children and siblings by name.
+        // The input is nearly sorted, which the sort takes in about linear time.
+        below.sort_by(|a, b| a.0.segments().cmp(b.0.segments()));
+        let mut out = Vec::with_capacity(below.len() + 1);
+        out.push(top.node(root.clone()));
+        out.extend(below.into_iter().map(|(path, n)| n.node(path.clone())));
         out
     }
 
@@ -881,31 +907,25 @@ impl Store {
             .nodes
             .get(&NodePath::root())
             .ok_or("the root is missing")?;
-        if root.stat.ephemeral_owner.is_some() {
+        if root.owner().is_some() {
             return Err("the root is ephemeral".into());
         }
+        let mut children: BTreeMap<NodePath, u32> = BTreeMap::new();
         for (path, n) in &self.nodes {
-            if n.stat.created > n.stat.modified || n.stat.modified.0 > self.revision {
-                return Err(format!("{path}: bad revisions {:?}", n.stat));
+            if n.created > n.modified || n.modified > self.revision {
+                return Err(format!("{path}: bad revisions {:?}", n.stat()));
             }
             if let Some(parent) = path.parent() {
                 let p = self
                     .nodes
                     .get(&parent)
                     .ok_or(format!("{path}: parent missing"))?;
-                if !p.children.contains(path.name()) {
-                    return Err(format!("{path}: not listed as a child of {parent}"));
-                }
-                if p.stat.ephemeral_owner.is_some() {
+                if p.owner().is_some() {
                     return Err(format!("{path}: child of ephemeral {parent}"));
                 }
+                *children.entry(parent).or_default() += 1;
             }
-            for name in &n.children {
-                if !child(path, name).is_some_and(|c| self.nodes.contains_key(&c)) {
-                    return Err(format!("{path}: lists missing child {name}"));
-                }
-            }
-            if let Some(owner) = n.stat.ephemeral_owner {
+            if let Some(owner) = n.owner() {
                 let s = self
                     .sessions
                     .get(&owner)
@@ -915,9 +935,18 @@ impl Store {
                         "{path}: owner {owner} is not alive or does not own it"
                     ));
                 }
-                if !n.children.is_empty() {
+                if n.children != 0 {
                     return Err(format!("{path}: ephemeral with children"));
                 }
+            }
+        }
+        for (path, n) in &self.nodes {
+            let counted = children.get(path).copied().unwrap_or(0);
+            if n.children != counted {
+                return Err(format!(
+                    "{path}: counts {} children, has {counted}",
+                    n.children
+                ));
             }
         }
         for (id, s) in &self.sessions {
@@ -925,7 +954,7 @@ impl Store {
                 return Err(format!("session {id} ended but owns nodes"));
             }
             for path in &s.ephemerals {
-                let owner = self.nodes.get(path).and_then(|n| n.stat.ephemeral_owner);
+                let owner = self.nodes.get(path).and_then(NodeEntry::owner);
                 if owner != Some(*id) {
                     return Err(format!("session {id} lists {path}, owned by {owner:?}"));
                 }
@@ -953,6 +982,44 @@ impl Store {
     // ----------------------------------------------------------------------------------------
     // Internals
     // ----------------------------------------------------------------------------------------
+
+    /// Every node strictly below `root`, in path order.
+    fn below(&self, root: &NodePath) -> impl Iterator<Item = (&NodePath, &NodeEntry)> {
+        let prefix = prefix_below(root);
+        self.nodes
+            .range::<str, _>((Bound::Included(prefix.as_str()), Bound::Unbounded))
+            .take_while(move |(p, _)| p.as_str().starts_with(prefix.as_str()))
+            .filter(|(p, _)| !p.is_root())
+    }
+
+    /// The names of `parent`'s children, ascending by bytes: the paths below it with one more
+    /// segment. Deeper paths are skipped a subtree at a time: everything from `{prefix}{name}/`
+    /// up to `{prefix}{name}0` (`0` follows `/`) is below the child `name`.
+    fn child_names(&self, parent: &NodePath) -> Vec<String> {
+        let prefix = prefix_below(parent);
+        let mut names = Vec::new();
+        let mut from = prefix.clone();
+        'seek: loop {
+            let range = self
+                .nodes
+                .range::<str, _>((Bound::Included(from.as_str()), Bound::Unbounded));
+            for (path, _) in range {
+                let Some(rest) = path.as_str().strip_prefix(prefix.as_str()) else {
+                    break 'seek;
+                };
+                match rest.find('/') {
+                    None if rest.is_empty() => {}
+                    None => names.push(rest.to_owned()),
+                    Some(at) => {
+                        from = format!("{prefix}{}0", &rest[..at]);
+                        continue 'seek;
+                    }
+                }
+            }
+            break;
+        }
+        names
+    }
 
     fn debug_check(&self) {
         // The full walk is O(nodes); keep debug builds of big simulations fast.
@@ -990,17 +1057,19 @@ impl Store {
                 let Some(parent) = path.parent() else {
                     return Err(RegistryError::NodeExists(path));
                 };
-                let parent_entry = self
-                    .nodes
-                    .get_mut(&parent)
-                    .ok_or(RegistryError::NoNode(parent.clone()))?;
-                if parent_entry.children.contains(path.name()) {
+                let Some(parent_entry) = self.nodes.get(&parent) else {
+                    return Err(RegistryError::NoNode(parent));
+                };
+                let parent_ephemeral = parent_entry.owner().is_some();
+                if self.nodes.contains_key(&path) {
                     return Err(RegistryError::NodeExists(path));
                 }
-                if parent_entry.stat.ephemeral_owner.is_some() {
+                if parent_ephemeral {
                     return Err(RegistryError::NoChildrenForEphemerals(parent));
                 }
-                parent_entry.children.insert(path.name().to_owned());
+                if let Some(parent_entry) = self.nodes.get_mut(&parent) {
+                    parent_entry.children += 1;
+                }
                 let owner = match mode {
                     CreateMode::Persistent => None,
                     CreateMode::Ephemeral => Some(session),
@@ -1015,11 +1084,7 @@ impl Store {
                     debug_assert_eq!(s.status, SessionStatus::Alive);
                     s.ephemerals.insert(path.clone());
                 }
-                let entry = NodeEntry {
-                    data: data.clone(),
-                    stat,
-                    children: BTreeSet::new(),
-                };
+                let entry = NodeEntry::new(data.clone().into_boxed_slice(), stat);
                 let previous = self.nodes.insert(path.clone(), entry);
                 debug_assert!(previous.is_none(), "{path} existed but was not a child");
                 events.push(WatchEvent {
@@ -1040,15 +1105,15 @@ impl Store {
                     return Err(RegistryError::NoNode(path));
                 };
                 if let Some(expected) = expected
-                    && n.stat.version != expected
+                    && n.version != expected.0
                 {
                     return Err(RegistryError::BadVersion { path, expected });
                 }
-                let old_stat = n.stat;
-                let old_data = std::mem::replace(&mut n.data, data.clone());
-                n.stat.version = Version(n.stat.version.0 + 1);
-                n.stat.modified = rev;
-                let stat = n.stat;
+                let old_stat = n.stat();
+                let old_data = std::mem::replace(&mut n.data, data.clone().into_boxed_slice());
+                n.version += 1;
+                n.modified = rev.0;
+                let stat = n.stat();
                 events.push(WatchEvent {
                     kind: WatchEventKind::Changed,
                     path: path.clone(),
@@ -1068,11 +1133,11 @@ impl Store {
                     return Err(RegistryError::NoNode(path));
                 };
                 if let Some(expected) = expected
-                    && n.stat.version != expected
+                    && n.version != expected.0
                 {
                     return Err(RegistryError::BadVersion { path, expected });
                 }
-                if !n.children.is_empty() {
+                if n.children != 0 {
                     return Err(RegistryError::NotEmpty(path));
                 }
                 let entry = self.remove_leaf(&path);
@@ -1102,14 +1167,14 @@ impl Store {
                 true => Err(RegistryError::NodeExists(p.clone())),
                 false => Ok(()),
             },
-            Check::Version(p, v) => match node(p)?.stat.version == *v {
+            Check::Version(p, v) => match node(p)?.version == v.0 {
                 true => Ok(()),
                 false => Err(RegistryError::BadVersion {
                     path: p.clone(),
                     expected: *v,
                 }),
             },
-            Check::Value(p, data) => match node(p)?.data == *data {
+            Check::Value(p, data) => match *node(p)?.data == data[..] {
                 true => Ok(()),
                 false => Err(RegistryError::ValueMismatch(p.clone())),
             },
@@ -1127,15 +1192,11 @@ impl Store {
     /// Removes a childless node, unlinking it from its parent and its owner.
     fn remove_leaf(&mut self, path: &NodePath) -> Option<NodeEntry> {
         let entry = self.nodes.remove(path)?;
-        debug_assert!(entry.children.is_empty(), "{path} removed with children");
+        debug_assert_eq!(entry.children, 0, "{path} removed with children");
         if let Some(parent) = path.parent().and_then(|p| self.nodes.get_mut(&p)) {
-            parent.children.remove(path.name());
+            parent.children = parent.children.saturating_sub(1);
         }
-        if let Some(s) = entry
-            .stat
-            .ephemeral_owner
-            .and_then(|o| self.sessions.get_mut(&o))
-        {
+        if let Some(s) = entry.owner().and_then(|o| self.sessions.get_mut(&o)) {
             s.ephemerals.remove(path);
         }
         Some(entry)
@@ -1150,18 +1211,15 @@ impl Store {
                 Undo::Set(path, data, stat) => {
                     if let Some(n) = self.nodes.get_mut(&path) {
                         n.data = data;
-                        n.stat = stat;
+                        n.version = stat.version.0;
+                        n.modified = stat.modified.0;
                     }
                 }
                 Undo::Deleted(path, entry) => {
                     if let Some(parent) = path.parent().and_then(|p| self.nodes.get_mut(&p)) {
-                        parent.children.insert(path.name().to_owned());
+                        parent.children += 1;
                     }
-                    if let Some(s) = entry
-                        .stat
-                        .ephemeral_owner
-                        .and_then(|o| self.sessions.get_mut(&o))
-                    {
+                    if let Some(s) = entry.owner().and_then(|o| self.sessions.get_mut(&o)) {
                         s.ephemerals.insert(path.clone());
                     }
                     self.nodes.insert(path, entry);
@@ -1256,10 +1314,13 @@ impl Store {
     }
 }
 
-/// The child `name` of `parent`. Names in the tree were taken from valid paths, so this is
-/// `None` only if the store is corrupt (and `check_invariants` reports it).
-fn child(parent: &NodePath, name: &str) -> Option<NodePath> {
-    parent.join(name).ok()
+/// What every path strictly below `path` starts with.
+fn prefix_below(path: &NodePath) -> String {
+    if path.is_root() {
+        "/".to_owned()
+    } else {
+        format!("{path}/")
+    }
 }
 
 /// What a transaction costs on etcd, as its backend emulates the tree: (compares, writes).

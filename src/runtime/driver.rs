@@ -103,8 +103,8 @@ pub(crate) struct JobEntry {
     /// The job's listeners, in calling order.
     listeners: Arc<[Arc<dyn JobListener>]>,
     /// What distribute-once listeners of the job follow: changes under `guarantee`, and
-    /// disabled items.
-    guarantee: Arc<GuaranteeShared>,
+    /// disabled items; `None` when the job has no listeners (nobody follows them).
+    guarantee: Option<Arc<GuaranteeShared>>,
     /// The registry access every run of the job hands its listeners for distribute-once
     /// rounds; `None` when the job has no listeners.
     run_guarantee: Option<Arc<Guarantee>>,
@@ -118,20 +118,18 @@ impl JobEntry {
         registry: &Arc<dyn Registry>,
         instance: &InstanceId,
     ) -> Self {
-        let guarantee = GuaranteeShared::new();
+        let guarantee = (!listeners.is_empty()).then(GuaranteeShared::new);
         // The machine accepted the job, so its name is a valid path segment.
-        let run_guarantee = if listeners.is_empty() {
-            None
-        } else {
+        let run_guarantee = guarantee.as_ref().and_then(|shared| {
             JobPaths::new(&config.job_name).ok().map(|paths| {
                 Arc::new(Guarantee::new(
                     Arc::clone(registry),
                     paths,
                     instance.clone(),
-                    Arc::clone(&guarantee),
+                    Arc::clone(shared),
                 ))
             })
-        };
+        });
         Self {
             job,
             effective: Arc::new(config),
@@ -580,8 +578,8 @@ impl Driver {
                 }
                 // Events may have been missed: distribute-once waiters read the registry again.
                 RegistryEvent::Session(_) => {
-                    for entry in self.jobs.values() {
-                        entry.guarantee.changed();
+                    for guarantee in self.jobs.values().filter_map(|e| e.guarantee.as_ref()) {
+                        guarantee.changed();
                     }
                 }
             }
@@ -611,11 +609,17 @@ impl Driver {
         let (job, node) = JobNode::parse(path)?;
         let entry = self.jobs.get_mut(job)?;
         match node {
-            JobNode::Guarantee => entry.guarantee.changed(),
+            JobNode::Guarantee => {
+                if let Some(guarantee) = &entry.guarantee {
+                    guarantee.changed();
+                }
+            }
             JobNode::Config if exists => return Some(job.to_owned()),
             JobNode::ShardingNecessary => entry.resharding.set(exists),
             JobNode::ItemState(item, ItemLeaf::Disabled) => {
-                entry.guarantee.set_disabled(item, exists);
+                if let Some(guarantee) = &entry.guarantee {
+                    guarantee.set_disabled(item, exists);
+                }
             }
             JobNode::ItemState(item, ItemLeaf::Instance) => {
                 if exists && !data.is_empty() {
@@ -657,8 +661,10 @@ impl Driver {
         if let Some(entry) = self.jobs.get_mut(job) {
             entry.resharding.set(false);
             entry.owned.clear();
-            entry.guarantee.clear_disabled();
-            entry.guarantee.changed();
+            if let Some(guarantee) = &entry.guarantee {
+                guarantee.clear_disabled();
+                guarantee.changed();
+            }
         }
         for node in nodes {
             // The configuration is taken from the machine once it has handled the reply.

@@ -195,13 +195,16 @@ fn children_are_sorted_by_bytes() {
         )
         .unwrap();
     }
-    st.create(s, &p("/a/z"), vec![], CreateMode::Persistent, ms(0))
-        .unwrap();
+    for path in ["/a/z", "/a/z/deep", "/a-x/k", "/a/y"] {
+        st.create(s, &p(path), vec![], CreateMode::Persistent, ms(0))
+            .unwrap();
+    }
     assert_eq!(
         st.children(s, &NodePath::root(), ms(0)).unwrap(),
         ["10", "9", "B", "a", "a-x", "b"]
     );
-    assert_eq!(st.children(s, &p("/a"), ms(0)).unwrap(), ["z"]);
+    assert_eq!(st.children(s, &p("/a"), ms(0)).unwrap(), ["y", "z"]);
+    assert_eq!(st.children(s, &p("/a/z/deep"), ms(0)).unwrap(), [""; 0]);
     assert_eq!(
         st.children(s, &p("/nope"), ms(0)),
         Err(RegistryError::NoNode(p("/nope")))
@@ -212,7 +215,23 @@ fn children_are_sorted_by_bytes() {
         .iter()
         .map(|n| n.path.to_string())
         .collect();
-    assert_eq!(tree, ["/", "/10", "/9", "/B", "/a", "/a/z", "/a-x", "/b"]);
+    assert_eq!(
+        tree,
+        [
+            "/",
+            "/10",
+            "/9",
+            "/B",
+            "/a",
+            "/a/y",
+            "/a/z",
+            "/a/z/deep",
+            "/a-x",
+            "/a-x/k",
+            "/b"
+        ]
+    );
+    st.check_invariants().unwrap();
     assert!(st.get_tree(s, &p("/nope"), ms(0)).unwrap().is_empty());
 }
 

@@ -107,7 +107,7 @@ pub use types::{
     CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec, MachineError,
     MachineEvent, MachineOptions, Now,
 };
-use view::{Cache, JobView};
+use view::{Cache, Dir, JobView};
 
 /// Whether a planted bug is switched on; always `false` without the `plant-bugs` feature.
 #[cfg(feature = "plant-bugs")]
@@ -296,10 +296,14 @@ enum Phase {
 #[derive(Debug)]
 struct Job {
     paths: JobPaths,
-    spec: JobSpec,
+    /// The local configuration (see [`JobSpec::config`]); `config` shares it while the
+    /// registry's copy says the same.
+    local: Arc<JobConfig>,
+    /// The job type (see [`JobSpec::job_type`]).
+    job_type: String,
     config: Option<Arc<JobConfig>>,
-    /// The config node's text `config` was last parsed from.
-    config_source: Option<Vec<u8>>,
+    /// The cache's count of configuration changes when `config` was last read from it.
+    config_seen: Option<u64>,
     phase: Phase,
     cache: Cache,
     buffer: Vec<crate::registry::WatchEvent>,
@@ -495,7 +499,7 @@ impl Machine {
     pub fn resharding_pending(&self, job: &str) -> bool {
         self.jobs
             .get(job)
-            .is_some_and(|j| j.cache.contains(&j.paths.sharding_necessary()))
+            .is_some_and(|j| j.cache.view().necessary.is_some())
     }
 
     /// Whether the job is registered and runs here.
@@ -522,11 +526,13 @@ impl Machine {
             job: name.clone(),
             error: e.to_string(),
         })?;
+        let JobSpec { config, job_type } = spec;
         let job = Job {
             paths,
-            spec,
+            local: Arc::new(config),
+            job_type,
             config: None,
-            config_source: None,
+            config_seen: None,
             phase: Phase::Waiting,
             cache: Cache::default(),
             buffer: Vec::new(),
@@ -699,7 +705,7 @@ impl Machine {
             }
             _ => {}
         }
-        j.cache.apply(ev);
+        j.cache.apply(ev, &self.opts.instance_id);
         if node == JobNode::Config || node == JobNode::Root {
             self.refresh_config(&job);
         }
@@ -1135,9 +1141,10 @@ impl Machine {
         j.loading = None;
         match reply {
             RegistryReply::Tree(nodes) => {
-                j.cache.load(nodes);
+                let me = &self.opts.instance_id;
+                j.cache.load(nodes, me);
                 for ev in std::mem::take(&mut j.buffer) {
-                    j.cache.apply(ev);
+                    j.cache.apply(ev, me);
                 }
                 j.phase = Phase::Loaded;
                 j.backoff = 0;
@@ -1183,16 +1190,16 @@ impl Machine {
         if matches!(j.phase, Phase::Waiting | Phase::Loading) {
             return;
         }
-        let path = j.paths.config();
-        let Some(node) = j.cache.get(&path) else {
+        let Some(data) = j.cache.config() else {
             return;
         };
         // Parsing YAML is costly: only when the text changed since the last parse.
-        if j.config_source.as_deref() == Some(&node.data[..]) {
+        let changes = j.cache.config_changes();
+        if j.config_seen == Some(changes) {
             return;
         }
-        j.config_source = Some(node.data.clone());
-        let parsed = std::str::from_utf8(&node.data)
+        j.config_seen = Some(changes);
+        let parsed = std::str::from_utf8(data)
             .map_err(|_| "the config node is not UTF-8 text".to_owned())
             .and_then(|text| {
                 JobConfig::from_yaml_with(text, Strictness::Lenient, &self.opts.known_types)
@@ -1207,7 +1214,13 @@ impl Machine {
             });
         match parsed {
             Ok(config) => {
-                j.config = Some(Arc::new(config));
+                // One copy per distinct configuration: the local one while the registry's
+                // says the same, and the one in force while it does not change.
+                if *j.local == config {
+                    j.config = Some(Arc::clone(&j.local));
+                } else if j.config.as_deref() != Some(&config) {
+                    j.config = Some(Arc::new(config));
+                }
                 j.last_config_error = None;
                 if j.phase == Phase::Blocked {
                     j.phase = Phase::Loaded;
@@ -1320,13 +1333,8 @@ impl Machine {
             return Action::Nothing;
         };
         // The view is kept in step with the cache; it is lent to the decision.
-        let version = j.cache.version;
-        let view = j.cache.take_view();
-        let action = self.decide_with(name, &view, now);
-        if let Some(j) = self.jobs.get_mut(name) {
-            j.cache.give_back(version, view);
-        }
-        action
+        let view = Arc::clone(j.cache.view());
+        self.decide_with(name, &view, now)
     }
 
     fn decide_with(&mut self, name: &str, view: &JobView, now: Now) -> Action {
@@ -1408,7 +1416,7 @@ impl Machine {
         };
 
         if j.phase == Phase::Loaded || j.phase == Phase::Blocked {
-            return match setup_ops(j, &me, sid) {
+            return match setup_ops(j, view, &me, sid) {
                 Ok(ops) if ops.len() <= 1 => {
                     j.phase = Phase::Active;
                     let job = name.to_owned();
@@ -1435,13 +1443,13 @@ impl Machine {
             // Our instance node is gone (deleted by an operator, or not yet visible): register
             // again.
             j.phase = Phase::Loaded;
-            return match setup_ops(j, &me, sid) {
+            return match setup_ops(j, view, &me, sid) {
                 Ok(ops) => Action::Txn(Purpose::Setup, ops),
                 Err(_) => Action::Nothing,
             };
         }
         let enabled = view.server_enabled(me.server_ip());
-        let leader_stat = j.cache.get(&j.paths.leader_instance()).map(|c| c.stat);
+        let leader_stat = j.cache.leader();
         let i_lead = view.leader.as_deref() == Some(me.as_str())
             && leader_stat.is_some_and(|s| s.ephemeral_owner.is_none_or(|o| o == sid));
         if i_lead && !j.was_leader {
@@ -1778,14 +1786,7 @@ impl Machine {
         let Some(j) = self.jobs.get(&e.job) else {
             return false;
         };
-        let fresh;
-        let view = match &j.cache.view {
-            Some(view) => view,
-            None => {
-                fresh = JobView::read(&j.cache);
-                &fresh
-            }
-        };
+        let view = j.cache.view();
         !view.server_enabled(self.opts.instance_id.server_ip())
             || e.items
                 .iter()
@@ -2261,36 +2262,42 @@ fn last_revision(results: &[TxnOpResult]) -> Option<Revision> {
 /// The skeleton, configuration and registration of a job, in one transaction.
 fn setup_ops(
     j: &mut Job,
+    view: &JobView,
     me: &InstanceId,
     sid: crate::registry::SessionId,
 ) -> Result<Vec<TxnOp>, MachineEvent> {
     let name = j.name().to_owned();
     let root = j.paths.root().clone();
-    let stored_type = j.cache.text(&root).map(str::trim).unwrap_or("");
-    if !stored_type.is_empty() && stored_type != j.spec.job_type {
+    let stored_type = j
+        .cache
+        .root()
+        .and_then(|data| std::str::from_utf8(data).ok())
+        .map(str::trim)
+        .unwrap_or("");
+    if !stored_type.is_empty() && stored_type != j.job_type {
         return Err(MachineEvent::JobTypeConflict {
             job: name,
             registry: stored_type.to_owned(),
-            local: j.spec.job_type.clone(),
+            local: j.job_type.clone(),
         });
     }
     let mut ops = vec![TxnOp::Check(Check::Session(sid))];
-    if !j.cache.contains(&root) {
-        ops.push(TxnOp::create(root.clone(), j.spec.job_type.as_str()));
+    if j.cache.root().is_none() {
+        ops.push(TxnOp::create(root.clone(), j.job_type.as_str()));
     } else if stored_type.is_empty() {
-        ops.push(TxnOp::set(root.clone(), j.spec.job_type.as_str()));
+        ops.push(TxnOp::set(root.clone(), j.job_type.as_str()));
     }
     let config_path = j.paths.config();
-    let write_config = !j.cache.contains(&config_path) || j.spec.config.overwrite;
-    if write_config {
-        let yaml = j.spec.config.to_yaml();
-        if j.cache.contains(&config_path) {
+    let has_config = j.cache.config().is_some();
+    if !has_config || j.local.overwrite {
+        let yaml = j.local.to_yaml();
+        if has_config {
             ops.push(TxnOp::set(config_path, yaml));
         } else {
             ops.push(TxnOp::create(config_path, yaml));
         }
-        j.config = Some(Arc::new(j.spec.config.clone()));
-        j.config_source = None;
+        j.config = Some(Arc::clone(&j.local));
+        j.config_seen = None;
     } else if j.config.is_none() {
         return Err(MachineEvent::ConfigInvalid {
             job: name,
@@ -2301,22 +2308,13 @@ fn setup_ops(
         });
     }
     let p = &j.paths;
-    for dir in [
-        p.instances(),
-        p.servers(),
-        p.sharding(),
-        p.leader(),
-        p.leader_election(),
-        p.leader_sharding(),
-        p.leader_failover(),
-        p.triggers(),
-    ] {
-        if !j.cache.contains(&dir) {
-            ops.push(TxnOp::create(dir, Vec::<u8>::new()));
+    for (dir, path) in Dir::all(p) {
+        if !j.cache.has_dir(dir) {
+            ops.push(TxnOp::create(path, Vec::<u8>::new()));
         }
     }
-    let server = p.server_of(me);
-    if !j.cache.contains(&server) {
+    if !view.servers.contains_key(me.server_ip()) {
+        let server = p.server_of(me);
         let disabled = j.config.as_ref().is_some_and(|c| c.disabled);
         ops.push(TxnOp::create(
             server,
@@ -2325,14 +2323,14 @@ fn setup_ops(
     }
     let instance = p.instance(me);
     let value = format!("jobInstanceId: {me}\nserverIp: {}\n", me.server_ip());
-    match j.cache.get(&instance) {
-        Some(node) if node.stat.ephemeral_owner.is_none_or(|o| o == sid) => {}
-        Some(node) => {
+    match j.cache.own_instance() {
+        Some(stat) if stat.ephemeral_owner.is_none_or(|o| o == sid) => {}
+        Some(stat) => {
             // A node of ours from an earlier session (a restarted registry can show it for
             // one more timeout): replace it.
             ops.push(TxnOp::Delete {
                 path: instance.clone(),
-                expected: Some(node.stat.version),
+                expected: Some(stat.version),
             });
             ops.push(TxnOp::create_ephemeral(instance, value));
         }
@@ -2513,11 +2511,10 @@ fn reshard(
         });
     }
     for item in &removed {
-        let item_path = p.item(*item);
-        for path in j.cache.descendants_deepest_first(&item_path) {
+        for path in j.cache.item_descendants_deepest_first(p, view, *item) {
             ops.push(TxnOp::delete(path));
         }
-        ops.push(TxnOp::delete(item_path));
+        ops.push(TxnOp::delete(p.item(*item)));
     }
     // The latest fire done by any item, those removed now included, is kept in the `sharding`
     // node's data (ElasticJob leaves it empty), so that it outlives the items.

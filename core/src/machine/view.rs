@@ -1,29 +1,84 @@
-//! A job's subtree as the machine caches it, and the facts read off it.
+//! A job's subtree as the machine caches it: the facts decisions need, kept current by watch
+//! events.
 //!
-//! The cache keeps every node of one job and, beside it, the [`JobView`] of the facts decisions
-//! need. The view is kept current node by node as events arrive (an event changes one field of
-//! the view), so a decision never re-reads the whole subtree; [`JobView::read`] rebuilds it from
-//! scratch, and debug builds check now and then that both agree.
+//! The cache does not keep a copy of every node: an event changes one field of the
+//! [`JobView`] (or of the few raw facts beside it, such as the configuration text), so a
+//! decision never re-reads the whole subtree, and ten thousand jobs do not keep ten thousand
+//! copies of their trees. Nodes nothing reads (failover items, guarantee rounds, unknown nodes
+//! outside the items) are not kept at all. Debug builds also keep every node and check now
+//! and then that the facts kept event by event equal those loaded from scratch.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use crate::instance::InstanceId;
-use crate::layout::{ItemLeaf, JobNode};
+use crate::layout::{ItemLeaf, JobNode, JobPaths, parse_item};
 use crate::registry::{Node, NodePath, Revision, Stat, Version, WatchEvent, WatchEventKind};
 
 use super::record::ItemRecord;
 
-/// One cached node.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Cached {
-    pub data: Vec<u8>,
-    pub stat: Stat,
+/// The directories of the layout whose existence setup checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dir {
+    /// `instances`.
+    Instances,
+    /// `servers`.
+    Servers,
+    /// `sharding`.
+    Sharding,
+    /// `leader`.
+    Leader,
+    /// `leader/election`.
+    LeaderElection,
+    /// `leader/sharding`.
+    LeaderSharding,
+    /// `leader/failover`.
+    LeaderFailover,
+    /// `trigger`.
+    Triggers,
 }
 
-/// The nodes under one job root, kept current by watch events.
+impl Dir {
+    /// Every directory with its path, in the order setup creates them.
+    pub fn all(paths: &JobPaths) -> [(Dir, NodePath); 8] {
+        [
+            (Dir::Instances, paths.instances()),
+            (Dir::Servers, paths.servers()),
+            (Dir::Sharding, paths.sharding()),
+            (Dir::Leader, paths.leader()),
+            (Dir::LeaderElection, paths.leader_election()),
+            (Dir::LeaderSharding, paths.leader_sharding()),
+            (Dir::LeaderFailover, paths.leader_failover()),
+            (Dir::Triggers, paths.triggers()),
+        ]
+    }
+
+    fn bit(self) -> u16 {
+        1 << self as u16
+    }
+}
+
+/// The raw facts kept beside the view: what setup, leadership and re-sharding read that the
+/// view does not interpret.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Facts {
+    /// The job root's data (the job type), if the node exists.
+    root: Option<Box<[u8]>>,
+    /// The `config` node's data (the configuration YAML), if it exists.
+    config: Option<Box<[u8]>>,
+    /// The [`Dir`]s that exist, one bit each.
+    dirs: u16,
+    /// Metadata of this instance's own `instances/{id}` node.
+    own_instance: Option<Stat>,
+    /// Metadata of `leader/election/instance`.
+    leader: Option<Stat>,
+    /// Nodes below `sharding/{item}` that the layout does not name: deleted with the item.
+    item_others: BTreeSet<NodePath>,
+}
+
+/// What one job's subtree says, kept current by watch events.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
-    pub nodes: BTreeMap<NodePath, Cached>,
     /// The highest modification revision seen in the job's events or snapshot.
     pub seen: Option<Revision>,
     /// Grows with every change, so readers can tell a cache they have read already.
@@ -32,29 +87,52 @@ pub(crate) struct Cache {
     /// run markers, run records, flags and triggers), so the leader can tell that a plan found
     /// sound is still sound without working it out again.
     pub plan_version: u64,
-    /// The facts read off `nodes`, kept in step with them; `None` while a decision has it.
-    pub view: Option<JobView>,
+    /// The facts decisions read, shared with a decision in progress (a change meanwhile,
+    /// which does not happen, would copy it).
+    view: Arc<JobView>,
+    facts: Facts,
+    /// Grows whenever the `config` node's data changes, appears or goes.
+    config_changes: u64,
+    /// Debug builds: every node, to check the kept facts against a load from scratch.
+    #[cfg(debug_assertions)]
+    shadow: BTreeMap<NodePath, (Vec<u8>, Stat)>,
 }
 
+/// The metadata of a created or changed node whose event carries none and whose old
+/// metadata is not kept.
+const UNKNOWN_STAT: Stat = Stat {
+    version: Version(-1),
+    created: Revision(0),
+    modified: Revision(0),
+    ephemeral_owner: None,
+};
+
 impl Cache {
-    pub fn load(&mut self, nodes: Vec<Node>) {
+    /// Replaces everything with a snapshot of the subtree. `me` is this instance.
+    pub fn load(&mut self, nodes: Vec<Node>, me: &InstanceId) {
         self.version += 1;
         self.plan_version += 1;
-        self.nodes.clear();
+        let old = std::mem::take(&mut self.facts);
         let mut view = JobView::default();
+        #[cfg(debug_assertions)]
+        self.shadow.clear();
         for node in nodes {
             self.note(node.stat.modified);
-            let cached = Cached {
-                data: node.data,
-                stat: node.stat,
-            };
-            view.set(&node.path, &cached, true);
-            self.nodes.insert(node.path, cached);
+            #[cfg(debug_assertions)]
+            self.shadow
+                .insert(node.path.clone(), (node.data.clone(), node.stat));
+            self.facts
+                .set(&mut view, &node.path, node.data, node.stat, me);
         }
-        self.view = Some(view);
+        // A reload that brings the same text is no change of the configuration.
+        if self.facts.config != old.config {
+            self.config_changes += 1;
+        }
+        self.view = Arc::new(view);
     }
 
-    pub fn apply(&mut self, event: WatchEvent) {
+    /// Applies one event of the job's subtree. `me` is this instance.
+    pub fn apply(&mut self, event: WatchEvent, me: &InstanceId) {
         self.version += 1;
         if bears_on_plan(&event.path) {
             self.plan_version += 1;
@@ -65,63 +143,56 @@ impl Cache {
             data,
             stat,
         } = event;
-        let stat = match (kind, stat) {
-            (WatchEventKind::Deleted, _) => {
-                if self.nodes.remove(&path).is_some() {
-                    if let Some(view) = self.view.as_mut() {
-                        view.unset(&path);
-                    }
-                }
-                self.check_view();
-                return;
-            }
-            (_, Some(stat)) => {
-                self.note(stat.modified);
-                stat
-            }
+        let deleted = kind == WatchEventKind::Deleted;
+        if let (false, Some(stat)) = (deleted, stat) {
+            self.note(stat.modified);
+        }
+        let view = Arc::make_mut(&mut self.view);
+        let config_changed = if deleted {
+            #[cfg(debug_assertions)]
+            self.shadow.remove(&path);
+            self.facts.unset(view, &path, me)
+        } else {
             // A created/changed event without metadata: keep the data, and the old metadata
             // if there is one (a backend that cannot tell the stat). Conditional writes on
             // such a node may fail and are then retried after a reload.
-            (_, None) => self.nodes.get(&path).map(|c| c.stat).unwrap_or(Stat {
-                version: Version(-1),
-                created: Revision(0),
-                modified: Revision(0),
-                ephemeral_owner: None,
-            }),
+            let stat = stat
+                .or_else(|| self.facts.kept_stat(view, &path, me))
+                .unwrap_or(UNKNOWN_STAT);
+            #[cfg(debug_assertions)]
+            self.shadow.insert(path.clone(), (data.clone(), stat));
+            self.facts.set(view, &path, data, stat, me)
         };
-        let cached = Cached { data, stat };
-        let new = !self.nodes.contains_key(&path);
-        if let Some(view) = self.view.as_mut() {
-            view.set(&path, &cached, new);
+        if config_changed {
+            self.config_changes += 1;
         }
-        self.nodes.insert(path, cached);
-        self.check_view();
+        self.check(me);
     }
 
-    /// Debug builds: every 64th change, the kept view must equal one read from scratch.
-    fn check_view(&self) {
+    /// Debug builds: every 64th change, the kept facts must equal those loaded from scratch.
+    #[allow(unused_variables)]
+    fn check(&self, me: &InstanceId) {
         #[cfg(debug_assertions)]
         if self.version % 64 == 0 {
-            if let Some(view) = &self.view {
-                debug_assert_eq!(*view, JobView::read(self), "the kept view drifted");
-            }
+            let mut fresh = Cache::default();
+            let nodes = self
+                .shadow
+                .iter()
+                .map(|(path, (data, stat))| Node {
+                    path: path.clone(),
+                    data: data.clone(),
+                    stat: *stat,
+                })
+                .collect();
+            fresh.load(nodes, me);
+            debug_assert_eq!(*self.view, *fresh.view, "the kept view drifted");
+            debug_assert_eq!(self.facts, fresh.facts, "the kept facts drifted");
         }
     }
 
-    /// Takes the view out for a decision (read from scratch if it is out already).
-    pub fn take_view(&mut self) -> JobView {
-        self.view.take().unwrap_or_else(|| JobView::read(self))
-    }
-
-    /// Gives back a view taken at cache version `version`.
-    pub fn give_back(&mut self, version: u64, view: JobView) {
-        if self.view.is_none() {
-            self.view = Some(if self.version == version {
-                view
-            } else {
-                JobView::read(self)
-            });
-        }
+    /// The view, for a decision: shared, so the cache keeps it meanwhile.
+    pub fn view(&self) -> &Arc<JobView> {
+        &self.view
     }
 
     fn note(&mut self, r: Revision) {
@@ -130,30 +201,64 @@ impl Cache {
         }
     }
 
-    pub fn get(&self, path: &NodePath) -> Option<&Cached> {
-        self.nodes.get(path)
+    /// The job root's data, if the node exists.
+    pub fn root(&self) -> Option<&[u8]> {
+        self.facts.root.as_deref()
     }
 
-    pub fn contains(&self, path: &NodePath) -> bool {
-        self.nodes.contains_key(path)
+    /// The `config` node's data, if it exists.
+    pub fn config(&self) -> Option<&[u8]> {
+        self.facts.config.as_deref()
     }
 
-    pub fn text(&self, path: &NodePath) -> Option<&str> {
-        self.nodes
-            .get(path)
-            .and_then(|c| std::str::from_utf8(&c.data).ok())
+    /// A count that changes whenever [`Cache::config`] may have.
+    pub fn config_changes(&self) -> u64 {
+        self.config_changes
     }
 
-    /// Every path under `root` (excluded), deepest first, so they can be deleted in order.
-    pub fn descendants_deepest_first(&self, root: &NodePath) -> Vec<NodePath> {
+    /// Whether the directory exists.
+    pub fn has_dir(&self, dir: Dir) -> bool {
+        self.facts.dirs & dir.bit() != 0
+    }
+
+    /// Metadata of this instance's `instances/{id}` node, if it exists.
+    pub fn own_instance(&self) -> Option<Stat> {
+        self.facts.own_instance
+    }
+
+    /// Metadata of `leader/election/instance`, if it exists.
+    pub fn leader(&self) -> Option<Stat> {
+        self.facts.leader
+    }
+
+    /// Every node below item `item`'s node (excluded), deepest first, so they can be deleted in
+    /// order.
+    pub fn item_descendants_deepest_first(
+        &self,
+        paths: &JobPaths,
+        view: &JobView,
+        item: u32,
+    ) -> Vec<NodePath> {
+        let root = paths.item(item);
         let mut out: Vec<NodePath> = self
-            .nodes
+            .facts
+            .item_others
             .range(root.clone()..)
-            .take_while(|(p, _)| root.contains(p))
-            .filter(|(p, _)| *p != root)
-            .map(|(p, _)| p.clone())
+            .take_while(|p| root.contains(p))
+            .filter(|p| **p != root)
+            .cloned()
             .collect();
-        out.sort_by_key(|p| std::cmp::Reverse(p.segments().count()));
+        if let Some(v) = view.items.get(&item) {
+            for leaf in LEAVES {
+                if v.has(leaf) {
+                    out.push(leaf_path(paths, item, leaf));
+                }
+            }
+        }
+        out.sort_by(|a, b| {
+            let depth = |p: &NodePath| p.segments().count();
+            depth(b).cmp(&depth(a)).then_with(|| a.cmp(b))
+        });
         out
     }
 }
@@ -178,6 +283,259 @@ fn bears_on_plan(path: &NodePath) -> bool {
     )
 }
 
+impl Facts {
+    /// The kept metadata of a node, for the nodes whose metadata decisions read.
+    fn kept_stat(&self, view: &JobView, path: &NodePath, me: &InstanceId) -> Option<Stat> {
+        let (_, what) = JobNode::parse(path)?;
+        let version_only = |version: Version| Stat {
+            version,
+            ..UNKNOWN_STAT
+        };
+        match what {
+            JobNode::Instance(id) if id == *me => self.own_instance,
+            JobNode::LeaderInstance => self.leader,
+            JobNode::ShardingNecessary => view.necessary.map(version_only),
+            JobNode::ItemState(i, leaf) => {
+                let item = view.items.get(&i)?;
+                match leaf {
+                    ItemLeaf::Instance => item.owner_stat,
+                    ItemLeaf::Running => item.running.as_ref().map(|(_, s)| *s),
+                    ItemLeaf::Failover => item.failover,
+                    ItemLeaf::Execution => item.record.as_ref().map(|(_, v)| version_only(*v)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// A node was created or changed. Returns whether the configuration's text changed.
+    fn set(
+        &mut self,
+        view: &mut JobView,
+        path: &NodePath,
+        data: Vec<u8>,
+        stat: Stat,
+        me: &InstanceId,
+    ) -> bool {
+        let Some((_, what)) = JobNode::parse(path) else {
+            return false;
+        };
+        let facts = self;
+        match what {
+            JobNode::Root => facts.root = Some(data.into_boxed_slice()),
+            JobNode::Config => {
+                if facts.config.as_deref() != Some(&data[..]) {
+                    facts.config = Some(data.into_boxed_slice());
+                    return true;
+                }
+            }
+            JobNode::Instances => facts.dirs |= Dir::Instances.bit(),
+            JobNode::Servers => facts.dirs |= Dir::Servers.bit(),
+            JobNode::Instance(id) => {
+                if id == *me {
+                    facts.own_instance = Some(stat);
+                }
+                view.instances.insert(id);
+            }
+            JobNode::Server(ip) => {
+                view.servers.insert(ip, text(&data));
+            }
+            JobNode::LeaderInstance => {
+                view.leader = Some(text(&data));
+                facts.leader = Some(stat);
+            }
+            JobNode::ShardingNecessary => view.necessary = Some(stat.version),
+            // Empty in ElasticJob's layout; anything unreadable counts as no mark.
+            JobNode::Sharding => {
+                facts.dirs |= Dir::Sharding.bit();
+                view.sharding_done = ItemRecord::parse(&data).ok().and_then(|r| r.done);
+            }
+            JobNode::Item(i) => view.items.entry(i).or_default().exists = true,
+            JobNode::ItemState(i, leaf) => {
+                let mut problem = None;
+                let item = view.items.entry(i).or_default();
+                item.leaves |= leaf_bit(leaf);
+                match leaf {
+                    ItemLeaf::Instance => {
+                        let value = text(&data);
+                        match InstanceId::new(value.trim()) {
+                            Ok(id) => item.owner = Some(id),
+                            Err(e) => {
+                                item.owner = None;
+                                if !value.trim().is_empty() {
+                                    problem = Some(e.to_string());
+                                }
+                            }
+                        }
+                        item.owner_stat = Some(stat);
+                    }
+                    ItemLeaf::Running => item.running = Some((text(&data), stat)),
+                    ItemLeaf::Disabled => item.disabled = true,
+                    ItemLeaf::Failover => item.failover = Some(stat),
+                    ItemLeaf::Execution => match ItemRecord::parse(&data) {
+                        Ok(r) => item.record = Some((r, stat.version)),
+                        Err(e) => {
+                            // Treated as empty and overwritten at the next run: the item
+                            // keeps running, and the problem is reported.
+                            item.record = Some((ItemRecord::default(), stat.version));
+                            problem = Some(e);
+                        }
+                    },
+                    ItemLeaf::Misfire | ItemLeaf::Failovering => {}
+                }
+                match problem {
+                    Some(e) => {
+                        view.corrupt.insert(path.clone(), e);
+                    }
+                    None => {
+                        view.corrupt.remove(path);
+                    }
+                }
+            }
+            JobNode::Trigger(id) => {
+                view.triggers.insert(id, text(&data));
+            }
+            JobNode::Other => match other(path) {
+                Some(Other::Dir(dir)) => facts.dirs |= dir.bit(),
+                Some(Other::BelowItem) => {
+                    facts.item_others.insert(path.clone());
+                }
+                None => {}
+            },
+            JobNode::ShardingProcessing | JobNode::FailoverItem(_) | JobNode::Guarantee => {}
+        }
+        false
+    }
+
+    /// A node was deleted. Returns whether the configuration's text changed (it went).
+    fn unset(&mut self, view: &mut JobView, path: &NodePath, me: &InstanceId) -> bool {
+        let Some((_, what)) = JobNode::parse(path) else {
+            return false;
+        };
+        let facts = self;
+        match what {
+            JobNode::Root => facts.root = None,
+            JobNode::Config => return facts.config.take().is_some(),
+            JobNode::Instances => facts.dirs &= !Dir::Instances.bit(),
+            JobNode::Servers => facts.dirs &= !Dir::Servers.bit(),
+            JobNode::Instance(id) => {
+                if id == *me {
+                    facts.own_instance = None;
+                }
+                view.instances.remove(&id);
+            }
+            JobNode::Server(ip) => {
+                view.servers.remove(&ip);
+            }
+            JobNode::LeaderInstance => {
+                view.leader = None;
+                facts.leader = None;
+            }
+            JobNode::ShardingNecessary => view.necessary = None,
+            JobNode::Sharding => {
+                facts.dirs &= !Dir::Sharding.bit();
+                view.sharding_done = None;
+            }
+            JobNode::Item(i) => {
+                if let Some(item) = view.items.get_mut(&i) {
+                    item.exists = false;
+                    view.release(i);
+                }
+            }
+            JobNode::ItemState(i, leaf) => {
+                let Some(item) = view.items.get_mut(&i) else {
+                    return false;
+                };
+                if !item.has(leaf) {
+                    return false;
+                }
+                item.leaves &= !leaf_bit(leaf);
+                match leaf {
+                    ItemLeaf::Instance => {
+                        item.owner = None;
+                        item.owner_stat = None;
+                    }
+                    ItemLeaf::Running => item.running = None,
+                    ItemLeaf::Disabled => item.disabled = false,
+                    ItemLeaf::Failover => item.failover = None,
+                    ItemLeaf::Execution => item.record = None,
+                    ItemLeaf::Misfire | ItemLeaf::Failovering => {}
+                }
+                view.corrupt.remove(path);
+                view.release(i);
+            }
+            JobNode::Trigger(id) => {
+                view.triggers.remove(&id);
+            }
+            JobNode::Other => match other(path) {
+                Some(Other::Dir(dir)) => facts.dirs &= !dir.bit(),
+                Some(Other::BelowItem) => {
+                    facts.item_others.remove(path);
+                }
+                None => {}
+            },
+            JobNode::ShardingProcessing | JobNode::FailoverItem(_) | JobNode::Guarantee => {}
+        }
+        false
+    }
+}
+
+/// What a path [`JobNode::parse`] calls `Other` is to the cache.
+enum Other {
+    /// A directory setup creates.
+    Dir(Dir),
+    /// A node below `sharding/{item}` that the layout does not name.
+    BelowItem,
+}
+
+fn other(path: &NodePath) -> Option<Other> {
+    let mut segments = path.segments().skip(1);
+    let first = segments.next()?;
+    let second = segments.next();
+    match (first, second) {
+        ("leader", None) => Some(Other::Dir(Dir::Leader)),
+        ("trigger", None) => Some(Other::Dir(Dir::Triggers)),
+        ("leader", Some(second)) if segments.next().is_none() => match second {
+            "election" => Some(Other::Dir(Dir::LeaderElection)),
+            "sharding" => Some(Other::Dir(Dir::LeaderSharding)),
+            "failover" => Some(Other::Dir(Dir::LeaderFailover)),
+            _ => None,
+        },
+        ("sharding", Some(item)) => {
+            (parse_item(item).is_some() && segments.next().is_some()).then_some(Other::BelowItem)
+        }
+        _ => None,
+    }
+}
+
+/// Every item leaf.
+const LEAVES: [ItemLeaf; 7] = [
+    ItemLeaf::Instance,
+    ItemLeaf::Running,
+    ItemLeaf::Misfire,
+    ItemLeaf::Disabled,
+    ItemLeaf::Failover,
+    ItemLeaf::Failovering,
+    ItemLeaf::Execution,
+];
+
+fn leaf_bit(leaf: ItemLeaf) -> u8 {
+    1 << leaf as u8
+}
+
+fn leaf_path(paths: &JobPaths, item: u32, leaf: ItemLeaf) -> NodePath {
+    match leaf {
+        ItemLeaf::Instance => paths.item_instance(item),
+        ItemLeaf::Running => paths.item_running(item),
+        ItemLeaf::Misfire => paths.item_misfire(item),
+        ItemLeaf::Disabled => paths.item_disabled(item),
+        ItemLeaf::Failover => paths.item_failover(item),
+        ItemLeaf::Failovering => paths.item_failovering(item),
+        ItemLeaf::Execution => paths.item_execution(item),
+    }
+}
+
 /// One item's state read off the cache.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ItemView {
@@ -189,15 +547,24 @@ pub(crate) struct ItemView {
     pub disabled: bool,
     pub failover: Option<Stat>,
     pub record: Option<(ItemRecord, Version)>,
-    /// How many cached nodes belong to the item (its entry goes when the last one does).
-    nodes: u32,
+    /// Which leaves exist, one bit per [`ItemLeaf`] (the entry goes when neither they nor the
+    /// item's node do).
+    leaves: u8,
+}
+
+impl ItemView {
+    /// Whether the leaf's node exists.
+    fn has(&self, leaf: ItemLeaf) -> bool {
+        self.leaves & leaf_bit(leaf) != 0
+    }
 }
 
 /// The facts of one job that decisions need.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct JobView {
-    pub instances: BTreeSet<InstanceId>,
-    pub servers: BTreeMap<String, String>,
+    pub instances: VecSet<InstanceId>,
+    /// Each server's node value, by ip.
+    pub servers: VecMap<String, String>,
     pub leader: Option<String>,
     pub necessary: Option<Version>,
     /// The latest fire done by items since removed (the `sharding` node's record).
@@ -208,150 +575,19 @@ pub(crate) struct JobView {
     pub corrupt: BTreeMap<NodePath, String>,
 }
 
-fn text(node: &Cached) -> String {
-    String::from_utf8_lossy(&node.data).into_owned()
+fn text(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
 }
 
 impl JobView {
-    /// Reads the view of every node in the cache from scratch.
-    pub fn read(cache: &Cache) -> JobView {
-        let mut v = JobView::default();
-        for (path, node) in &cache.nodes {
-            v.set(path, node, true);
-        }
-        v
-    }
-
-    /// A node was created (`new`) or changed.
-    fn set(&mut self, path: &NodePath, node: &Cached, new: bool) {
-        let Some((_, what)) = JobNode::parse(path) else {
-            return;
-        };
-        match what {
-            JobNode::Instance(id) => {
-                self.instances.insert(id);
-            }
-            JobNode::Server(ip) => {
-                self.servers.insert(ip, text(node));
-            }
-            JobNode::LeaderInstance => self.leader = Some(text(node)),
-            JobNode::ShardingNecessary => self.necessary = Some(node.stat.version),
-            // Empty in ElasticJob's layout; anything unreadable counts as no mark.
-            JobNode::Sharding => {
-                self.sharding_done = ItemRecord::parse(&node.data).ok().and_then(|r| r.done);
-            }
-            JobNode::Item(i) => {
-                let item = self.item(i, new);
-                item.exists = true;
-            }
-            JobNode::ItemState(i, leaf) => {
-                let mut problem = None;
-                let item = self.item(i, new);
-                match leaf {
-                    ItemLeaf::Instance => {
-                        let value = text(node);
-                        match InstanceId::new(value.trim()) {
-                            Ok(id) => item.owner = Some(id),
-                            Err(e) => {
-                                item.owner = None;
-                                if !value.trim().is_empty() {
-                                    problem = Some(e.to_string());
-                                }
-                            }
-                        }
-                        item.owner_stat = Some(node.stat);
-                    }
-                    ItemLeaf::Running => item.running = Some((text(node), node.stat)),
-                    ItemLeaf::Disabled => item.disabled = true,
-                    ItemLeaf::Failover => item.failover = Some(node.stat),
-                    ItemLeaf::Execution => match ItemRecord::parse(&node.data) {
-                        Ok(r) => item.record = Some((r, node.stat.version)),
-                        Err(e) => {
-                            // Treated as empty and overwritten at the next run: the item
-                            // keeps running, and the problem is reported.
-                            item.record = Some((ItemRecord::default(), node.stat.version));
-                            problem = Some(e);
-                        }
-                    },
-                    ItemLeaf::Misfire | ItemLeaf::Failovering => {}
-                }
-                match problem {
-                    Some(e) => {
-                        self.corrupt.insert(path.clone(), e);
-                    }
-                    None => {
-                        self.corrupt.remove(path);
-                    }
-                }
-            }
-            JobNode::Trigger(id) => {
-                self.triggers.insert(id, text(node));
-            }
-            _ => {}
-        }
-    }
-
-    /// A node was deleted.
-    fn unset(&mut self, path: &NodePath) {
-        let Some((_, what)) = JobNode::parse(path) else {
-            return;
-        };
-        match what {
-            JobNode::Instance(id) => {
-                self.instances.remove(&id);
-            }
-            JobNode::Server(ip) => {
-                self.servers.remove(&ip);
-            }
-            JobNode::LeaderInstance => self.leader = None,
-            JobNode::ShardingNecessary => self.necessary = None,
-            JobNode::Sharding => self.sharding_done = None,
-            JobNode::Item(i) => {
-                if let Some(item) = self.items.get_mut(&i) {
-                    item.exists = false;
-                }
-                self.release(i);
-            }
-            JobNode::ItemState(i, leaf) => {
-                if let Some(item) = self.items.get_mut(&i) {
-                    match leaf {
-                        ItemLeaf::Instance => {
-                            item.owner = None;
-                            item.owner_stat = None;
-                        }
-                        ItemLeaf::Running => item.running = None,
-                        ItemLeaf::Disabled => item.disabled = false,
-                        ItemLeaf::Failover => item.failover = None,
-                        ItemLeaf::Execution => item.record = None,
-                        ItemLeaf::Misfire | ItemLeaf::Failovering => {}
-                    }
-                }
-                self.corrupt.remove(path);
-                self.release(i);
-            }
-            JobNode::Trigger(id) => {
-                self.triggers.remove(&id);
-            }
-            _ => {}
-        }
-    }
-
-    /// The item's entry; a `new` node is counted.
-    fn item(&mut self, i: u32, new: bool) -> &mut ItemView {
-        let item = self.items.entry(i).or_default();
-        if new {
-            item.nodes += 1;
-        }
-        item
-    }
-
     /// One node of item `i` is gone: drop the entry with the last one.
     fn release(&mut self, i: u32) {
-        if let Some(item) = self.items.get_mut(&i) {
-            item.nodes = item.nodes.saturating_sub(1);
-            if item.nodes == 0 {
-                self.items.remove(&i);
-            }
+        if self
+            .items
+            .get(&i)
+            .is_some_and(|item| !item.exists && item.leaves == 0)
+        {
+            self.items.remove(&i);
         }
     }
 
@@ -370,45 +606,171 @@ impl JobView {
     }
 }
 
+/// A small ordered set kept as a sorted vector: a job has a few instances, and a B-tree node
+/// holds room for eleven.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VecSet<T>(Vec<T>);
+
+impl<T> Default for VecSet<T> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<T: Ord> VecSet<T> {
+    /// Whether `x` is in the set.
+    pub fn contains(&self, x: &T) -> bool {
+        self.0.binary_search(x).is_ok()
+    }
+
+    /// Adds `x`; whether it was not there.
+    pub fn insert(&mut self, x: T) -> bool {
+        match self.0.binary_search(&x) {
+            Ok(_) => false,
+            Err(at) => {
+                self.0.insert(at, x);
+                true
+            }
+        }
+    }
+
+    /// Removes `x`; whether it was there.
+    pub fn remove(&mut self, x: &T) -> bool {
+        match self.0.binary_search(x) {
+            Ok(at) => {
+                self.0.remove(at);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// The elements in ascending order.
+    pub fn iter(&self) -> std::slice::Iter<'_, T> {
+        self.0.iter()
+    }
+}
+
+/// A small ordered map kept as a vector sorted by key: a job has a few servers, and a B-tree
+/// node holds room for eleven entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VecMap<K, V>(Vec<(K, V)>);
+
+impl<K, V> Default for VecMap<K, V> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<K: Ord, V> VecMap<K, V> {
+    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
+    }
+
+    /// The value of `key`.
+    pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.find(key).ok().map(|at| &self.0[at].1)
+    }
+
+    /// Whether `key` has a value.
+    pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.find(key).is_ok()
+    }
+
+    /// Sets `key`'s value; returns the old one.
+    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        match self.find(&key) {
+            Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
+            Err(at) => {
+                self.0.insert(at, (key, value));
+                None
+            }
+        }
+    }
+
+    /// Removes `key`; returns its value.
+    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
+    where
+        K: std::borrow::Borrow<Q>,
+    {
+        self.find(key).ok().map(|at| self.0.remove(at).1)
+    }
+}
+
+/// The entries in ascending key order.
+impl<'a, K: Ord, V> IntoIterator for &'a VecMap<K, V> {
+    type Item = (&'a K, &'a V);
+    type IntoIter = std::iter::Map<std::slice::Iter<'a, (K, V)>, fn(&'a (K, V)) -> (&'a K, &'a V)>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stat(rev: u64) -> Stat {
+        Stat {
+            version: Version(rev as i64),
+            created: Revision(rev),
+            modified: Revision(rev),
+            ephemeral_owner: None,
+        }
+    }
 
     fn event(kind: WatchEventKind, path: &str, data: &str, rev: u64) -> WatchEvent {
         WatchEvent {
             kind,
             path: NodePath::new(path).unwrap(),
             data: data.as_bytes().to_vec(),
-            stat: (kind != WatchEventKind::Deleted).then_some(Stat {
-                version: Version(rev as i64),
-                created: Revision(rev),
-                modified: Revision(rev),
-                ephemeral_owner: None,
-            }),
+            stat: (kind != WatchEventKind::Deleted).then(|| stat(rev)),
         }
     }
 
-    /// The view kept event by event equals the one read from scratch after every step,
+    /// The facts kept event by event equal those loaded from scratch after every step,
     /// through creates, changes, corrupt data and deletes (including the last node of an item).
     #[test]
-    fn the_kept_view_equals_a_fresh_read() {
+    fn the_kept_view_equals_a_fresh_load() {
         use WatchEventKind::{Changed, Created, Deleted};
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
         let steps = [
+            (Created, "/j", "T"),
+            (Created, "/j/config", "a: 1"),
+            (Created, "/j/instances", ""),
             (Created, "/j/instances/10.0.0.1@-@1", ""),
+            (Created, "/j/instances/10.0.0.2@-@2", ""),
             (Created, "/j/servers/10.0.0.1", ""),
             (Changed, "/j/servers/10.0.0.1", "DISABLED"),
+            (Created, "/j/sharding", ""),
             (Created, "/j/sharding/0", ""),
             (Created, "/j/sharding/0/instance", "10.0.0.1@-@1"),
             (Changed, "/j/sharding/0/instance", "not an id"),
             (Changed, "/j/sharding/0/instance", "10.0.0.1@-@1"),
             (Created, "/j/sharding/0/execution", "{broken"),
             (Changed, "/j/sharding/0/execution", r#"{"done":5}"#),
+            (Created, "/j/sharding/0/odd", ""),
+            (Created, "/j/sharding/0/odd/deeper", ""),
             (Created, "/j/sharding/1/misfire", ""),
             (Created, "/j/sharding/1/running", "x"),
             (Created, "/j/sharding/1/disabled", ""),
+            (Created, "/j/leader", ""),
+            (Created, "/j/leader/election", ""),
             (Created, "/j/leader/election/instance", "10.0.0.1@-@1"),
             (Created, "/j/leader/sharding/necessary", ""),
+            (Created, "/j/leader/failover/items/3", ""),
             (Created, "/j/trigger/10.0.0.1@-@1", "p"),
+            (Changed, "/j/config", "a: 2"),
             (Deleted, "/j/sharding/1/running", ""),
             (Deleted, "/j/sharding/1/misfire", ""),
             (Deleted, "/j/sharding/1/disabled", ""),
@@ -418,17 +780,78 @@ mod tests {
             (Deleted, "/j/trigger/10.0.0.1@-@1", ""),
             (Deleted, "/j/instances/10.0.0.1@-@1", ""),
             (Deleted, "/j/sharding/0", ""),
+            (Deleted, "/j/sharding/0/nothing", ""),
         ];
         let mut cache = Cache::default();
-        cache.load(Vec::new());
+        cache.load(Vec::new(), &me);
+        let mut nodes: BTreeMap<NodePath, (Vec<u8>, Stat)> = BTreeMap::new();
         for (rev, (kind, path, data)) in steps.into_iter().enumerate() {
-            cache.apply(event(kind, path, data, rev as u64 + 1));
-            let kept = cache.view.as_ref().unwrap();
-            assert_eq!(*kept, JobView::read(&cache), "after {kind:?} {path}");
+            let ev = event(kind, path, data, rev as u64 + 1);
+            match ev.stat {
+                Some(s) => nodes.insert(ev.path.clone(), (ev.data.clone(), s)),
+                None => nodes.remove(&ev.path),
+            };
+            cache.apply(ev, &me);
+            let mut fresh = Cache::default();
+            let snapshot = nodes
+                .iter()
+                .map(|(path, (data, stat))| Node {
+                    path: path.clone(),
+                    data: data.clone(),
+                    stat: *stat,
+                })
+                .collect();
+            fresh.load(snapshot, &me);
+            assert_eq!(*cache.view, *fresh.view, "after {kind:?} {path}");
+            assert_eq!(cache.facts, fresh.facts, "after {kind:?} {path}");
         }
-        let end = cache.take_view();
+        let end = cache.view();
         assert!(!end.items.contains_key(&1), "item 1 has no node left");
         assert_eq!(end.items.get(&0).map(|i| i.exists), Some(false));
         assert!(end.corrupt.is_empty());
+        assert!(cache.own_instance().is_none());
+        assert!(cache.has_dir(Dir::Leader) && cache.has_dir(Dir::LeaderElection));
+        assert!(!cache.has_dir(Dir::Servers) && cache.has_dir(Dir::Instances));
+        assert_eq!(cache.config(), Some(&b"a: 2"[..]));
+        let paths = JobPaths::new("j").unwrap();
+        let below: Vec<String> = cache
+            .item_descendants_deepest_first(&paths, end, 0)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            below,
+            [
+                "/j/sharding/0/odd/deeper",
+                "/j/sharding/0/execution",
+                "/j/sharding/0/odd"
+            ]
+        );
+    }
+
+    /// A change without metadata keeps the metadata the cache had; the configuration's change
+    /// count moves only when its text does.
+    #[test]
+    fn changes_without_metadata_keep_the_old_one() {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut cache = Cache::default();
+        cache.load(Vec::new(), &me);
+        let created = event(WatchEventKind::Created, "/j/instances/10.0.0.1@-@1", "", 7);
+        cache.apply(created, &me);
+        let mut changed = event(WatchEventKind::Changed, "/j/instances/10.0.0.1@-@1", "x", 8);
+        changed.stat = None;
+        cache.apply(changed, &me);
+        assert_eq!(cache.own_instance(), Some(stat(7)));
+        assert_eq!(cache.seen, Some(Revision(7)));
+
+        let before = cache.config_changes();
+        cache.apply(event(WatchEventKind::Created, "/j/config", "a", 9), &me);
+        let after_create = cache.config_changes();
+        assert_ne!(before, after_create);
+        cache.apply(event(WatchEventKind::Changed, "/j/config", "a", 10), &me);
+        assert_eq!(cache.config_changes(), after_create);
+        cache.apply(event(WatchEventKind::Deleted, "/j/config", "", 11), &me);
+        assert_ne!(cache.config_changes(), after_create);
+        assert_eq!(cache.config(), None);
     }
 }

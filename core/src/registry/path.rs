@@ -217,6 +217,14 @@ impl AsRef<str> for NodePath {
     }
 }
 
+/// A path compares, orders and hashes as its string, so maps keyed by paths can be searched
+/// (and ranged over) by `&str`.
+impl std::borrow::Borrow<str> for NodePath {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
