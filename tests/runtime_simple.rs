@@ -393,18 +393,7 @@ async fn outcomes_with(handler: &str) -> BTreeMap<u32, ItemOutcome> {
         .build()
         .await
         .unwrap();
-    let mut events = handle.subscribe();
-    handle.trigger("handled", None).await.unwrap();
-    let mut outcomes = BTreeMap::new();
-    while outcomes.len() < 2 {
-        let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        if let RunEvent::ItemFinished { run, outcome, .. } = ev {
-            outcomes.insert(run.item, outcome);
-        }
-    }
+    let outcomes = trigger_and_collect(&handle, "handled", 2).await;
     handle.shutdown().await.unwrap();
     outcomes
 }

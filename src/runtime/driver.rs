@@ -425,11 +425,14 @@ impl Driver {
                     }
                     None => self.start(execution, None),
                 },
-                Command::Prepare(execution) => {
+                // A job without a body here is not set up: its start reports the failure,
+                // which must not come before the run was told to start.
+                Command::Prepare(execution) if self.jobs.contains_key(&execution.job_name) => {
                     let (go, wait) = oneshot::channel();
                     self.prepared.insert(execution.id, go);
                     self.start(execution, Some(wait));
                 }
+                Command::Prepare(_) => {}
                 Command::Discard(id) => {
                     self.prepared.remove(&id);
                     if let Some(r) = self.running.remove(&id) {

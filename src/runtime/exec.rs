@@ -222,16 +222,9 @@ impl ExecutionTask {
                     Some(Err(e)) => {
                         let Some(&item) = tasks.get(&e.id()) else { continue };
                         let (outcome, error) = if e.is_panic() {
-                            let why = panic_message(e.into_panic());
-                            tracing::error!(job = %exec.job_name, item, "job body panicked: {why}");
-                            (ItemOutcome::Failed(format!("panicked: {why}")), JobError::Panicked(why))
+                            panicked(&exec.job_name, item, e.into_panic())
                         } else {
-                            let why = format!(
-                                "ignored its cancellation for {} ms and was stopped",
-                                self.cancel_timeout.as_millis()
-                            );
-                            tracing::warn!(job = %exec.job_name, item, "item {why}");
-                            (ItemOutcome::Cancelled, JobError::Failed(why))
+                            stopped(&exec.job_name, item, self.cancel_timeout)
                         };
                         if let Some(run) = infos.get(&item) {
                             not_run(&shared, run.clone(), outcome.clone(), error);
@@ -364,7 +357,6 @@ fn listener_failed(
     thrown
 }
 
-/// Reports an item that ended without its body running to its end.
 /// Runs the only item of an execution within the execution's task: it waits for a slot of
 /// the job's executor, then runs as [`run_item`] does, with a panic caught and, once the run
 /// is cancelled, stopped after the cancel timeout, as a task of its own would be.
@@ -398,27 +390,40 @@ async fn run_single(
             tokio::time::timeout_at(at, &mut body).await.ok()
         }
     };
-    match result {
-        Some(Ok(outcome)) => outcome,
-        Some(Err(payload)) => {
-            let why = panic_message(payload);
-            tracing::error!(%job, item, "job body panicked: {why}");
-            let outcome = ItemOutcome::Failed(format!("panicked: {why}"));
-            not_run(shared, info, outcome.clone(), JobError::Panicked(why));
-            outcome
-        }
-        None => {
-            let why = format!(
-                "ignored its cancellation for {} ms and was stopped",
-                cancel_timeout.as_millis()
-            );
-            tracing::warn!(%job, item, "item {why}");
-            not_run(shared, info, ItemOutcome::Cancelled, JobError::Failed(why));
-            ItemOutcome::Cancelled
-        }
-    }
+    let (outcome, error) = match result {
+        Some(Ok(outcome)) => return outcome,
+        Some(Err(payload)) => panicked(&job, item, payload),
+        None => stopped(&job, item, cancel_timeout),
+    };
+    not_run(shared, info, outcome.clone(), error);
+    outcome
 }
 
+/// The outcome of an item whose body panicked (logged).
+fn panicked(
+    job: &str,
+    item: u32,
+    payload: Box<dyn std::any::Any + Send>,
+) -> (ItemOutcome, JobError) {
+    let why = panic_message(payload);
+    tracing::error!(%job, item, "job body panicked: {why}");
+    (
+        ItemOutcome::Failed(format!("panicked: {why}")),
+        JobError::Panicked(why),
+    )
+}
+
+/// The outcome of an item stopped because it ignored its cancellation (logged).
+fn stopped(job: &str, item: u32, cancel_timeout: Duration) -> (ItemOutcome, JobError) {
+    let why = format!(
+        "ignored its cancellation for {} ms and was stopped",
+        cancel_timeout.as_millis()
+    );
+    tracing::warn!(%job, item, "item {why}");
+    (ItemOutcome::Cancelled, JobError::Failed(why))
+}
+
+/// Reports an item that ended without its body running to its end.
 fn not_run(shared: &Shared, run: ItemRunInfo, outcome: ItemOutcome, error: JobError) {
     let _ = shared.events.send(RunEvent::ItemFinished {
         run,

@@ -169,22 +169,29 @@ impl Cache {
         self.check(me);
     }
 
+    /// A cache loaded from scratch with `nodes` (path → data and metadata), to check a kept
+    /// one against.
+    #[cfg(any(test, debug_assertions))]
+    fn loaded(nodes: &BTreeMap<NodePath, (Vec<u8>, Stat)>, me: &InstanceId) -> Cache {
+        let mut fresh = Cache::default();
+        let nodes = nodes
+            .iter()
+            .map(|(path, (data, stat))| Node {
+                path: path.clone(),
+                data: data.clone(),
+                stat: *stat,
+            })
+            .collect();
+        fresh.load(nodes, me);
+        fresh
+    }
+
     /// Debug builds: every 64th change, the kept facts must equal those loaded from scratch.
     #[allow(unused_variables)]
     fn check(&self, me: &InstanceId) {
         #[cfg(debug_assertions)]
         if self.version % 64 == 0 {
-            let mut fresh = Cache::default();
-            let nodes = self
-                .shadow
-                .iter()
-                .map(|(path, (data, stat))| Node {
-                    path: path.clone(),
-                    data: data.clone(),
-                    stat: *stat,
-                })
-                .collect();
-            fresh.load(nodes, me);
+            let fresh = Cache::loaded(&self.shadow, me);
             debug_assert_eq!(*self.view, *fresh.view, "the kept view drifted");
             debug_assert_eq!(self.facts, fresh.facts, "the kept facts drifted");
         }
@@ -792,16 +799,7 @@ mod tests {
                 None => nodes.remove(&ev.path),
             };
             cache.apply(ev, &me);
-            let mut fresh = Cache::default();
-            let snapshot = nodes
-                .iter()
-                .map(|(path, (data, stat))| Node {
-                    path: path.clone(),
-                    data: data.clone(),
-                    stat: *stat,
-                })
-                .collect();
-            fresh.load(snapshot, &me);
+            let fresh = Cache::loaded(&nodes, &me);
             assert_eq!(*cache.view, *fresh.view, "after {kind:?} {path}");
             assert_eq!(cache.facts, fresh.facts, "after {kind:?} {path}");
         }
