@@ -188,7 +188,9 @@ pub(crate) struct Driver {
     running: HashMap<ExecutionId, Running>,
     /// Runs set up ahead of their fire ([`Command::Prepare`]), each waiting for its start
     /// signal; they are in `running` too.
-    prepared: HashMap<ExecutionId, oneshot::Sender<()>>,
+    prepared: HashMap<ExecutionId, oneshot::Sender<exec::StartPass>>,
+    /// The runs told to start that have not had a thread yet.
+    starting: exec::Starting,
     /// Outstanding `GetTree` requests, by the job whose subtree they load.
     trees: HashMap<RequestId, String>,
     stream: Option<Box<dyn EventStream>>,
@@ -196,8 +198,8 @@ pub(crate) struct Driver {
     watch_tx: mpsc::UnboundedSender<RegistryEvent>,
     replies_tx: mpsc::UnboundedSender<(RequestId, RegistryReply)>,
     replies_rx: mpsc::UnboundedReceiver<(RequestId, RegistryReply)>,
-    finished_tx: mpsc::UnboundedSender<exec::Finished>,
-    finished_rx: mpsc::UnboundedReceiver<exec::Finished>,
+    finished_tx: mpsc::UnboundedSender<Box<exec::Finished>>,
+    finished_rx: mpsc::UnboundedReceiver<Box<exec::Finished>>,
     ops: mpsc::UnboundedReceiver<Op>,
     ops_open: bool,
     state: watch::Sender<SchedulerState>,
@@ -234,6 +236,7 @@ impl Driver {
             factories: p.factories,
             running: HashMap::new(),
             prepared: HashMap::new(),
+            starting: exec::Starting::default(),
             trees: HashMap::new(),
             stream: Some(p.stream),
             watch_rx,
@@ -276,8 +279,25 @@ impl Driver {
             self.machine
                 .handle_registry_event(RegistryEvent::Session(SessionEvent::Connected(info)), now);
         }
+        // Since when the driver has stepped aside for runs told to start.
+        let mut aside: Option<std::time::Instant> = None;
         let end = loop {
             self.pump().await;
+            // Runs told to start go before the bookkeeping of the others (their ends, the
+            // registry's replies and events): while any has not had a thread yet, the
+            // driver yields its own. Without this, each run that ends wakes the driver ahead
+            // of the runs still waiting (tokio runs a woken task next), and a thousand runs
+            // fired together start over tens of milliseconds. Bounded, should a run's task
+            // be starved, and never past a start that is due.
+            if self.starting.pending() {
+                let since = *aside.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() < MAX_ASIDE && !self.start_due() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+            } else {
+                aside = None;
+            }
             if self.held_triggers > 0 {
                 let now = self.clock.now();
                 self.release_triggers(now);
@@ -326,15 +346,11 @@ impl Driver {
                 }
                 Some(done) = self.finished_rx.recv() => {
                     let now = self.clock.now();
-                    self.running.remove(&done.id);
-                    self.machine.handle_execution_finished(done.id, done.outcomes, now);
+                    self.on_finished(*done, now);
                     // Runs that fired together end together: take the others in one go.
                     for _ in 1..MAX_BATCH {
                         match self.finished_rx.try_recv() {
-                            Ok(done) => {
-                                self.running.remove(&done.id);
-                                self.machine.handle_execution_finished(done.id, done.outcomes, now);
-                            }
+                            Ok(done) => self.on_finished(*done, now),
                             Err(_) => break,
                         }
                     }
@@ -359,6 +375,13 @@ impl Driver {
             }
         };
         self.finish(end).await;
+    }
+
+    /// Whether the machine has a start to hand out now.
+    fn start_due(&self) -> bool {
+        self.machine
+            .next_start()
+            .is_some_and(|t| t <= self.clock.now().mono)
     }
 
     /// When to call `handle_timeout` next: the machine's time, but never again at a `mono`
@@ -421,7 +444,8 @@ impl Driver {
                 Command::Start(execution) => match self.prepared.remove(&execution.id) {
                     Some(go) => {
                         // Set up at the claim: only the signal is left to give.
-                        let _ = go.send(());
+                        // A run gone meanwhile hands its pass back, which drops it.
+                        let _ = go.send(self.starting.pass());
                     }
                     None => self.start(execution, None),
                 },
@@ -458,7 +482,7 @@ impl Driver {
 
     /// Spawns an execution's task; with `go`, the task sets the run up and waits for the
     /// signal before it runs anything (a run prepared ahead of its fire).
-    fn start(&mut self, execution: Execution, go: Option<oneshot::Receiver<()>>) {
+    fn start(&mut self, execution: Execution, go: Option<oneshot::Receiver<exec::StartPass>>) {
         let id = execution.id;
         let (cancel_tx, cancel) = CancelSignal::new();
         let Some(entry) = self.jobs.get_mut(&execution.job_name) else {
@@ -471,7 +495,11 @@ impl Driver {
                     (i.item, ItemOutcome::Failed(why))
                 })
                 .collect();
-            let _ = self.finished_tx.send(exec::Finished { id, outcomes });
+            let _ = self.finished_tx.send(Box::new(exec::Finished {
+                id,
+                outcomes,
+                leftovers: None,
+            }));
             return;
         };
         let limiter = entry.limiter();
@@ -489,6 +517,7 @@ impl Driver {
             warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
             listeners: Arc::clone(&entry.listeners),
             guarantee: entry.run_guarantee.clone(),
+            pass: go.is_none().then(|| self.starting.pass()),
             go,
         };
         let handle = tokio::spawn(task.run());
@@ -499,6 +528,18 @@ impl Driver {
                 task: handle,
             },
         );
+    }
+
+    fn on_finished(&mut self, done: exec::Finished, now: Now) {
+        let exec::Finished {
+            id,
+            outcomes,
+            leftovers,
+        } = done;
+        self.running.remove(&id);
+        self.machine.handle_execution_finished(id, outcomes, now);
+        // Freed here rather than in the run's task (see `Leftovers`).
+        drop(leftovers);
     }
 
     fn on_op(&mut self, op: Op) {
@@ -759,6 +800,10 @@ fn plan(owners: &BTreeMap<u32, InstanceId>) -> String {
 /// How much before a start the driver's timer is set: tokio's timer has millisecond ticks
 /// and rounds up, and the process's wake-up adds to that.
 const START_LEAD: Duration = Duration::from_micros(2_500);
+
+/// The longest the driver puts its bookkeeping off for runs told to start that have not had a
+/// thread yet (see the run loop).
+const MAX_ASIDE: Duration = Duration::from_millis(20);
 
 /// When the machine's timer is due, and when to wake for it.
 #[derive(Debug, Clone, Copy)]

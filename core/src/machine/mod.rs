@@ -95,7 +95,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{JobConfig, Strictness};
 use crate::instance::{DELIMITER, InstanceId};
-use crate::layout::{JobNode, JobPaths};
+use crate::layout::{ItemLeaf, JobNode, JobPaths};
 use crate::registry::{
     Check, CreateMode, ErrorClass, NodePath, RegistryError, RegistryEvent, RegistryOp,
     RegistryReply, RequestId, Revision, SessionEvent, SessionInfo, TxnOp, TxnOpResult, Version,
@@ -175,6 +175,10 @@ pub struct Machine {
     sweep_left: usize,
     /// When the rest of the slice is evaluated (set while `sweep_left > 0`).
     sweep_at: Option<u64>,
+    /// Grows whenever a job's view of its disabled items or servers may have changed (an
+    /// event of an item's `disabled` node or of a server node, a load from scratch), so that
+    /// a start can skip the check when nothing did since its claim.
+    disables: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,6 +272,9 @@ struct Exec {
     started: bool,
     /// Whether the driver was told to prepare it ([`MachineOptions::prepare_ahead`]).
     prepared: bool,
+    /// [`Machine::disables`] when the claim ahead was recorded with none of its items, nor
+    /// this server, disabled; `None` if some were, or nothing is claimed ahead.
+    enabled_at: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -445,6 +452,7 @@ impl Machine {
             sweep_cursor: None,
             sweep_left: 0,
             sweep_at: None,
+            disables: 0,
         }
     }
 
@@ -704,6 +712,28 @@ impl Machine {
                 return None;
             }
             _ => {}
+        }
+        // Anything but the nodes a run or a fire writes may bear on what is disabled (an
+        // item's or a server's node, or a directory deleted with them).
+        if !matches!(
+            node,
+            JobNode::ItemState(
+                _,
+                ItemLeaf::Running
+                    | ItemLeaf::Execution
+                    | ItemLeaf::Misfire
+                    | ItemLeaf::Failover
+                    | ItemLeaf::Failovering
+                    | ItemLeaf::Instance
+            ) | JobNode::Instance(_)
+                | JobNode::LeaderInstance
+                | JobNode::ShardingNecessary
+                | JobNode::ShardingProcessing
+                | JobNode::FailoverItem(_)
+                | JobNode::Trigger(_)
+                | JobNode::Guarantee
+        ) {
+            self.disables += 1;
         }
         j.cache.apply(ev, &self.opts.instance_id);
         if node == JobNode::Config || node == JobNode::Root {
@@ -1142,6 +1172,7 @@ impl Machine {
         match reply {
             RegistryReply::Tree(nodes) => {
                 let me = &self.opts.instance_id;
+                self.disables += 1;
                 j.cache.load(nodes, me);
                 for ev in std::mem::take(&mut j.buffer) {
                     j.cache.apply(ev, me);
@@ -1671,6 +1702,7 @@ impl Machine {
             pending: None,
             started: false,
             prepared: false,
+            enabled_at: None,
         };
         self.executions.insert(id, exec);
         id
@@ -1730,6 +1762,11 @@ impl Machine {
                 e.pending = Some(execution);
                 self.starts.insert((at, id));
             }
+            let enabled = !self.disabled_since_claim(id);
+            let disables = self.disables;
+            if let Some(e) = self.executions.get_mut(&id) {
+                e.enabled_at = enabled.then_some(disables);
+            }
         } else {
             if let Some(e) = self.executions.get_mut(&id) {
                 e.started = true;
@@ -1743,6 +1780,15 @@ impl Machine {
     /// sure; releases them otherwise.
     fn start_due(&mut self, now: Now) {
         let mut handled = 0;
+        // The view must be recent too: after a pause or a cut longer than the claim's lead,
+        // an operator's disable may not have reached it. Then the claim is given back, and
+        // claimed again with the registry's own checks.
+        let fresh = matches!(self.session, Session::Live(_))
+            && self.confirmed.is_some_and(|c| {
+                now.mono.saturating_sub(c)
+                    <= ms(self.opts.claim_ahead).saturating_add(FRESH_VIEW_MS)
+            });
+        let lease_ok = self.lease_valid(now) && fresh;
         while let Some(&(t, id)) = self.starts.first() {
             if t > now.mono || handled == START_CHUNK {
                 break;
@@ -1750,23 +1796,21 @@ impl Machine {
             handled += 1;
             self.starts.remove(&(t, id));
             // Entries of executions given back or gone meanwhile are stale.
-            if self.executions.get(&id).is_none_or(|e| e.pending.is_none()) {
+            let Some(e) = self.executions.get(&id) else {
+                continue;
+            };
+            if e.pending.is_none() {
                 continue;
             }
-            // The view must be recent too: after a pause or a cut longer than the claim's
-            // lead, an operator's disable may not have reached it. Then the claim is given
-            // back, and claimed again with the registry's own checks.
-            let fresh = matches!(self.session, Session::Live(_))
-                && self.confirmed.is_some_and(|c| {
-                    now.mono.saturating_sub(c)
-                        <= ms(self.opts.claim_ahead).saturating_add(FRESH_VIEW_MS)
-                });
-            let lease_ok = self.lease_valid(now) && fresh;
-            let disabled = self.disabled_since_claim(id);
+            // Nothing disabled at the claim, and no disable seen since: no need to look.
+            let go = lease_ok
+                && e.epoch == self.epoch
+                && !e.cancelled
+                && (e.enabled_at == Some(self.disables) || !self.disabled_since_claim(id));
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
             };
-            if lease_ok && e.epoch == self.epoch && !e.cancelled && !disabled {
+            if go {
                 if let Some(execution) = e.pending.take() {
                     e.started = true;
                     self.out.push_back(Command::Start(execution));
