@@ -425,6 +425,9 @@ impl Driver {
 
     /// Carries out every command the machine has queued.
     async fn pump(&mut self) {
+        // Whether the runs started in this batch have anyone to tell of their items: looked
+        // up once, at the first start (the channel's lock is shared with every run).
+        let mut watched = None;
         while let Some(cmd) = self.machine.poll_command() {
             match cmd {
                 Command::Registry { id, op } => {
@@ -445,7 +448,9 @@ impl Driver {
                     Some(go) => {
                         // Set up at the claim: only the signal is left to give.
                         // A run gone meanwhile hands its pass back, which drops it.
-                        let _ = go.send(self.starting.pass());
+                        let watched =
+                            *watched.get_or_insert_with(|| self.events.receiver_count() > 0);
+                        let _ = go.send(self.starting.pass(watched));
                     }
                     None => self.start(execution, None),
                 },
@@ -517,7 +522,9 @@ impl Driver {
             warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
             listeners: Arc::clone(&entry.listeners),
             guarantee: entry.run_guarantee.clone(),
-            pass: go.is_none().then(|| self.starting.pass()),
+            pass: go
+                .is_none()
+                .then(|| self.starting.pass(self.events.receiver_count() > 0)),
             go,
         };
         let handle = tokio::spawn(task.run());

@@ -27,10 +27,14 @@ use crate::listeners::{Guarantee, JobListener, ListenerError, ListenerHook, Shar
 pub(crate) struct Starting(Arc<AtomicUsize>);
 
 impl Starting {
-    /// Counts one more run told to start, until the pass is dropped.
-    pub(crate) fn pass(&self) -> StartPass {
+    /// Counts one more run told to start, until the pass is dropped. `watched`: whether
+    /// anyone subscribes to the scheduler's events at the start.
+    pub(crate) fn pass(&self, watched: bool) -> StartPass {
         self.0.fetch_add(1, Ordering::Relaxed);
-        StartPass(Arc::clone(&self.0))
+        StartPass {
+            count: Arc::clone(&self.0),
+            watched,
+        }
     }
 
     /// Whether some run told to start has not had a thread yet.
@@ -42,11 +46,17 @@ impl Starting {
 /// One run told to start: the run's task drops it as soon as it runs. A task aborted before
 /// (or a signal that never reached it) drops it too.
 #[derive(Debug)]
-pub(crate) struct StartPass(Arc<AtomicUsize>);
+pub(crate) struct StartPass {
+    count: Arc<AtomicUsize>,
+    /// Whether anyone subscribed to the scheduler's events when the run was told to start:
+    /// the driver looks once for a whole batch of starts, and a run that nobody watches
+    /// builds no events (the channel's lock is shared by every run).
+    watched: bool,
+}
 
 impl Drop for StartPass {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -107,10 +117,13 @@ struct Shared {
     events: broadcast::Sender<RunEvent>,
     /// Set by a failing item when the error handler is `THROW`: items not started yet fail.
     thrown: AtomicBool,
+    /// Whether the run's item events have a subscriber (see [`StartPass`]).
+    watched: AtomicBool,
 }
 
 impl ExecutionTask {
     pub(crate) async fn run(self) {
+        let mut watched = self.pass.as_ref().is_some_and(|p| p.watched);
         drop(self.pass);
         let exec = self.execution;
         let handler = self.config.job_error_handler_type;
@@ -131,6 +144,7 @@ impl ExecutionTask {
             handler,
             events: self.events,
             thrown: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
         });
         let props = Arc::new(self.config.props.clone());
         // Items take the job's executor slots in ascending order (a FIFO queue, as
@@ -163,17 +177,11 @@ impl ExecutionTask {
             queue.push_back((ctx, info));
         }
 
-        if let Some(go) = self.go {
-            match go.await {
-                Ok(pass) => drop(pass),
-                Err(_) => return,
-            }
-        }
-        let mut outcomes = BTreeMap::new();
         // Once the run is cancelled, its `before` hooks and items together have the cancel
         // timeout to end; its `after` hooks together have another.
         let stop_run = OnceLock::new();
         let stop_after = OnceLock::new();
+        // The listeners' view of the run is set up before the signal too.
         let group = (!self.listeners.is_empty()).then(|| {
             Arc::new(ShardingContexts {
                 job_name: exec.job_name.clone(),
@@ -199,6 +207,29 @@ impl ExecutionTask {
                 guarantee: self.guarantee.clone(),
             })
         });
+        // Allocated before the signal, so that the run's end allocates nothing: its message,
+        // and its outcome's entry (the only item of most runs; every way the run ends
+        // overwrites it, and a failure is the safe side should one ever not). The
+        // message is boxed so that the channel's blocks stay small: blocks of 32 whole
+        // messages would take over a kilobyte each, and glibc's malloc consolidates its free
+        // lists on every such request, in the middle of a thousand runs that end together.
+        let mut finished = Box::new(Finished {
+            id: exec.id,
+            outcomes: BTreeMap::new(),
+            leftovers: None,
+        });
+        let mut outcomes = std::mem::take(&mut finished.outcomes);
+        if let [only] = exec.items.as_slice() {
+            let unreported = "the run ended without an outcome for this item".to_owned();
+            outcomes.insert(only.item, ItemOutcome::Failed(unreported));
+        }
+        if let Some(go) = self.go {
+            match go.await {
+                Ok(pass) => watched = pass.watched,
+                Err(_) => return,
+            }
+        }
+        shared.watched.store(watched, Ordering::Relaxed);
         if let Some(group) = &group {
             let mut thrown_by = None;
             for listener in self.listeners.iter() {
@@ -324,10 +355,6 @@ impl ExecutionTask {
                 }
             }
         }
-        // Boxed: the channel's blocks stay small. Blocks of 32 whole messages would take
-        // over a kilobyte each, and glibc's malloc consolidates its free lists on every such
-        // request, in the middle of a thousand runs that end together.
-        let id = exec.id;
         let leftovers = Leftovers {
             _execution: exec,
             _single: single,
@@ -339,11 +366,9 @@ impl ExecutionTask {
             _instance: self.instance,
             _listeners: self.listeners,
         };
-        let _ = self.finished.send(Box::new(Finished {
-            id,
-            outcomes,
-            leftovers: Some(leftovers),
-        }));
+        finished.outcomes = outcomes;
+        finished.leftovers = Some(leftovers);
+        let _ = self.finished.send(finished);
     }
 }
 
@@ -540,7 +565,7 @@ async fn run_item(
     );
     // Nobody listening: the events are not even built (this is on the way to the body's
     // start). A subscriber that comes during the run sees neither of its events.
-    let watched = shared.events.receiver_count() > 0;
+    let watched = shared.watched.load(Ordering::Relaxed);
     if watched {
         let _ = shared.events.send(RunEvent::ItemStarted {
             run: run.clone(),
@@ -646,7 +671,7 @@ mod tests {
 
         // Taken by the run's task.
         let (go, wait) = oneshot::channel();
-        assert!(go.send(starting.pass()).is_ok());
+        assert!(go.send(starting.pass(false)).is_ok());
         assert!(starting.pending());
         let pass = wait.blocking_recv();
         assert!(starting.pending(), "counted until the task drops it");
@@ -656,13 +681,13 @@ mod tests {
         // The run was discarded before the signal: the pass comes back and is dropped.
         let (go, wait) = oneshot::channel::<StartPass>();
         drop(wait);
-        drop(go.send(starting.pass()));
+        drop(go.send(starting.pass(false)));
         assert!(!starting.pending());
 
         // The run was aborted with the signal in its channel.
         let (go, wait) = oneshot::channel();
-        assert!(go.send(starting.pass()).is_ok());
-        let other = starting.pass();
+        assert!(go.send(starting.pass(false)).is_ok());
+        let other = starting.pass(true);
         drop(wait);
         assert!(starting.pending(), "the other pass is still out");
         drop(other);
