@@ -89,8 +89,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         );
     }
+    // Subscribed before the build: the first jobs can be active before it returns.
+    let mut events = builder.subscribe();
     let handle = builder.build().await?;
-    let mut events = handle.subscribe();
     let mut active = std::collections::HashSet::new();
     while active.len() < jobs {
         match events.recv().await {

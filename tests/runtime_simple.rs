@@ -560,3 +560,45 @@ async fn an_item_that_ignores_cancellation_is_stopped_after_the_cancel_timeout()
         assert_eq!(stopped, items);
     }
 }
+
+/// A subscription taken on the builder sees the scheduler from its start: with the
+/// in-memory registry, jobs are active before `build` returns; and it sees the first run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_on_the_builder_sees_the_start_up() {
+    use shardjob::core::machine::MachineEvent;
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let builder = Scheduler::builder()
+        .registry(Arc::new(server.connect(Duration::from_secs(3))))
+        .instance_id(id(1))
+        .job(
+            every_second("early", 1),
+            Recorder {
+                instance: id(1).to_string(),
+                seen: Arc::clone(&seen),
+                work: Duration::ZERO,
+            },
+        );
+    let mut events = builder.subscribe();
+    let handle = builder.build().await.unwrap();
+    let (mut active, mut finished) = (false, false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !(active && finished) {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Ok(RunEvent::Machine(MachineEvent::JobActive { job }))) => {
+                assert_eq!(job, "early");
+                active = true;
+            }
+            Ok(Ok(RunEvent::ItemFinished { run, outcome, .. })) => {
+                assert!(active, "a run before the job was active");
+                assert_eq!((run.job.as_str(), run.item), ("early", 0));
+                assert_eq!(outcome, ItemOutcome::Succeeded);
+                finished = true;
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => panic!("events: {e}"),
+            Err(_) => panic!("no JobActive and ItemFinished within 10 s: {active} {finished}"),
+        }
+    }
+    handle.shutdown().await.unwrap();
+}

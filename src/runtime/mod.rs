@@ -187,6 +187,7 @@ impl Scheduler {
             listener_types: BTreeMap::new(),
             configure: Vec::new(),
             cancel_timeout: DEFAULT_CANCEL_TIMEOUT,
+            events: broadcast::channel(EVENT_CAPACITY).0,
         }
     }
 }
@@ -202,6 +203,7 @@ pub struct SchedulerBuilder {
     listener_types: BTreeMap<String, ListenerFactory>,
     configure: Vec<Configure>,
     cancel_timeout: Duration,
+    events: broadcast::Sender<RunEvent>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -218,6 +220,13 @@ impl std::fmt::Debug for SchedulerBuilder {
 }
 
 impl SchedulerBuilder {
+    /// Events from the scheduler's very start, before [`SchedulerBuilder::build`] returns:
+    /// its jobs becoming active, the first runs. [`SchedulerHandle::subscribe`] sees only
+    /// what comes after it is called, which can be after some of those.
+    pub fn subscribe(&self) -> broadcast::Receiver<RunEvent> {
+        self.events.subscribe()
+    }
+
     /// The registry client. Its session is this instance's; the scheduler closes it at the end
     /// of a graceful shutdown.
     pub fn registry(mut self, registry: Arc<dyn Registry>) -> Self {
@@ -333,7 +342,7 @@ impl SchedulerBuilder {
             .map_err(RuntimeError::Watch)?;
         let (ops_tx, ops_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(SchedulerState::Running);
-        let (events_tx, _) = broadcast::channel(EVENT_CAPACITY);
+        let events_tx = self.events;
         let driver = driver::Driver::new(driver::Parts {
             machine,
             registry,
