@@ -599,7 +599,7 @@ fn preparing() -> Cluster {
 }
 
 #[test]
-fn a_claim_ahead_is_prepared_then_started_as_announced() {
+fn a_claim_ahead_is_prepared_then_started_by_its_id() {
     let mut c = preparing();
     c.add_node(A, &[job("tick", "0/5 * * * * ?", 2)]);
     c.run_until(4_900);
@@ -610,7 +610,7 @@ fn a_claim_ahead_is_prepared_then_started_as_announced() {
     let starts: Vec<(u32, u64)> = c.runs.iter().map(|r| (r.item, r.start)).collect();
     assert_eq!(starts, [(0, 5_000), (1, 5_000)]);
     c.run_until(20_100);
-    // Every fire prepared once, started exactly as announced, none discarded.
+    // Every fire prepared once, then started by its id, none discarded.
     assert_eq!(c.prepared, (4, 0));
     assert!(c.protocol_errors.is_empty(), "{:?}", c.protocol_errors);
 }

@@ -186,9 +186,9 @@ pub(crate) struct Driver {
     jobs: BTreeMap<String, JobEntry>,
     factories: Arc<BTreeMap<String, ListenerFactory>>,
     running: HashMap<ExecutionId, Running>,
-    /// Runs set up ahead of their fire ([`Command::Prepare`]), each waiting for its start
-    /// signal; they are in `running` too.
-    prepared: HashMap<ExecutionId, oneshot::Sender<exec::StartPass>>,
+    /// Runs announced ahead of their fire ([`Command::Prepare`]), until they start or are
+    /// discarded; those set up, waiting for their start signal, are in `running` too.
+    prepared: HashMap<ExecutionId, Prepared>,
     /// The runs told to start that have not had a thread yet.
     starting: exec::Starting,
     /// Outstanding `GetTree` requests, by the job whose subtree they load.
@@ -444,24 +444,30 @@ impl Driver {
                         let _ = tx.send((id, reply));
                     });
                 }
-                Command::Start(execution) => match self.prepared.remove(&execution.id) {
-                    Some(go) => {
-                        // Set up at the claim: only the signal is left to give.
-                        // A run gone meanwhile hands its pass back, which drops it.
+                Command::Start(execution) => self.start(execution, None),
+                Command::StartPrepared(id) => match self.prepared.remove(&id) {
+                    // Set up at the claim: only the signal is left to give. A run gone
+                    // meanwhile hands its pass back, which drops it.
+                    Some(Prepared::Waiting(go)) => {
                         let watched =
                             *watched.get_or_insert_with(|| self.events.receiver_count() > 0);
                         let _ = go.send(self.starting.pass(watched));
                     }
-                    None => self.start(execution, None),
+                    Some(Prepared::NoBody(execution)) => self.start(execution, None),
+                    None => {}
                 },
-                // A job without a body here is not set up: its start reports the failure,
-                // which must not come before the run was told to start.
-                Command::Prepare(execution) if self.jobs.contains_key(&execution.job_name) => {
-                    let (go, wait) = oneshot::channel();
-                    self.prepared.insert(execution.id, go);
-                    self.start(execution, Some(wait));
+                Command::Prepare(execution) => {
+                    let id = execution.id;
+                    if self.jobs.contains_key(&execution.job_name) {
+                        let (go, wait) = oneshot::channel();
+                        self.prepared.insert(id, Prepared::Waiting(go));
+                        self.start(execution, Some(wait));
+                    } else {
+                        // A job without a body here is not set up: its start reports the
+                        // failure, which must not come before the run was told to start.
+                        self.prepared.insert(id, Prepared::NoBody(execution));
+                    }
                 }
-                Command::Prepare(_) => {}
                 Command::Discard(id) => {
                     self.prepared.remove(&id);
                     if let Some(r) = self.running.remove(&id) {
@@ -807,6 +813,14 @@ fn plan(owners: &BTreeMap<u32, InstanceId>) -> String {
 /// How much before a start the driver's timer is set: tokio's timer has millisecond ticks
 /// and rounds up, and the process's wake-up adds to that.
 const START_LEAD: Duration = Duration::from_micros(2_500);
+
+/// A run announced with [`Command::Prepare`], until its start or discard.
+enum Prepared {
+    /// Set up: its task waits for the start signal.
+    Waiting(oneshot::Sender<exec::StartPass>),
+    /// Of a job with no body here: nothing to set up; its start reports the failure.
+    NoBody(Execution),
+}
 
 /// The longest the driver puts its bookkeeping off for runs told to start that have not had a
 /// thread yet (see the run loop).

@@ -16,8 +16,8 @@
 //!    report their end with [`Machine::handle_execution_finished`]; signal
 //!    [`Command::Cancel`]; close the session on [`Command::CloseSession`]. With
 //!    [`MachineOptions::prepare_ahead`], a run claimed ahead of its fire comes first as
-//!    [`Command::Prepare`] (set it up, run nothing), then as [`Command::Start`] at the fire, or
-//!    [`Command::Discard`] if it never starts.
+//!    [`Command::Prepare`] (set it up, run nothing), then as [`Command::StartPrepared`] with
+//!    its id at the fire, or [`Command::Discard`] if it never starts.
 //! 4. Call [`Machine::handle_timeout`] when the monotonic clock reaches
 //!    [`Machine::poll_timeout`] (ask again after every call; it changes). Starts are handed out
 //!    a bounded number per call: while [`Machine::next_start`] is still due, carry out the
@@ -266,15 +266,23 @@ struct Exec {
     sending: usize,
     retry_at: Option<u64>,
     backoff: u32,
-    /// Claimed ahead of its fire: the start to hand to the driver when the fire comes.
-    pending: Option<Execution>,
+    /// Claimed ahead of its fire and not started yet.
+    pending: Option<Ahead>,
     /// Whether the driver was told to start it (a claim given back never was).
     started: bool,
-    /// Whether the driver was told to prepare it ([`MachineOptions::prepare_ahead`]).
-    prepared: bool,
     /// [`Machine::disables`] when the claim ahead was recorded with none of its items, nor
     /// this server, disabled; `None` if some were, or nothing is claimed ahead.
     enabled_at: Option<u64>,
+}
+
+/// A run claimed ahead of its fire, until the fire comes.
+#[derive(Debug)]
+enum Ahead {
+    /// Kept here, to hand to the driver with [`Command::Start`].
+    Held(Execution),
+    /// Announced to the driver with [`Command::Prepare`] ([`MachineOptions::prepare_ahead`]);
+    /// started with [`Command::StartPrepared`], or dropped with [`Command::Discard`].
+    Prepared,
 }
 
 #[derive(Debug, Clone)]
@@ -1701,7 +1709,6 @@ impl Machine {
             backoff: 0,
             pending: None,
             started: false,
-            prepared: false,
             enabled_at: None,
         };
         self.executions.insert(id, exec);
@@ -1755,11 +1762,12 @@ impl Machine {
             // Claimed ahead: started when the fire comes.
             let at = now.mono_at(fire);
             if let Some(e) = self.executions.get_mut(&id) {
-                if self.opts.prepare_ahead {
-                    e.prepared = true;
-                    self.out.push_back(Command::Prepare(execution.clone()));
-                }
-                e.pending = Some(execution);
+                e.pending = Some(if self.opts.prepare_ahead {
+                    self.out.push_back(Command::Prepare(execution));
+                    Ahead::Prepared
+                } else {
+                    Ahead::Held(execution)
+                });
                 self.starts.insert((at, id));
             }
             let enabled = !self.disabled_since_claim(id);
@@ -1811,10 +1819,12 @@ impl Machine {
                 continue;
             };
             if go {
-                if let Some(execution) = e.pending.take() {
-                    e.started = true;
-                    self.out.push_back(Command::Start(execution));
+                match e.pending.take() {
+                    Some(Ahead::Held(execution)) => self.out.push_back(Command::Start(execution)),
+                    Some(Ahead::Prepared) => self.out.push_back(Command::StartPrepared(id)),
+                    None => continue,
                 }
+                e.started = true;
             } else {
                 self.release(id, now);
             }
@@ -1843,7 +1853,7 @@ impl Machine {
         let Some(e) = self.executions.get_mut(&id) else {
             return;
         };
-        if e.pending.take().is_some() && e.prepared {
+        if matches!(e.pending.take(), Some(Ahead::Prepared)) {
             self.out.push_back(Command::Discard(id));
         }
         e.counts_as_fire = false;
@@ -2238,7 +2248,7 @@ impl Machine {
         let Some(exec) = self.executions.remove(&id) else {
             return;
         };
-        if exec.pending.is_some() && exec.prepared {
+        if matches!(exec.pending, Some(Ahead::Prepared)) {
             self.out.push_back(Command::Discard(id));
         }
         if let Some(j) = self.jobs.get_mut(&exec.job) {

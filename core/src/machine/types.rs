@@ -223,12 +223,14 @@ pub enum Command {
         /// The request.
         op: RegistryOp,
     },
-    /// Start running items. With [`MachineOptions::prepare_ahead`] a run claimed ahead was
-    /// announced before with [`Command::Prepare`] under the same id.
+    /// Start running items.
     Start(Execution),
+    /// Start the run announced with [`Command::Prepare`] under this id, as announced (only
+    /// with [`MachineOptions::prepare_ahead`]).
+    StartPrepared(ExecutionId),
     /// A run claimed ahead of its fire (only with [`MachineOptions::prepare_ahead`]). The
     /// driver may set it up now (tasks, contexts) but must run nothing of it before
-    /// [`Command::Start`] with the same id; [`Command::Discard`] says it never will start.
+    /// [`Command::StartPrepared`] with its id; [`Command::Discard`] says it never will start.
     Prepare(Execution),
     /// A run announced with [`Command::Prepare`] will not start: drop what was set up for it.
     /// It is not to be reported finished.
