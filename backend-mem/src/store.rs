@@ -235,6 +235,9 @@ pub struct Store {
     nodes: BTreeMap<NodePath, NodeEntry>,
     revision: u64,
     sessions: BTreeMap<SessionId, SessionEntry>,
+    /// The sessions that have a deadline (alive, client not connected), so that time steps
+    /// look at those only: a store keeps every session it ever opened.
+    timed: BTreeSet<SessionId>,
     next_session: u64,
     watches: BTreeMap<WatchId, WatchEntry>,
     next_watch: u64,
@@ -264,6 +267,7 @@ impl Store {
             nodes: BTreeMap::from([(NodePath::root(), root)]),
             revision: 0,
             sessions: BTreeMap::new(),
+            timed: BTreeSet::new(),
             next_session: 1,
             watches: BTreeMap::new(),
             next_watch: 1,
@@ -287,10 +291,14 @@ impl Store {
     pub fn advance_to(&mut self, now: Duration) -> Vec<SessionId> {
         self.now = self.now.max(now);
         let due: Vec<SessionId> = self
-            .sessions
+            .timed
             .iter()
-            .filter(|(_, s)| deadline(s.status, s.link, s.timeout).is_some_and(|d| d <= self.now))
-            .map(|(id, _)| *id)
+            .filter(|id| {
+                self.sessions.get(id).is_some_and(|s| {
+                    deadline(s.status, s.link, s.timeout).is_some_and(|d| d <= self.now)
+                })
+            })
+            .copied()
             .collect();
         for id in &due {
             self.expire_now(*id);
@@ -302,8 +310,9 @@ impl Store {
     /// delayed event becomes deliverable. `None` if nothing is pending on time.
     pub fn next_deadline(&self) -> Option<Duration> {
         let sessions = self
-            .sessions
-            .values()
+            .timed
+            .iter()
+            .filter_map(|id| self.sessions.get(id))
             .filter_map(|s| deadline(s.status, s.link, s.timeout));
         let watches = self
             .watches
@@ -368,6 +377,7 @@ impl Store {
         if alive && connected {
             self.end_session(id, SessionStatus::Closed);
         }
+        self.retime(id);
         self.debug_check();
         Ok(())
     }
@@ -395,6 +405,7 @@ impl Store {
             return false;
         }
         s.link = Link::Suspended { since: self.now };
+        self.retime(id);
         self.push_session_event(id, SessionEvent::Suspended(id));
         true
     }
@@ -427,6 +438,7 @@ impl Store {
                 }
             }
         }
+        self.retime(id);
         true
     }
 
@@ -476,6 +488,7 @@ impl Store {
                 w.end();
             }
         }
+        self.retime(id);
         true
     }
 
@@ -629,7 +642,12 @@ impl Store {
     ) -> Result<Vec<TxnOpResult>, RegistryError> {
         self.advance_to(now);
         self.gate(session)?;
-        if let Some(max) = self.max_txn_ops {
+        // No operation costs more than three compares and one write (see `txn_cost`): a
+        // transaction short enough for that to fit needs no count.
+        if let Some(max) = self
+            .max_txn_ops
+            .filter(|max| ops.len().saturating_mul(3) > *max)
+        {
             let (compares, writes) = txn_cost(&ops);
             if compares > max || writes > max {
                 return Err(RegistryError::TooLarge(format!(
@@ -950,6 +968,10 @@ impl Store {
             }
         }
         for (id, s) in &self.sessions {
+            let has_deadline = deadline(s.status, s.link, s.timeout).is_some();
+            if has_deadline != self.timed.contains(id) {
+                return Err(format!("session {id}: deadline index out of date"));
+            }
             if s.status != SessionStatus::Alive && !s.ephemerals.is_empty() {
                 return Err(format!("session {id} ended but owns nodes"));
             }
@@ -1025,6 +1047,19 @@ impl Store {
         // The full walk is O(nodes); keep debug builds of big simulations fast.
         if cfg!(debug_assertions) && self.nodes.len() + self.sessions.len() <= 512 {
             debug_assert_eq!(self.check_invariants(), Ok(()));
+        }
+    }
+
+    /// Puts a session in `timed` or takes it out, after its status or link changed.
+    fn retime(&mut self, id: SessionId) {
+        let timed = self
+            .sessions
+            .get(&id)
+            .is_some_and(|s| deadline(s.status, s.link, s.timeout).is_some());
+        if timed {
+            self.timed.insert(id);
+        } else {
+            self.timed.remove(&id);
         }
     }
 
@@ -1296,6 +1331,7 @@ impl Store {
         };
         s.status = status;
         let paths = std::mem::take(&mut s.ephemerals);
+        self.retime(id);
         if paths.is_empty() {
             return;
         }

@@ -743,8 +743,9 @@ impl Machine {
         ) {
             self.disables += 1;
         }
-        j.cache.apply(ev, &self.opts.instance_id);
-        if node == JobNode::Config || node == JobNode::Root {
+        let config = matches!(node, JobNode::Config | JobNode::Root);
+        j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
+        if config {
             self.refresh_config(&job);
         }
         Some(job)

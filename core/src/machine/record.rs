@@ -81,6 +81,11 @@ pub struct ItemRecord {
 impl ItemRecord {
     /// Reads a record; `Err` with a message for anything that is not one.
     pub fn parse(data: &[u8]) -> Result<Self, String> {
+        // Every instance reads every record it sees: the bytes `to_bytes` writes are read
+        // directly, anything else by serde (which reads those bytes to the same record).
+        if let Some(record) = parse_canonical(data) {
+            return Ok(record);
+        }
         serde_json::from_slice(data).map_err(|e| format!("not an execution record: {e}"))
     }
 
@@ -89,6 +94,70 @@ impl ItemRecord {
         // A struct of integers, an enum and a checked string always serializes.
         serde_json::to_vec(self).unwrap_or_default()
     }
+}
+
+/// Reads a record written exactly as [`ItemRecord::to_bytes`] writes it (fields in order, no
+/// space, integers in canonical decimal, an instance id with nothing JSON would escape); `None`
+/// for anything else, even a valid record written otherwise.
+fn parse_canonical(data: &[u8]) -> Option<ItemRecord> {
+    let mut rest = data.strip_prefix(b"{")?;
+    let mut record = ItemRecord::default();
+    let mut run_follows = false;
+    if let Some(r) = rest.strip_prefix(br#""done":"#) {
+        let (done, r) = canonical_i64(r)?;
+        record.done = Some(done);
+        rest = match r.strip_prefix(b",") {
+            Some(r) => {
+                run_follows = true;
+                r
+            }
+            None => r,
+        };
+    }
+    if let Some(r) = rest.strip_prefix(br#""run":{"fire":"#) {
+        let (fire, r) = canonical_i64(r)?;
+        let r = r.strip_prefix(br#","kind":""#)?;
+        let end = r.iter().position(|b| *b == b'"')?;
+        let kind = match &r[..end] {
+            b"SCHEDULED" => RunKind::Scheduled,
+            b"MISFIRE" => RunKind::Misfire,
+            b"FAILOVER" => RunKind::Failover,
+            b"TRIGGER" => RunKind::Trigger,
+            _ => return None,
+        };
+        let r = r[end..].strip_prefix(br#"","instance":""#)?;
+        let end = r.iter().position(|b| *b == b'"')?;
+        let raw = &r[..end];
+        if raw.iter().any(|b| *b == b'\\' || *b < 0x20) {
+            return None;
+        }
+        let instance = InstanceId::new(std::str::from_utf8(raw).ok()?).ok()?;
+        rest = r[end..].strip_prefix(br#""}"#)?;
+        record.run = Some(RunRecord {
+            fire,
+            kind,
+            instance,
+        });
+    } else if run_follows {
+        return None;
+    }
+    (rest == b"}").then_some(record)
+}
+
+/// Reads an `i64` in canonical decimal (no sign but `-`, no leading zero, no `-0`) at the
+/// start of `data`; returns it and the rest.
+fn canonical_i64(data: &[u8]) -> Option<(i64, &[u8])> {
+    let digits_from = usize::from(data.first() == Some(&b'-'));
+    let len = data[digits_from..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    let digits = &data[digits_from..digits_from + len];
+    if len == 0 || (digits[0] == b'0' && (len > 1 || digits_from == 1)) {
+        return None;
+    }
+    let text = std::str::from_utf8(&data[..digits_from + len]).ok()?;
+    Some((text.parse().ok()?, &data[digits_from + len..]))
 }
 
 #[cfg(test)]
@@ -126,5 +195,51 @@ mod tests {
         assert!(
             ItemRecord::parse(br#"{"run":{"fire":1,"kind":"TRIGGER","instance":"a/b"}}"#).is_err()
         );
+    }
+
+    #[test]
+    fn the_direct_reading_agrees_with_serde() {
+        let serde = |data: &[u8]| {
+            serde_json::from_slice::<ItemRecord>(data)
+                .map_err(|e| format!("not an execution record: {e}"))
+        };
+        let cases: &[&[u8]] = &[
+            b"{}",
+            b"{ }",
+            b"",
+            b"{",
+            br#"{"done":0}"#,
+            br#"{"done":-0}"#,
+            br#"{"done":07}"#,
+            br#"{"done":-12}"#,
+            br#"{"done":9223372036854775807}"#,
+            br#"{"done":9223372036854775808}"#,
+            br#"{"done":-9223372036854775808}"#,
+            br#"{"done":1,}"#,
+            br#"{"done":1,"run":{"fire":2,"kind":"MISFIRE","instance":"h@-@1"}}"#,
+            br#"{"run":{"fire":2,"kind":"SCHEDULED","instance":"h@-@1"}}"#,
+            br#"{"run":{"fire":2,"kind":"TRIGGER","instance":"h@-@1"},"done":3}"#,
+            br#"{"run":{"fire":2,"kind":"BOGUS","instance":"h@-@1"}}"#,
+            br#"{"run":{"fire":2,"kind":"FAILOVER","instance":""}}"#,
+            br#"{"run":{"fire":2,"kind":"FAILOVER","instance":"a\/b"}}"#,
+            br#"{"run":{"fire":2,"kind":"FAILOVER","instance":"a b"}}"#,
+            br#"{"run":{"fire":2,"kind":"FAILOVER","instance":"\u0068@-@1"}}"#,
+            "{\"run\":{\"fire\":2,\"kind\":\"FAILOVER\",\"instance\":\"\u{e9}@-@1\"}}".as_bytes(),
+            br#"{"run":{"fire":2,"kind":"FAILOVER","instance":"h@-@1"}} "#,
+            br#"{"done":5}{"#,
+        ];
+        for data in cases {
+            assert_eq!(
+                ItemRecord::parse(data),
+                serde(data),
+                "{}",
+                String::from_utf8_lossy(data)
+            );
+        }
+        // The records `to_bytes` writes are read directly.
+        for k in [0, 4, 7, 8, 10, 12, 13, 20] {
+            let record = parse_canonical(cases[k]).expect("a canonical record");
+            assert_eq!(record.to_bytes(), cases[k]);
+        }
     }
 }

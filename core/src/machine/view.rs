@@ -121,8 +121,10 @@ impl Cache {
             #[cfg(debug_assertions)]
             self.shadow
                 .insert(node.path.clone(), (node.data.clone(), node.stat));
-            self.facts
-                .set(&mut view, &node.path, node.data, node.stat, me);
+            if let Some((_, what)) = JobNode::parse(&node.path) {
+                self.facts
+                    .set(&mut view, &node.path, what, node.data, node.stat, me);
+            }
         }
         // A reload that brings the same text is no change of the configuration.
         if self.facts.config != old.config {
@@ -133,8 +135,15 @@ impl Cache {
 
     /// Applies one event of the job's subtree. `me` is this instance.
     pub fn apply(&mut self, event: WatchEvent, me: &InstanceId) {
+        let what = JobNode::parse(&event.path).map(|(_, what)| what);
+        self.apply_parsed(event, what, me);
+    }
+
+    /// [`Cache::apply`] for an event whose path the caller has parsed already: `what` is what
+    /// [`JobNode::parse`] says of `event.path` (`None` for the root path).
+    pub fn apply_parsed(&mut self, event: WatchEvent, what: Option<JobNode>, me: &InstanceId) {
         self.version += 1;
-        if bears_on_plan(&event.path) {
+        if bears_on_plan(what.as_ref()) {
             self.plan_version += 1;
         }
         let WatchEvent {
@@ -151,17 +160,26 @@ impl Cache {
         let config_changed = if deleted {
             #[cfg(debug_assertions)]
             self.shadow.remove(&path);
-            self.facts.unset(view, &path, me)
+            match what {
+                Some(what) => self.facts.unset(view, &path, what, me),
+                None => false,
+            }
         } else {
             // A created/changed event without metadata: keep the data, and the old metadata
             // if there is one (a backend that cannot tell the stat). Conditional writes on
             // such a node may fail and are then retried after a reload.
             let stat = stat
-                .or_else(|| self.facts.kept_stat(view, &path, me))
+                .or_else(|| {
+                    what.as_ref()
+                        .and_then(|what| self.facts.kept_stat(view, what, me))
+                })
                 .unwrap_or(UNKNOWN_STAT);
             #[cfg(debug_assertions)]
             self.shadow.insert(path.clone(), (data.clone(), stat));
-            self.facts.set(view, &path, data, stat, me)
+            match what {
+                Some(what) => self.facts.set(view, &path, what, data, stat, me),
+                None => false,
+            }
         };
         if config_changed {
             self.config_changes += 1;
@@ -270,13 +288,12 @@ impl Cache {
     }
 }
 
-/// Whether a change of the node at `path` can change what a re-shard decides: everything
-/// but the items' run markers, records and flags, and triggers.
-fn bears_on_plan(path: &NodePath) -> bool {
+/// Whether a change of the node that [`JobNode::parse`] calls `what` can change what a
+/// re-shard decides: everything but the items' run markers, records and flags, and triggers.
+fn bears_on_plan(what: Option<&JobNode>) -> bool {
     !matches!(
-        JobNode::parse(path),
-        Some((
-            _,
+        what,
+        Some(
             JobNode::ItemState(
                 _,
                 ItemLeaf::Running
@@ -286,24 +303,24 @@ fn bears_on_plan(path: &NodePath) -> bool {
                     | ItemLeaf::Failovering
                     | ItemLeaf::Disabled
             ) | JobNode::Trigger(_)
-        ))
+        )
     )
 }
 
 impl Facts {
-    /// The kept metadata of a node, for the nodes whose metadata decisions read.
-    fn kept_stat(&self, view: &JobView, path: &NodePath, me: &InstanceId) -> Option<Stat> {
-        let (_, what) = JobNode::parse(path)?;
+    /// The kept metadata of a node (`what` [`JobNode::parse`] says of its path), for the nodes
+    /// whose metadata decisions read.
+    fn kept_stat(&self, view: &JobView, what: &JobNode, me: &InstanceId) -> Option<Stat> {
         let version_only = |version: Version| Stat {
             version,
             ..UNKNOWN_STAT
         };
         match what {
-            JobNode::Instance(id) if id == *me => self.own_instance,
+            JobNode::Instance(id) if id == me => self.own_instance,
             JobNode::LeaderInstance => self.leader,
             JobNode::ShardingNecessary => view.necessary.map(version_only),
             JobNode::ItemState(i, leaf) => {
-                let item = view.items.get(&i)?;
+                let item = view.items.get(i)?;
                 match leaf {
                     ItemLeaf::Instance => item.owner_stat,
                     ItemLeaf::Running => item.running.as_ref().map(|(_, s)| *s),
@@ -316,18 +333,17 @@ impl Facts {
         }
     }
 
-    /// A node was created or changed. Returns whether the configuration's text changed.
+    /// The node at `path`, which [`JobNode::parse`] calls `what`, was created or changed.
+    /// Returns whether the configuration's text changed.
     fn set(
         &mut self,
         view: &mut JobView,
         path: &NodePath,
+        what: JobNode,
         data: Vec<u8>,
         stat: Stat,
         me: &InstanceId,
     ) -> bool {
-        let Some((_, what)) = JobNode::parse(path) else {
-            return false;
-        };
         let facts = self;
         match what {
             JobNode::Root => facts.root = Some(data.into_boxed_slice()),
@@ -415,11 +431,15 @@ impl Facts {
         false
     }
 
-    /// A node was deleted. Returns whether the configuration's text changed (it went).
-    fn unset(&mut self, view: &mut JobView, path: &NodePath, me: &InstanceId) -> bool {
-        let Some((_, what)) = JobNode::parse(path) else {
-            return false;
-        };
+    /// The node at `path`, which [`JobNode::parse`] calls `what`, was deleted. Returns whether
+    /// the configuration's text changed (it went).
+    fn unset(
+        &mut self,
+        view: &mut JobView,
+        path: &NodePath,
+        what: JobNode,
+        me: &InstanceId,
+    ) -> bool {
         let facts = self;
         match what {
             JobNode::Root => facts.root = None,

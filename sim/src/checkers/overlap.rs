@@ -26,10 +26,15 @@ pub fn check(runs: &[RunRecord], ignore_cancel: &BTreeSet<String>) -> Overlaps {
     let mut out = Overlaps::default();
     for ((job, item), mut list) in super::runs_by_item(runs) {
         list.sort_by_key(|r| (r.start, r.token));
-        for (k, b) in list.iter().enumerate() {
-            for a in &list[..k] {
-                let a_end = a.end.unwrap_or(u64::MAX);
-                if a_end <= b.start || a.node == b.node && a.start == b.start {
+        // The earlier runs that may still overlap a later one, in list order. Starts do not
+        // decrease along the list, so a run that ended by one start has ended by every later
+        // one and leaves for good: the pairs seen, and their order, are those of comparing
+        // every pair.
+        let mut open: Vec<&RunRecord> = Vec::new();
+        for b in list.iter().copied() {
+            open.retain(|a| a.end.unwrap_or(u64::MAX) > b.start);
+            for a in open.iter().copied() {
+                if a.node == b.node && a.start == b.start {
                     continue;
                 }
                 let tokens_grow = b.token > a.token;
@@ -59,6 +64,7 @@ pub fn check(runs: &[RunRecord], ignore_cancel: &BTreeSet<String>) -> Overlaps {
                 out.violations
                     .push(violation(b.start, job, item, a, b, "runs overlap"));
             }
+            open.push(b);
         }
     }
     out
