@@ -629,6 +629,19 @@ fn a_prepared_claim_disabled_before_its_fire_is_discarded_not_run() {
 }
 
 #[test]
+fn a_prepared_claim_whose_server_is_disabled_before_its_fire_is_discarded_not_run() {
+    let mut c = preparing();
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 1)]);
+    c.run_until(4_900);
+    assert_eq!(c.prepared, (1, 0));
+    c.operator_write("/tick/servers/10.0.0.1", b"DISABLED");
+    c.run_until(6_000);
+    assert!(c.runs.is_empty(), "{:?}", c.runs);
+    assert_eq!(c.prepared, (1, 1));
+    assert!(c.protocol_errors.is_empty(), "{:?}", c.protocol_errors);
+}
+
+#[test]
 fn a_graceful_leave_discards_its_prepared_claims() {
     let mut c = preparing();
     let j = job("tick", "0/5 * * * * ?", 2);

@@ -175,9 +175,10 @@ pub struct Machine {
     sweep_left: usize,
     /// When the rest of the slice is evaluated (set while `sweep_left > 0`).
     sweep_at: Option<u64>,
-    /// Grows whenever a job's view of its disabled items or servers may have changed (an
-    /// event of an item's `disabled` node or of a server node, a load from scratch), so that
-    /// a start can skip the check when nothing did since its claim.
+    /// Grows whenever a job's view of its disabled items or servers may have changed: on
+    /// every applied event but those of the nodes a run or a fire writes (run markers,
+    /// records, instances, leader, triggers), and on every load from scratch. A start skips
+    /// the disabled check when this has not moved since its claim.
     disables: u64,
 }
 
