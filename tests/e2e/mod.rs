@@ -48,6 +48,12 @@ pub const NAP: &str = "0.6";
 /// The instances.
 pub const NAMES: [&str; 3] = ["a", "b", "c"];
 
+/// How long a fleet may take to share a fire. An instance that starts first takes every
+/// item; when runs overlap (six 600 ms items on an executor of four slots), the items are
+/// never all idle at once, and the leader moves them to the others only after
+/// `MachineOptions::reshard_wait` (30 s). Usually it takes 1–3 s; once, 30 s was not enough.
+pub const STEADY: Duration = Duration::from_secs(45);
+
 /// Wall-clock milliseconds since the epoch (the scripts' `date +%s%3N`).
 pub fn now_ms() -> i64 {
     SystemTime::now()
@@ -498,6 +504,7 @@ impl Fleet {
     }
 
     /// Waits until a fire ran all its items over all of `names`, each on time, and returns it.
+    /// See [`STEADY`] for a bound that holds whatever order the instances start in.
     pub fn wait_steady(&mut self, names: &[&str], timeout: Duration) -> i64 {
         let want: BTreeSet<&str> = names.iter().copied().collect();
         self.wait_for(timeout, "a fire shared by all instances", |lines| {
@@ -593,7 +600,7 @@ pub fn kill_without_goodbye(fleet: &mut Fleet, session: Duration) -> i64 {
     for n in NAMES {
         fleet.spawn(n);
     }
-    fleet.wait_steady(&NAMES, Duration::from_secs(30));
+    fleet.wait_steady(&NAMES, STEADY);
     let victim = "b";
     fleet.wait_running(victim, Duration::from_secs(10));
     let killed_at = fleet.kill(victim);
@@ -679,7 +686,7 @@ pub fn graceful_leave(fleet: &mut Fleet) -> i64 {
     for n in NAMES {
         fleet.spawn(n);
     }
-    fleet.wait_steady(&NAMES, Duration::from_secs(30));
+    fleet.wait_steady(&NAMES, STEADY);
     let leaver = "c";
     let (_, items) = fleet.wait_running(leaver, Duration::from_secs(10));
     let (exited_at, ok) = fleet.terminate(leaver, Duration::from_secs(20));
@@ -783,7 +790,7 @@ pub fn registry_leader_loss(
     for n in NAMES {
         fleet.spawn(n);
     }
-    fleet.wait_steady(&NAMES, Duration::from_secs(30));
+    fleet.wait_steady(&NAMES, STEADY);
     // Two more fires, then the kill.
     let t0 = now_ms();
     fleet.wait_for(Duration::from_secs(10), "two more fires", |lines| {
