@@ -218,7 +218,7 @@ impl ExecutionTask {
             outcomes: BTreeMap::new(),
             leftovers: None,
         });
-        let mut outcomes = std::mem::take(&mut finished.outcomes);
+        let mut outcomes = BTreeMap::new();
         if let [only] = exec.items.as_slice() {
             let unreported = "the run ended without an outcome for this item".to_owned();
             outcomes.insert(only.item, ItemOutcome::Failed(unreported));

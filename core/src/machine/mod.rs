@@ -95,7 +95,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{JobConfig, Strictness};
 use crate::instance::{DELIMITER, InstanceId};
-use crate::layout::{ItemLeaf, JobNode, JobPaths};
+use crate::layout::{JobNode, JobPaths};
 use crate::registry::{
     Check, CreateMode, ErrorClass, NodePath, RegistryError, RegistryEvent, RegistryOp,
     RegistryReply, RequestId, Revision, SessionEvent, SessionInfo, TxnOp, TxnOpResult, Version,
@@ -176,9 +176,8 @@ pub struct Machine {
     /// When the rest of the slice is evaluated (set while `sweep_left > 0`).
     sweep_at: Option<u64>,
     /// Grows whenever a job's view of its disabled items or servers may have changed: on
-    /// every applied event but those of the nodes a run or a fire writes (run markers,
-    /// records, instances, leader, triggers), and on every load from scratch. A start skips
-    /// the disabled check when this has not moved since its claim.
+    /// every applied event that [`view::bears_on_disabled`], and on every load from scratch.
+    /// A start skips the disabled check when this has not moved since its claim.
     disables: u64,
 }
 
@@ -722,26 +721,7 @@ impl Machine {
             }
             _ => {}
         }
-        // Anything but the nodes a run or a fire writes may bear on what is disabled (an
-        // item's or a server's node, or a directory deleted with them).
-        if !matches!(
-            node,
-            JobNode::ItemState(
-                _,
-                ItemLeaf::Running
-                    | ItemLeaf::Execution
-                    | ItemLeaf::Misfire
-                    | ItemLeaf::Failover
-                    | ItemLeaf::Failovering
-                    | ItemLeaf::Instance
-            ) | JobNode::Instance(_)
-                | JobNode::LeaderInstance
-                | JobNode::ShardingNecessary
-                | JobNode::ShardingProcessing
-                | JobNode::FailoverItem(_)
-                | JobNode::Trigger(_)
-                | JobNode::Guarantee
-        ) {
+        if view::bears_on_disabled(&node) {
             self.disables += 1;
         }
         let config = matches!(node, JobNode::Config | JobNode::Root);

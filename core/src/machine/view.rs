@@ -288,23 +288,52 @@ impl Cache {
     }
 }
 
-/// Whether a change of the node that [`JobNode::parse`] calls `what` can change what a
-/// re-shard decides: everything but the items' run markers, records and flags, and triggers.
-fn bears_on_plan(what: Option<&JobNode>) -> bool {
-    !matches!(
+/// Whether `what` is one of the nodes that runs write: an item's run marker, record and
+/// misfire and failover flags.
+fn run_state(what: &JobNode) -> bool {
+    matches!(
         what,
-        Some(
-            JobNode::ItemState(
-                _,
-                ItemLeaf::Running
-                    | ItemLeaf::Execution
-                    | ItemLeaf::Misfire
-                    | ItemLeaf::Failover
-                    | ItemLeaf::Failovering
-                    | ItemLeaf::Disabled
-            ) | JobNode::Trigger(_)
+        JobNode::ItemState(
+            _,
+            ItemLeaf::Running
+                | ItemLeaf::Execution
+                | ItemLeaf::Misfire
+                | ItemLeaf::Failover
+                | ItemLeaf::Failovering
         )
     )
+}
+
+/// Whether a change of the node that [`JobNode::parse`] calls `what` can change what a
+/// re-shard decides: everything but the items' run state, their `disabled` flags, and
+/// triggers.
+fn bears_on_plan(what: Option<&JobNode>) -> bool {
+    what.is_none_or(|n| {
+        !(run_state(n)
+            || matches!(
+                n,
+                JobNode::ItemState(_, ItemLeaf::Disabled) | JobNode::Trigger(_)
+            ))
+    })
+}
+
+/// Whether a change of the node `what` can change which of a job's items, or which servers,
+/// are disabled: everything but what runs, fires and membership write (the items' run state
+/// and owners, instances, the leader's nodes, failover marks, triggers, distribute-once
+/// rounds). A directory's deletion counts, as it takes `disabled` nodes with it.
+pub(crate) fn bears_on_disabled(what: &JobNode) -> bool {
+    !(run_state(what)
+        || matches!(
+            what,
+            JobNode::ItemState(_, ItemLeaf::Instance)
+                | JobNode::Instance(_)
+                | JobNode::LeaderInstance
+                | JobNode::ShardingNecessary
+                | JobNode::ShardingProcessing
+                | JobNode::FailoverItem(_)
+                | JobNode::Trigger(_)
+                | JobNode::Guarantee
+        ))
 }
 
 impl Facts {
