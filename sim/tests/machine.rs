@@ -909,3 +909,64 @@ fn a_trigger_run_that_dies_moves_as_a_trigger_and_never_counts_as_a_fire() {
     // The trigger's time was not recorded as a done fire: the record is as before.
     assert_eq!(c.read(&path).unwrap_or_default(), before);
 }
+
+#[test]
+fn items_of_a_busy_owner_move_within_a_run_not_after_the_whole_reshard_wait() {
+    // Runs longer than the interval, each item out of step with the others: the owner always
+    // has some item running. It stops starting fires while the leader waits to move items,
+    // so the runs drain and the newcomer gets its share within about one run.
+    let mut c = Cluster::new();
+    // One item per transaction: each item is its own run, so the runs fall out of step.
+    let mut opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
+    opts.max_txn_items = Some(1);
+    c.options = Some(opts);
+    c.duration = Box::new(|_, item, _| 1_300 + 170 * u64::from(item));
+    let j = job("pay", "* * * * * ?", 6);
+    c.add_node(A, std::slice::from_ref(&j));
+    c.run_until(5_000);
+    assert_eq!(loads(&c.owners("pay")).len(), 1);
+    c.add_node(B, std::slice::from_ref(&j));
+    // Debounce, then the longest run (2.15 s) drains, then the move.
+    c.run_until(9_000);
+    let owners = c.owners("pay");
+    assert_eq!(
+        loads(&owners).into_values().collect::<Vec<_>>(),
+        [3, 3],
+        "{owners:?}"
+    );
+    assert!(!c.exists("/pay/leader/sharding/necessary"));
+    c.run_until(14_000);
+    c.assert_no_overlap();
+    let b_runs = c.runs.iter().filter(|r| r.node == 1).count();
+    assert!(b_runs >= 3, "the newcomer ran {b_runs} runs");
+    // The fires held during the wait were not lost: each item ran a fire within the last
+    // three seconds (misfires run right after the move).
+    for item in 0..6 {
+        let latest = c
+            .runs
+            .iter()
+            .filter(|r| r.item == item)
+            .map(|r| r.fire)
+            .max()
+            .unwrap();
+        assert!(
+            latest >= fire_at(&c, 11_000),
+            "item {item}: last fire {latest}"
+        );
+    }
+    // The flag written by someone else (ElasticJob's console asks for a re-shard this way)
+    // holds new runs only until the leader has looked at the plan and cleared it.
+    c.operator_write("/pay/leader/sharding/necessary", b"");
+    c.run_until(14_500);
+    assert!(!c.exists("/pay/leader/sharding/necessary"));
+    c.run_until(20_000);
+    for item in 0..6 {
+        assert!(
+            c.runs
+                .iter()
+                .any(|r| r.item == item && r.fire >= fire_at(&c, 17_000)),
+            "item {item} stopped running"
+        );
+    }
+    c.assert_no_overlap();
+}

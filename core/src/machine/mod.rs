@@ -41,7 +41,8 @@
 //!   enabled instances (debounced) and writes the difference in one transaction that checks it
 //!   is still leader and its session. Items that must move while a live owner runs them wait
 //!   for the run to end, up to [`MachineOptions::reshard_wait`]
-//!   (`leader/sharding/necessary` marks the wait); then they move anyway, since their
+//!   (`leader/sharding/necessary` marks the wait, and no instance starts a new run of the job
+//!   meanwhile, so the runs drain); then they move anyway, since their
 //!   `running` marker keeps the new owner from starting before the old run ends. Items of
 //!   owners that are gone move at once. Items beyond a reduced total are deleted with their
 //!   state.
@@ -344,6 +345,10 @@ struct Job {
     /// [`MachineOptions::max_txn_items`]).
     txn_items: Option<usize>,
     orphan_seen: BTreeMap<u32, u64>,
+    /// When this instance first saw `leader/sharding/necessary` set (monotonic ms): new runs
+    /// of the job are held from then until the flag clears, at most
+    /// [`MachineOptions::reshard_wait`].
+    necessary_seen: Option<u64>,
     was_leader: bool,
     leaving: bool,
     leave_deadline: Option<u64>,
@@ -566,6 +571,7 @@ impl Machine {
             reshard_moved: Vec::new(),
             txn_items: None,
             orphan_seen: BTreeMap::new(),
+            necessary_seen: None,
             was_leader: false,
             leaving: false,
             leave_deadline: None,
@@ -2700,6 +2706,30 @@ fn claims(
         j.owned_since.entry(i).or_insert(now_ms);
     }
 
+    // While the leader waits for runs to end before it moves items
+    // (`leader/sharding/necessary`), no new run of the job starts here, as in ElasticJob: the
+    // runs drain and the items move within one run's length, instead of the wait running out
+    // while the owners keep starting fires. Missed fires run after the move as misfires.
+    // Failover is not held: an orphan's owner is gone, so its item never blocks a move. The
+    // hold ends after `reshard_wait` even if the flag stays, so a leader that cannot finish
+    // the re-shard never stops the job.
+    let held = match view.necessary {
+        Some(_) => {
+            let seen = *j.necessary_seen.get_or_insert(now.mono);
+            let end = seen.saturating_add(ms(opts.reshard_wait));
+            if now.mono < end {
+                wake.push(end);
+                true
+            } else {
+                false
+            }
+        }
+        None => {
+            j.necessary_seen = None;
+            false
+        }
+    };
+
     // Manual triggers: all my enabled items, once none of them runs. Before the job has a
     // plan at all the trigger waits for one, rather than running nothing. A trigger whose
     // items take several transactions (a transaction limit) is remembered until all of them
@@ -2708,7 +2738,7 @@ fn claims(
     let skip_disabled = |i: &u32| {
         view.items.get(i).is_some_and(|v| v.disabled) && !planted!(opts, RunDisabledItems)
     };
-    if !j.triggers.is_empty() && planned && j.trigger_run.is_none() {
+    if !j.triggers.is_empty() && planned && j.trigger_run.is_none() && !held {
         let busy = mine.iter().any(|i| {
             j.running.contains_key(i) || view.items.get(i).is_some_and(|v| v.running.is_some())
         });
@@ -2726,7 +2756,7 @@ fn claims(
         // Items that moved away or were disabled meanwhile are left out.
         run.items.retain(|i| is_mine(i) && !skip_disabled(i));
         trigger_param = Some(run.parameter.clone());
-        for &i in &run.items {
+        for &i in run.items.iter().filter(|_| !held) {
             if j.running.contains_key(&i) || view.items.get(&i).is_some_and(|v| v.running.is_some())
             {
                 continue; // running (another kind of run, or not recorded yet): waits
@@ -2743,7 +2773,7 @@ fn claims(
     }
 
     // Scheduled fires and misfires of my items.
-    if trigger_param.is_none() {
+    if trigger_param.is_none() && !held {
         if let Some(cron) = &config.cron {
             for &i in &mine {
                 if j.running.contains_key(&i) {

@@ -52,7 +52,8 @@ pub struct MachineOptions {
     pub reshard_debounce: Duration,
     /// How long the leader waits for running items that must move before it re-shards
     /// anyway (their running markers keep the new owner from starting them before the old run
-    /// ends). Default 30 s.
+    /// ends). No instance starts a new run of the job while the leader waits, so the wait
+    /// normally ends with the longest run in progress. Default 30 s.
     pub reshard_wait: Duration,
     /// How long an instance leaves a dead instance's orphaned items to the instance whose
     /// share they are before claiming them itself. Default 2 s.
