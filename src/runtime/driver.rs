@@ -291,7 +291,10 @@ impl Driver {
             // be starved, and never past a start that is due.
             if self.starting.pending() {
                 let since = *aside.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() < MAX_ASIDE && !self.start_due() {
+                if since.elapsed() >= MAX_ASIDE {
+                    // Runs that ended meanwhile report now, whatever is still starting.
+                    self.starting.release();
+                } else if !self.start_due() {
                     tokio::task::yield_now().await;
                     continue;
                 }
@@ -532,6 +535,7 @@ impl Driver {
                 .is_none()
                 .then(|| self.starting.pass(self.events.receiver_count() > 0)),
             go,
+            starting: self.starting.clone(),
         };
         let handle = tokio::spawn(task.run());
         self.running.insert(

@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use shardjob_core::config::ErrorHandlerType;
 use shardjob_core::machine::{Execution, ExecutionId, ItemOutcome};
 use shardjob_core::{InstanceId, JobConfig};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, broadcast, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -21,16 +21,24 @@ use crate::jobs::{CancelSignal, Job, JobError, ReshardingFlag, ShardingContext};
 use crate::listeners::{Guarantee, JobListener, ListenerError, ListenerHook, ShardingContexts};
 
 /// The runs told to start whose task has not had a thread yet. While there are any, the
-/// driver puts its own bookkeeping off (see the driver's run loop): a thousand runs fired at
-/// the same instant start before the first of them is recorded as finished.
+/// driver puts its own bookkeeping off (see the driver's run loop), and runs whose body has
+/// ended put off their report: a thousand runs fired at the same instant start before the
+/// first of them is recorded as finished.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Starting(Arc<AtomicUsize>);
+pub(crate) struct Starting(Arc<StartCount>);
+
+#[derive(Debug, Default)]
+struct StartCount {
+    count: AtomicUsize,
+    /// Told when the count falls to zero, or when the driver stops waiting for it.
+    drained: Notify,
+}
 
 impl Starting {
     /// Counts one more run told to start, until the pass is dropped. `watched`: whether
     /// anyone subscribes to the scheduler's events at the start.
     pub(crate) fn pass(&self, watched: bool) -> StartPass {
-        self.0.fetch_add(1, Ordering::Relaxed);
+        self.0.count.fetch_add(1, Ordering::SeqCst);
         StartPass {
             count: Arc::clone(&self.0),
             watched,
@@ -39,7 +47,23 @@ impl Starting {
 
     /// Whether some run told to start has not had a thread yet.
     pub(crate) fn pending(&self) -> bool {
-        self.0.load(Ordering::Relaxed) > 0
+        self.0.count.load(Ordering::SeqCst) > 0
+    }
+
+    /// Waits until no run told to start is waiting for a thread, or until the driver
+    /// [releases](Self::release) the waiting runs.
+    async fn drained(&self) {
+        // Registered before the count is read: a wake after the read is not missed.
+        let notified = self.0.drained.notified();
+        if self.pending() {
+            notified.await;
+        }
+    }
+
+    /// Lets every run waiting in [`drained`](Self::drained) go on: the driver stops waiting
+    /// for a run that is not getting a thread.
+    pub(crate) fn release(&self) {
+        self.0.drained.notify_waiters();
     }
 }
 
@@ -47,7 +71,7 @@ impl Starting {
 /// (or a signal that never reached it) drops it too.
 #[derive(Debug)]
 pub(crate) struct StartPass {
-    count: Arc<AtomicUsize>,
+    count: Arc<StartCount>,
     /// Whether anyone subscribed to the scheduler's events when the run was told to start:
     /// the driver looks once for a whole batch of starts, and a run that nobody watches
     /// builds no events (the channel's lock is shared by every run).
@@ -56,7 +80,9 @@ pub(crate) struct StartPass {
 
 impl Drop for StartPass {
     fn drop(&mut self) {
-        self.count.fetch_sub(1, Ordering::Relaxed);
+        if self.count.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.count.drained.notify_waiters();
+        }
     }
 }
 
@@ -107,6 +133,9 @@ pub(crate) struct ExecutionTask {
     pub go: Option<oneshot::Receiver<StartPass>>,
     /// For a run started at once: its pass, dropped when the task first runs.
     pub pass: Option<StartPass>,
+    /// The driver's count of runs told to start: while it is not zero, a run whose body has
+    /// ended lets them start before it reports its end.
+    pub starting: Starting,
 }
 
 /// What every item task of one execution shares.
@@ -339,6 +368,10 @@ impl ExecutionTask {
                 }
             }
         }
+        // Other runs of the same instant still wait for a thread: they start first, and this
+        // run's end (its after hooks and its report) waits for them (about half of a run's
+        // cost on a worker comes after its body).
+        self.starting.drained().await;
         if let Some(group) = &group {
             let done = Arc::new(outcomes.clone());
             for listener in self.listeners.iter() {
@@ -692,5 +725,43 @@ mod tests {
         assert!(starting.pending(), "the other pass is still out");
         drop(other);
         assert!(!starting.pending());
+    }
+
+    #[tokio::test]
+    async fn an_ended_run_reports_once_the_runs_told_to_start_have_started() {
+        let starting = Starting::default();
+        // Nothing is starting: no wait.
+        starting.drained().await;
+
+        let first = starting.pass(false);
+        let second = starting.pass(false);
+        let waiter = tokio::spawn({
+            let starting = starting.clone();
+            async move { starting.drained().await }
+        });
+        tokio::task::yield_now().await;
+        drop(first);
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished(), "one run is still starting");
+        drop(second);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("woken when the last pass is dropped")
+            .expect("the waiter does not panic");
+
+        // A run that never gets a thread: the driver lets the waiters go.
+        let stuck = starting.pass(false);
+        let waiter = tokio::spawn({
+            let starting = starting.clone();
+            async move { starting.drained().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        starting.release();
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("released by the driver")
+            .expect("the waiter does not panic");
+        drop(stuck);
     }
 }
