@@ -67,8 +67,12 @@ pub type RunDuration = Box<dyn Fn(&str, u32, u64) -> u64>;
 pub struct Node {
     /// The instance id.
     pub id: InstanceId,
-    /// The real core machine.
+    /// The real core machine. Read it freely; hand it input only through the cluster, which
+    /// keeps its cached answer to [`Machine::poll_timeout`] in step with it.
     pub machine: Machine,
+    /// The machine's [`Machine::poll_timeout`] as of its last input, or `None` when it has to
+    /// be asked again.
+    timer: Option<Option<u64>>,
     /// Its live session, if any.
     pub session: Option<SessionId>,
     watch: Option<WatchId>,
@@ -92,6 +96,17 @@ pub struct Node {
     prepared: BTreeMap<ExecutionId, Execution>,
     /// Events the machine reported, with their virtual time.
     pub events: Vec<(u64, MachineEvent)>,
+}
+
+impl Node {
+    /// When the machine wants [`Machine::handle_timeout`] next. Its timers change only when it
+    /// is handed something (every input is followed by [`Cluster::pump`], which forgets the
+    /// answer), so it is asked once per input instead of at every step of time.
+    fn timer(&mut self) -> Option<u64> {
+        *self
+            .timer
+            .get_or_insert_with(|| self.machine.poll_timeout())
+    }
 }
 
 #[derive(Debug)]
@@ -260,6 +275,7 @@ impl Cluster {
         self.nodes.push(Node {
             id: id.clone(),
             machine,
+            timer: None,
             session: None,
             watch: None,
             up: true,
@@ -473,6 +489,7 @@ impl Cluster {
 
     /// Carries out a node's commands until it has none.
     fn pump(&mut self, n: usize) {
+        self.nodes[n].timer = None;
         while let Some(cmd) = self.nodes[n].machine.poll_command() {
             if !self.nodes[n].up {
                 continue;
@@ -787,11 +804,7 @@ impl Cluster {
             self.pump(n);
         }
         // Timeouts.
-        if self.nodes[n]
-            .machine
-            .poll_timeout()
-            .is_some_and(|t| t <= now)
-        {
+        if self.nodes[n].timer().is_some_and(|t| t <= now) {
             let t = self.time_of(n);
             self.nodes[n].machine.handle_timeout(t);
             self.pump(n);
@@ -800,11 +813,11 @@ impl Cluster {
         progressed
     }
 
-    fn next_time(&self) -> Option<u64> {
+    fn next_time(&mut self) -> Option<u64> {
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
-        for node in self.nodes.iter().filter(|n| n.up && n.paused.is_none()) {
-            if let Some(t) = node.machine.poll_timeout() {
+        for node in self.nodes.iter_mut().filter(|n| n.up && n.paused.is_none()) {
+            if let Some(t) = node.timer() {
                 at(t.max(self.now + 1));
             }
             for r in &node.replies {
