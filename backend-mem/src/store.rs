@@ -806,11 +806,16 @@ impl Store {
         let Some(w) = self.watches.get_mut(&watch) else {
             return Vec::new();
         };
-        let mut out = Vec::new();
         if w.held || now < w.not_before {
-            return out;
+            return Vec::new();
         }
-        while w.queue.front().is_some_and(|q| q.at <= now) {
+        // Counted first, so the batch is allocated once at its size.
+        let due = w.queue.iter().take_while(|q| q.at <= now).count();
+        if due == 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(due);
+        for _ in 0..due {
             if let Some(q) = w.queue.pop_front() {
                 out.push(q.event);
             }
