@@ -205,6 +205,28 @@ impl WatchEntry {
         }
     }
 
+    /// Where a node event at `path` goes: `Some(false)` to the queue (the session is alive and
+    /// connected), `Some(true)` to the parked events (alive, suspended), `None` nowhere.
+    fn route(&self, sessions: &BTreeMap<SessionId, SessionEntry>, path: &NodePath) -> Option<bool> {
+        if self.ended || !self.root.contains(path) {
+            return None;
+        }
+        match sessions.get(&self.session).map(|s| (s.status, s.link)) {
+            Some((SessionStatus::Alive, Link::Connected)) => Some(false),
+            Some((SessionStatus::Alive, Link::Suspended { .. })) => Some(true),
+            _ => None,
+        }
+    }
+
+    /// Queues a node event, or parks it while the session is suspended.
+    fn deliver(&mut self, now: Duration, event: RegistryEvent, parked: bool) {
+        if parked {
+            self.parked.push(event);
+        } else {
+            self.push(now, event);
+        }
+    }
+
     /// When the front of the queue becomes deliverable (ignoring `held`).
     fn front_time(&self) -> Option<Duration> {
         self.queue.front().map(|q| q.at.max(self.not_before))
@@ -1268,24 +1290,22 @@ impl Store {
         }
     }
 
-    /// Queues a committed node event on every watch that sees it.
+    /// Queues a committed node event on every watch that sees it. The last one gets the event
+    /// itself, the others a copy each: every instance watches the whole tree, so this saves one
+    /// copy of the path and the data per event. (Each watch has its own queue, so which one
+    /// gets the original is not observable.)
     fn dispatch(&mut self, event: WatchEvent) {
+        let now = self.now;
+        let mut last: Option<(&mut WatchEntry, bool)> = None;
         for w in self.watches.values_mut() {
-            if w.ended || !w.root.contains(&event.path) {
-                continue;
-            }
-            let Some(s) = self.sessions.get(&w.session) else {
-                continue;
-            };
-            match (s.status, s.link) {
-                (SessionStatus::Alive, Link::Connected) => {
-                    w.push(self.now, RegistryEvent::Node(event.clone()));
+            if let Some(parked) = w.route(&self.sessions, &event.path) {
+                if let Some((before, parked)) = last.replace((w, parked)) {
+                    before.deliver(now, RegistryEvent::Node(event.clone()), parked);
                 }
-                (SessionStatus::Alive, Link::Suspended { .. }) => {
-                    w.parked.push(RegistryEvent::Node(event.clone()));
-                }
-                _ => {}
             }
+        }
+        if let Some((w, parked)) = last {
+            w.deliver(now, RegistryEvent::Node(event), parked);
         }
     }
 
