@@ -312,6 +312,10 @@ impl Store {
     /// first.
     pub fn advance_to(&mut self, now: Duration) -> Vec<SessionId> {
         self.now = self.now.max(now);
+        if self.timed.is_empty() {
+            // The common case, and this is called before every operation.
+            return Vec::new();
+        }
         let due: Vec<SessionId> = self
             .timed
             .iter()
