@@ -708,47 +708,7 @@ impl Cluster {
             let events = self.store.take_events(w, self.store_now());
             if !events.is_empty() {
                 progressed = true;
-                // Node events go to the machine in batches; session events one by one, since
-                // the cluster acts on them (a new session after an expiry).
-                let mut batch = Vec::new();
-                for ev in events {
-                    match ev {
-                        RegistryEvent::Node(_) => batch.push(ev),
-                        RegistryEvent::Session(s) => {
-                            if !batch.is_empty() {
-                                let t = self.time_of(n);
-                                self.nodes[n]
-                                    .machine
-                                    .handle_registry_events(std::mem::take(&mut batch), t);
-                                self.pump(n);
-                            }
-                            // Session ids grow: a late event of a session already replaced
-                            // (the watch delivers with a delay) must not bring it back.
-                            if let SessionEvent::Connected(info) = &s {
-                                let current = self.nodes[n].session;
-                                if current.is_none_or(|c| info.id > c) {
-                                    self.nodes[n].session = Some(info.id);
-                                }
-                            }
-                            self.note(("session", n, format!("{s:?}")), || {
-                                format!("node {n}: {s:?}")
-                            });
-                            let t = self.time_of(n);
-                            self.nodes[n]
-                                .machine
-                                .handle_registry_event(RegistryEvent::Session(s), t);
-                            self.pump(n);
-                            if matches!(s, SessionEvent::Expired(_)) && !self.nodes[n].partitioned {
-                                self.renew(n);
-                            }
-                        }
-                    }
-                }
-                if !batch.is_empty() {
-                    let t = self.time_of(n);
-                    self.nodes[n].machine.handle_registry_events(batch, t);
-                    self.pump(n);
-                }
+                self.deliver(n, events);
             }
         }
         // Replies.
@@ -769,12 +729,17 @@ impl Cluster {
             }
         }
         // Runs that end.
-        let ended: Vec<ExecutionId> = self.nodes[n]
-            .running
-            .iter()
-            .filter(|(_, r)| r.ends <= now)
-            .map(|(id, _)| *id)
-            .collect();
+        let running = &self.nodes[n].running;
+        // Looked for before collecting: at most steps no run ends.
+        let ended: Vec<ExecutionId> = if running.values().any(|r| r.ends <= now) {
+            running
+                .iter()
+                .filter(|(_, r)| r.ends <= now)
+                .map(|(id, _)| *id)
+                .collect()
+        } else {
+            Vec::new()
+        };
         for id in ended {
             progressed = true;
             let Some(r) = self.nodes[n].running.remove(&id) else {
@@ -811,6 +776,58 @@ impl Cluster {
             // A timeout that stays due is handled again at the next step of time, not now.
         }
         progressed
+    }
+
+    /// Hands node `n` the watch events due to it. Node events go to the machine in batches;
+    /// session events one by one, since the cluster acts on them (a new session after an
+    /// expiry).
+    fn deliver(&mut self, n: usize, events: Vec<RegistryEvent>) {
+        // Most deliveries are node events only: one batch, the vector as it came.
+        if events.iter().all(|e| matches!(e, RegistryEvent::Node(_))) {
+            let t = self.time_of(n);
+            self.nodes[n].machine.handle_registry_events(events, t);
+            self.pump(n);
+            return;
+        }
+        let mut batch = Vec::with_capacity(events.len());
+        for ev in events {
+            match ev {
+                RegistryEvent::Node(_) => batch.push(ev),
+                RegistryEvent::Session(s) => {
+                    if !batch.is_empty() {
+                        let t = self.time_of(n);
+                        self.nodes[n]
+                            .machine
+                            .handle_registry_events(std::mem::take(&mut batch), t);
+                        self.pump(n);
+                    }
+                    // Session ids grow: a late event of a session already replaced
+                    // (the watch delivers with a delay) must not bring it back.
+                    if let SessionEvent::Connected(info) = &s {
+                        let current = self.nodes[n].session;
+                        if current.is_none_or(|c| info.id > c) {
+                            self.nodes[n].session = Some(info.id);
+                        }
+                    }
+                    self.note(("session", n, format!("{s:?}")), || {
+                        format!("node {n}: {s:?}")
+                    });
+                    let t = self.time_of(n);
+                    self.nodes[n]
+                        .machine
+                        .handle_registry_event(RegistryEvent::Session(s), t);
+                    self.pump(n);
+                    if matches!(s, SessionEvent::Expired(_)) && !self.nodes[n].partitioned {
+                        self.renew(n);
+                    }
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let t = self.time_of(n);
+            self.nodes[n].machine.handle_registry_events(batch, t);
+            self.pump(n);
+        }
     }
 
     fn next_time(&mut self) -> Option<u64> {
