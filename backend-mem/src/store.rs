@@ -924,6 +924,12 @@ impl Store {
         self.nodes.get(path).map(|n| n.node(path.clone()))
     }
 
+    /// Whether a node exists at `path`, without a session and without copying it. A string
+    /// that is not a valid path names no node.
+    pub fn contains(&self, path: &str) -> bool {
+        self.nodes.contains_key(path)
+    }
+
     /// Every node, the root included, in path order (a parent sorts before its children).
     pub fn dump(&self) -> Vec<Node> {
         self.nodes

@@ -931,10 +931,7 @@ impl Cluster {
 
     /// Whether a node exists in the store.
     pub fn exists(&self, path: &str) -> bool {
-        NodePath::new(path)
-            .ok()
-            .and_then(|p| self.store.node(&p))
-            .is_some()
+        self.store.contains(path)
     }
 
     /// Runs of a job, in start order.
