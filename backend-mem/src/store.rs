@@ -205,6 +205,28 @@ impl WatchEntry {
         }
     }
 
+    /// Where a node event at `path` goes: `Some(false)` to the queue (the session is alive and
+    /// connected), `Some(true)` to the parked events (alive, suspended), `None` nowhere.
+    fn route(&self, sessions: &BTreeMap<SessionId, SessionEntry>, path: &NodePath) -> Option<bool> {
+        if self.ended || !self.root.contains(path) {
+            return None;
+        }
+        match sessions.get(&self.session).map(|s| (s.status, s.link)) {
+            Some((SessionStatus::Alive, Link::Connected)) => Some(false),
+            Some((SessionStatus::Alive, Link::Suspended { .. })) => Some(true),
+            _ => None,
+        }
+    }
+
+    /// Queues a node event, or parks it while the session is suspended.
+    fn deliver(&mut self, now: Duration, event: RegistryEvent, parked: bool) {
+        if parked {
+            self.parked.push(event);
+        } else {
+            self.push(now, event);
+        }
+    }
+
     /// When the front of the queue becomes deliverable (ignoring `held`).
     fn front_time(&self) -> Option<Duration> {
         self.queue.front().map(|q| q.at.max(self.not_before))
@@ -290,6 +312,10 @@ impl Store {
     /// first.
     pub fn advance_to(&mut self, now: Duration) -> Vec<SessionId> {
         self.now = self.now.max(now);
+        if self.timed.is_empty() {
+            // The common case, and this is called before every operation.
+            return Vec::new();
+        }
         let due: Vec<SessionId> = self
             .timed
             .iter()
@@ -806,11 +832,16 @@ impl Store {
         let Some(w) = self.watches.get_mut(&watch) else {
             return Vec::new();
         };
-        let mut out = Vec::new();
         if w.held || now < w.not_before {
-            return out;
+            return Vec::new();
         }
-        while w.queue.front().is_some_and(|q| q.at <= now) {
+        // Counted first, so the batch is allocated once at its size.
+        let due = w.queue.iter().take_while(|q| q.at <= now).count();
+        if due == 0 {
+            return Vec::new();
+        }
+        let mut out = Vec::with_capacity(due);
+        for _ in 0..due {
             if let Some(q) = w.queue.pop_front() {
                 out.push(q.event);
             }
@@ -891,6 +922,12 @@ impl Store {
     /// Reads a node without a session (for checkers and debugging).
     pub fn node(&self, path: &NodePath) -> Option<Node> {
         self.nodes.get(path).map(|n| n.node(path.clone()))
+    }
+
+    /// Whether a node exists at `path`, without a session and without copying it. A string
+    /// that is not a valid path names no node.
+    pub fn contains(&self, path: &str) -> bool {
+        self.nodes.contains_key(path)
     }
 
     /// Every node, the root included, in path order (a parent sorts before its children).
@@ -1263,24 +1300,22 @@ impl Store {
         }
     }
 
-    /// Queues a committed node event on every watch that sees it.
+    /// Queues a committed node event on every watch that sees it. The last one gets the event
+    /// itself, the others a copy each: every instance watches the whole tree, so this saves one
+    /// copy of the path and the data per event. (Each watch has its own queue, so which one
+    /// gets the original is not observable.)
     fn dispatch(&mut self, event: WatchEvent) {
+        let now = self.now;
+        let mut last: Option<(&mut WatchEntry, bool)> = None;
         for w in self.watches.values_mut() {
-            if w.ended || !w.root.contains(&event.path) {
-                continue;
-            }
-            let Some(s) = self.sessions.get(&w.session) else {
-                continue;
-            };
-            match (s.status, s.link) {
-                (SessionStatus::Alive, Link::Connected) => {
-                    w.push(self.now, RegistryEvent::Node(event.clone()));
+            if let Some(parked) = w.route(&self.sessions, &event.path) {
+                if let Some((before, parked)) = last.replace((w, parked)) {
+                    before.deliver(now, RegistryEvent::Node(event.clone()), parked);
                 }
-                (SessionStatus::Alive, Link::Suspended { .. }) => {
-                    w.parked.push(RegistryEvent::Node(event.clone()));
-                }
-                _ => {}
             }
+        }
+        if let Some((w, parked)) = last {
+            w.deliver(now, RegistryEvent::Node(event), parked);
         }
     }
 

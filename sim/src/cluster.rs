@@ -67,8 +67,12 @@ pub type RunDuration = Box<dyn Fn(&str, u32, u64) -> u64>;
 pub struct Node {
     /// The instance id.
     pub id: InstanceId,
-    /// The real core machine.
+    /// The real core machine. Read it freely; hand it input only through the cluster, which
+    /// keeps its cached answer to [`Machine::poll_timeout`] in step with it.
     pub machine: Machine,
+    /// The machine's [`Machine::poll_timeout`] as of its last input, or `None` when it has to
+    /// be asked again.
+    timer: Option<Option<u64>>,
     /// Its live session, if any.
     pub session: Option<SessionId>,
     watch: Option<WatchId>,
@@ -92,6 +96,17 @@ pub struct Node {
     prepared: BTreeMap<ExecutionId, Execution>,
     /// Events the machine reported, with their virtual time.
     pub events: Vec<(u64, MachineEvent)>,
+}
+
+impl Node {
+    /// When the machine wants [`Machine::handle_timeout`] next. Its timers change only when it
+    /// is handed something (every input is followed by [`Cluster::pump`], which forgets the
+    /// answer), so it is asked once per input instead of at every step of time.
+    fn timer(&mut self) -> Option<u64> {
+        *self
+            .timer
+            .get_or_insert_with(|| self.machine.poll_timeout())
+    }
 }
 
 #[derive(Debug)]
@@ -260,6 +275,7 @@ impl Cluster {
         self.nodes.push(Node {
             id: id.clone(),
             machine,
+            timer: None,
             session: None,
             watch: None,
             up: true,
@@ -473,6 +489,7 @@ impl Cluster {
 
     /// Carries out a node's commands until it has none.
     fn pump(&mut self, n: usize) {
+        self.nodes[n].timer = None;
         while let Some(cmd) = self.nodes[n].machine.poll_command() {
             if !self.nodes[n].up {
                 continue;
@@ -691,47 +708,7 @@ impl Cluster {
             let events = self.store.take_events(w, self.store_now());
             if !events.is_empty() {
                 progressed = true;
-                // Node events go to the machine in batches; session events one by one, since
-                // the cluster acts on them (a new session after an expiry).
-                let mut batch = Vec::new();
-                for ev in events {
-                    match ev {
-                        RegistryEvent::Node(_) => batch.push(ev),
-                        RegistryEvent::Session(s) => {
-                            if !batch.is_empty() {
-                                let t = self.time_of(n);
-                                self.nodes[n]
-                                    .machine
-                                    .handle_registry_events(std::mem::take(&mut batch), t);
-                                self.pump(n);
-                            }
-                            // Session ids grow: a late event of a session already replaced
-                            // (the watch delivers with a delay) must not bring it back.
-                            if let SessionEvent::Connected(info) = &s {
-                                let current = self.nodes[n].session;
-                                if current.is_none_or(|c| info.id > c) {
-                                    self.nodes[n].session = Some(info.id);
-                                }
-                            }
-                            self.note(("session", n, format!("{s:?}")), || {
-                                format!("node {n}: {s:?}")
-                            });
-                            let t = self.time_of(n);
-                            self.nodes[n]
-                                .machine
-                                .handle_registry_event(RegistryEvent::Session(s), t);
-                            self.pump(n);
-                            if matches!(s, SessionEvent::Expired(_)) && !self.nodes[n].partitioned {
-                                self.renew(n);
-                            }
-                        }
-                    }
-                }
-                if !batch.is_empty() {
-                    let t = self.time_of(n);
-                    self.nodes[n].machine.handle_registry_events(batch, t);
-                    self.pump(n);
-                }
+                self.deliver(n, events);
             }
         }
         // Replies.
@@ -752,12 +729,17 @@ impl Cluster {
             }
         }
         // Runs that end.
-        let ended: Vec<ExecutionId> = self.nodes[n]
-            .running
-            .iter()
-            .filter(|(_, r)| r.ends <= now)
-            .map(|(id, _)| *id)
-            .collect();
+        let running = &self.nodes[n].running;
+        // Looked for before collecting: at most steps no run ends.
+        let ended: Vec<ExecutionId> = if running.values().any(|r| r.ends <= now) {
+            running
+                .iter()
+                .filter(|(_, r)| r.ends <= now)
+                .map(|(id, _)| *id)
+                .collect()
+        } else {
+            Vec::new()
+        };
         for id in ended {
             progressed = true;
             let Some(r) = self.nodes[n].running.remove(&id) else {
@@ -787,11 +769,7 @@ impl Cluster {
             self.pump(n);
         }
         // Timeouts.
-        if self.nodes[n]
-            .machine
-            .poll_timeout()
-            .is_some_and(|t| t <= now)
-        {
+        if self.nodes[n].timer().is_some_and(|t| t <= now) {
             let t = self.time_of(n);
             self.nodes[n].machine.handle_timeout(t);
             self.pump(n);
@@ -800,11 +778,63 @@ impl Cluster {
         progressed
     }
 
-    fn next_time(&self) -> Option<u64> {
+    /// Hands node `n` the watch events due to it. Node events go to the machine in batches;
+    /// session events one by one, since the cluster acts on them (a new session after an
+    /// expiry).
+    fn deliver(&mut self, n: usize, events: Vec<RegistryEvent>) {
+        // Most deliveries are node events only: one batch, the vector as it came.
+        if events.iter().all(|e| matches!(e, RegistryEvent::Node(_))) {
+            let t = self.time_of(n);
+            self.nodes[n].machine.handle_registry_events(events, t);
+            self.pump(n);
+            return;
+        }
+        let mut batch = Vec::with_capacity(events.len());
+        for ev in events {
+            match ev {
+                RegistryEvent::Node(_) => batch.push(ev),
+                RegistryEvent::Session(s) => {
+                    if !batch.is_empty() {
+                        let t = self.time_of(n);
+                        self.nodes[n]
+                            .machine
+                            .handle_registry_events(std::mem::take(&mut batch), t);
+                        self.pump(n);
+                    }
+                    // Session ids grow: a late event of a session already replaced
+                    // (the watch delivers with a delay) must not bring it back.
+                    if let SessionEvent::Connected(info) = &s {
+                        let current = self.nodes[n].session;
+                        if current.is_none_or(|c| info.id > c) {
+                            self.nodes[n].session = Some(info.id);
+                        }
+                    }
+                    self.note(("session", n, format!("{s:?}")), || {
+                        format!("node {n}: {s:?}")
+                    });
+                    let t = self.time_of(n);
+                    self.nodes[n]
+                        .machine
+                        .handle_registry_event(RegistryEvent::Session(s), t);
+                    self.pump(n);
+                    if matches!(s, SessionEvent::Expired(_)) && !self.nodes[n].partitioned {
+                        self.renew(n);
+                    }
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let t = self.time_of(n);
+            self.nodes[n].machine.handle_registry_events(batch, t);
+            self.pump(n);
+        }
+    }
+
+    fn next_time(&mut self) -> Option<u64> {
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
-        for node in self.nodes.iter().filter(|n| n.up && n.paused.is_none()) {
-            if let Some(t) = node.machine.poll_timeout() {
+        for node in self.nodes.iter_mut().filter(|n| n.up && n.paused.is_none()) {
+            if let Some(t) = node.timer() {
                 at(t.max(self.now + 1));
             }
             for r in &node.replies {
@@ -901,10 +931,7 @@ impl Cluster {
 
     /// Whether a node exists in the store.
     pub fn exists(&self, path: &str) -> bool {
-        NodePath::new(path)
-            .ok()
-            .and_then(|p| self.store.node(&p))
-            .is_some()
+        self.store.contains(path)
     }
 
     /// Runs of a job, in start order.

@@ -874,3 +874,15 @@ fn a_transaction_over_the_limit_is_refused_whole() {
     st.transact(ids[0], ops[3..].to_vec(), ms(3)).unwrap();
     assert!(st.node(&p("/d")).is_some());
 }
+
+#[test]
+fn contains_tells_whether_a_node_exists() {
+    let (mut st, s) = store_with(1);
+    st.create(s[0], &p("/a"), b"v".to_vec(), CreateMode::Persistent, ms(0))
+        .unwrap();
+    assert!(st.contains("/"));
+    assert!(st.contains("/a"));
+    assert!(!st.contains("/b"));
+    assert!(!st.contains("/a/"));
+    assert!(!st.contains("a"));
+}
