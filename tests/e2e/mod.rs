@@ -49,9 +49,9 @@ pub const NAP: &str = "0.6";
 pub const NAMES: [&str; 3] = ["a", "b", "c"];
 
 /// How long a fleet may take to share a fire. An instance that starts first takes every
-/// item; when runs overlap (six 600 ms items on an executor of four slots), the items are
-/// never all idle at once, and the leader moves them to the others only after
-/// `MachineOptions::reshard_wait` (30 s). Usually it takes 1–3 s; once, 30 s was not enough.
+/// item; the leader moves them to the others once the runs in progress end (no new run of the
+/// job starts while it waits), which takes 1–3 s here. The bound is past
+/// `MachineOptions::reshard_wait` (30 s), after which items move even while they run.
 pub const STEADY: Duration = Duration::from_secs(45);
 
 /// Wall-clock milliseconds since the epoch (the scripts' `date +%s%3N`).

@@ -421,6 +421,34 @@ impl Job {
         self.paths.job_name()
     }
 
+    /// Whether new runs of the job are held because its leader waits to move items
+    /// (`necessary`: the `leader/sharding/necessary` flag is set). While the leader waits for
+    /// runs to end, no new run starts here, as in ElasticJob: the runs drain and the items
+    /// move within one run's length, instead of the wait running out while the owners keep
+    /// starting fires. The hold ends `reshard_wait` after this instance first saw the flag,
+    /// even if it stays, so a leader that cannot finish the re-shard never stops the job.
+    /// Called at every evaluation, whether or not the instance may claim, so that a flag seen
+    /// again starts a new hold.
+    fn held_for_reshard(
+        &mut self,
+        necessary: bool,
+        opts: &MachineOptions,
+        now: Now,
+        wake: &mut Vec<u64>,
+    ) -> bool {
+        if !necessary {
+            self.necessary_seen = None;
+            return false;
+        }
+        let seen = *self.necessary_seen.get_or_insert(now.mono);
+        let end = seen.saturating_add(ms(opts.reshard_wait));
+        if now.mono < end {
+            wake.push(end);
+            return true;
+        }
+        false
+    }
+
     /// The most items one transaction of this job may touch, if limited.
     fn txn_limit(&self, opts: &MachineOptions) -> Option<usize> {
         let limit = match (opts.max_txn_items, self.txn_items) {
@@ -1578,8 +1606,10 @@ impl Machine {
         let Some(j) = self.jobs.get_mut(name) else {
             return Action::Nothing;
         };
+        let held = j.held_for_reshard(view.necessary.is_some(), &self.opts, now, &mut wake);
         if can_claim && enabled {
-            if let Some(action) = claims(j, view, &config, &me, sid, &self.opts, now, &mut wake) {
+            let decided = claims(j, view, &config, &me, sid, held, &self.opts, now, &mut wake);
+            if let Some(action) = decided {
                 return action;
             }
         }
@@ -2673,7 +2703,9 @@ fn housekeeping(
     Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
 }
 
-/// The claim decision: own due items (cron, misfire, triggers) and failover orphans.
+/// The claim decision: own due items (cron, misfire, triggers) and failover orphans. While
+/// `held` (see [`Job::held_for_reshard`]) only failover is claimed: an orphan's owner is gone,
+/// so its item never blocks a move; missed fires run after the move as misfires.
 #[allow(clippy::too_many_arguments)]
 fn claims(
     j: &mut Job,
@@ -2681,6 +2713,7 @@ fn claims(
     config: &Arc<JobConfig>,
     me: &InstanceId,
     sid: crate::registry::SessionId,
+    held: bool,
     opts: &MachineOptions,
     now: Now,
     wake: &mut Vec<u64>,
@@ -2705,30 +2738,6 @@ fn claims(
     for &i in &mine {
         j.owned_since.entry(i).or_insert(now_ms);
     }
-
-    // While the leader waits for runs to end before it moves items
-    // (`leader/sharding/necessary`), no new run of the job starts here, as in ElasticJob: the
-    // runs drain and the items move within one run's length, instead of the wait running out
-    // while the owners keep starting fires. Missed fires run after the move as misfires.
-    // Failover is not held: an orphan's owner is gone, so its item never blocks a move. The
-    // hold ends after `reshard_wait` even if the flag stays, so a leader that cannot finish
-    // the re-shard never stops the job.
-    let held = match view.necessary {
-        Some(_) => {
-            let seen = *j.necessary_seen.get_or_insert(now.mono);
-            let end = seen.saturating_add(ms(opts.reshard_wait));
-            if now.mono < end {
-                wake.push(end);
-                true
-            } else {
-                false
-            }
-        }
-        None => {
-            j.necessary_seen = None;
-            false
-        }
-    };
 
     // Manual triggers: all my enabled items, once none of them runs. Before the job has a
     // plan at all the trigger waits for one, rather than running nothing. A trigger whose
@@ -2756,10 +2765,12 @@ fn claims(
         // Items that moved away or were disabled meanwhile are left out.
         run.items.retain(|i| is_mine(i) && !skip_disabled(i));
         trigger_param = Some(run.parameter.clone());
-        for &i in run.items.iter().filter(|_| !held) {
-            if j.running.contains_key(&i) || view.items.get(&i).is_some_and(|v| v.running.is_some())
+        for &i in &run.items {
+            if held
+                || j.running.contains_key(&i)
+                || view.items.get(&i).is_some_and(|v| v.running.is_some())
             {
-                continue; // running (another kind of run, or not recorded yet): waits
+                continue; // held, or running (another kind of run, or not recorded yet): waits
             }
             let rec = view.items.get(&i).and_then(|v| v.record.clone());
             groups
