@@ -96,7 +96,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::{JobConfig, Strictness};
 use crate::instance::{DELIMITER, InstanceId};
-use crate::layout::{JobNode, JobPaths};
+use crate::layout::{ItemLeaf, JobNode, JobPaths};
 use crate::registry::{
     Check, CreateMode, ErrorClass, NodePath, RegistryError, RegistryEvent, RegistryOp,
     RegistryReply, RequestId, Revision, SessionEvent, SessionInfo, TxnOp, TxnOpResult, Version,
@@ -373,6 +373,15 @@ struct TriggerRun {
     fire: i64,
     /// Items not claimed yet.
     items: BTreeSet<u32>,
+}
+
+/// A job changed by a batch of node events.
+struct Touched {
+    job: String,
+    /// Changed by anything but the run markers and records of its items.
+    others: bool,
+    /// The items whose run marker or record changed.
+    items: Vec<u32>,
 }
 
 /// Remembers a few `next fire after t` answers of one configuration: the items of a job
@@ -721,37 +730,85 @@ impl Machine {
         events: impl IntoIterator<Item = RegistryEvent>,
         now: Now,
     ) {
-        let mut touched: BTreeSet<String> = BTreeSet::new();
+        let mut touched: Vec<Touched> = Vec::new();
         for event in events {
             match event {
                 RegistryEvent::Session(s) => {
-                    for job in std::mem::take(&mut touched) {
-                        self.evaluate(&job, now);
-                    }
+                    self.evaluate_touched(std::mem::take(&mut touched), now);
                     self.handle_session(s, now);
                 }
-                RegistryEvent::Node(ev) => {
-                    if let Some(job) = self.apply_node_event(ev) {
-                        touched.insert(job);
-                    }
-                }
+                RegistryEvent::Node(ev) => self.apply_node_event(ev, &mut touched),
             }
         }
-        for job in touched {
-            self.evaluate(&job, now);
+        self.evaluate_touched(touched, now);
+    }
+
+    /// Evaluates the jobs a batch of node events changed, but not one whose only changes are
+    /// other instances' run markers and records of items that bear on nothing this instance
+    /// decides (see [`Machine::bears_on_me`]). With every instance watching every job, each
+    /// run of an item is seen by all of them; only a few have anything to decide about it.
+    fn evaluate_touched(&mut self, mut touched: Vec<Touched>, now: Now) {
+        // In the order of the jobs' names, as everywhere else.
+        touched.sort_unstable_by(|a, b| a.job.cmp(&b.job));
+        for t in touched {
+            if t.others || t.items.iter().any(|i| self.bears_on_me(&t.job, *i)) {
+                self.evaluate(&t.job, now);
+            }
         }
     }
 
-    /// Applies a node event to its job's cache; returns the job if it should be evaluated.
-    fn apply_node_event(&mut self, ev: crate::registry::WatchEvent) -> Option<String> {
-        let (job, node) = JobNode::parse(&ev.path)?;
-        let job = job.to_owned();
-        let j = self.jobs.get_mut(&job)?;
+    /// Whether item `i` of job `name`, whose run marker or record changed, bears on what this
+    /// instance decides. It does not when the job is active here and led by another instance,
+    /// nothing of ours waits on the registry or on an orphan, and the item is neither ours
+    /// (owned, run or recorded as run here) nor an orphan: a decision on it would be the one
+    /// taken before, and the wake it set still stands.
+    fn bears_on_me(&self, name: &str, i: u32) -> bool {
+        let Some(j) = self.jobs.get(name) else {
+            return false;
+        };
+        let me = &self.opts.instance_id;
+        let view = j.cache.view();
+        if j.phase != Phase::Active
+            || j.leaving
+            || j.sync
+                .is_some_and(|(rev, _)| j.cache.seen.is_some_and(|s| s >= rev))
+            || !j.orphan_seen.is_empty()
+            || j.running.contains_key(&i)
+            || self.shutdown.is_some()
+            || !view.corrupt.is_empty()
+            || view
+                .leader
+                .as_deref()
+                .is_none_or(|l| l == me.as_str() && j.reshard_idle != Some(j.cache.plan_version))
+        {
+            return true;
+        }
+        let Some(v) = view.items.get(&i) else {
+            return false;
+        };
+        let run = v.record.as_ref().and_then(|(r, _)| r.run.as_ref());
+        v.owner.as_ref() == Some(me)
+            || v.running
+                .as_ref()
+                .is_some_and(|(h, _)| h.trim() == me.as_str())
+            || run.is_some_and(|r| r.instance == *me)
+            || (run.is_some() && v.running.is_none() && v.failover.is_none())
+    }
+
+    /// Applies a node event to its job's cache and notes the job in `touched` if it should be
+    /// evaluated.
+    fn apply_node_event(&mut self, ev: crate::registry::WatchEvent, touched: &mut Vec<Touched>) {
+        let Some((job, node)) = JobNode::parse(&ev.path) else {
+            return;
+        };
+        let Some(j) = self.jobs.get_mut(job) else {
+            return;
+        };
         match j.phase {
-            Phase::Waiting => return None,
+            Phase::Waiting => return,
             Phase::Loading => {
                 j.buffer.push(ev);
-                return None;
+                return;
             }
             _ => {}
         }
@@ -759,11 +816,36 @@ impl Machine {
             self.disables += 1;
         }
         let config = matches!(node, JobNode::Config | JobNode::Root);
+        let run_item = match node {
+            JobNode::ItemState(i, ItemLeaf::Running | ItemLeaf::Execution) => Some(i),
+            _ => None,
+        };
+        let t = match touched.iter().position(|t| t.job == job) {
+            Some(k) => &mut touched[k],
+            None => {
+                touched.push(Touched {
+                    job: job.to_owned(),
+                    others: false,
+                    items: Vec::new(),
+                });
+                let last = touched.len() - 1;
+                &mut touched[last]
+            }
+        };
+        match run_item {
+            Some(i) if !t.items.contains(&i) => t.items.push(i),
+            Some(_) => {}
+            None => t.others = true,
+        }
+        let name = t.job.as_str();
+        let Some(j) = self.jobs.get_mut(name) else {
+            return;
+        };
         j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
         if config {
-            self.refresh_config(&job);
+            let name = name.to_owned();
+            self.refresh_config(&name);
         }
-        Some(job)
     }
 
     /// The reply to a [`Command::Registry`] request.
