@@ -2895,22 +2895,23 @@ fn claims(
                 let Some(first_ms) = j.fires.next_after(config, baseline) else {
                     continue;
                 };
-                let Some(first) = DateTime::<Utc>::from_timestamp_millis(first_ms) else {
+                if DateTime::<Utc>::from_timestamp_millis(first_ms).is_none() {
                     continue;
-                };
+                }
                 // Claimed up to `claim_ahead` before the fire, started at the fire.
                 if first_ms > now_ms.saturating_add(ahead) {
                     wake.push(now.mono_at(first_ms.saturating_sub(ahead)));
                     continue;
                 }
                 // Latest fire at or before now: several missed fires collapse into one.
-                let last = cron
-                    .fires_after(first, &config.time_zone)
-                    .take(MAX_CATCH_UP_STEPS)
-                    .map(|t| t.timestamp_millis())
-                    .take_while(|t| *t <= now_ms)
-                    .last()
-                    .unwrap_or(first_ms);
+                // Through the memo: the items of a job mostly share their last fire.
+                let mut last = first_ms;
+                for _ in 0..MAX_CATCH_UP_STEPS {
+                    match j.fires.next_after(config, last) {
+                        Some(t) if t <= now_ms => last = t,
+                        _ => break,
+                    }
+                }
                 let late = now_ms - last;
                 // A fire that came while the item ran here is a misfire, however recent.
                 let overlapped = j.last_end.get(&i).is_some_and(|end| last <= *end);

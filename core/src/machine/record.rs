@@ -89,10 +89,42 @@ impl ItemRecord {
         serde_json::from_slice(data).map_err(|e| format!("not an execution record: {e}"))
     }
 
-    /// The record as stored.
+    /// The record as stored: compact JSON, fields in declaration order (what `serde_json`
+    /// writes, byte for byte).
     pub fn to_bytes(&self) -> Vec<u8> {
-        // A struct of integers, an enum and a checked string always serializes.
-        serde_json::to_vec(self).unwrap_or_default()
+        use std::io::Write as _;
+        // Every claim and every completion writes records: they are written directly unless the
+        // instance id needs escaping, which serde then does.
+        let plain = |id: &InstanceId| {
+            !id.as_str()
+                .bytes()
+                .any(|b| b == b'"' || b == b'\\' || b < 0x20)
+        };
+        if !self.run.as_ref().is_none_or(|r| plain(&r.instance)) {
+            // A struct of integers, an enum and a checked string always serializes.
+            return serde_json::to_vec(self).unwrap_or_default();
+        }
+        let mut out =
+            Vec::with_capacity(48 + self.run.as_ref().map_or(0, |r| r.instance.as_str().len()));
+        // Writing to a vector cannot fail.
+        let _ = match (self.done, &self.run) {
+            (None, None) => write!(out, "{{}}"),
+            (Some(done), None) => write!(out, r#"{{"done":{done}}}"#),
+            (done, Some(run)) => {
+                out.push(b'{');
+                if let Some(done) = done {
+                    let _ = write!(out, r#""done":{done},"#);
+                }
+                write!(
+                    out,
+                    r#""run":{{"fire":{},"kind":"{}","instance":"{}"}}}}"#,
+                    run.fire,
+                    run.kind.as_str(),
+                    run.instance
+                )
+            }
+        };
+        out
     }
 }
 
@@ -249,6 +281,25 @@ mod tests {
                 "{}",
                 String::from_utf8_lossy(data)
             );
+        }
+        // What `to_bytes` writes is what serde writes.
+        let ids = ["h@-@1", "a\"b@-@2", "a\\b", "\u{e9}t\u{e9}@-@3", "x~y@-@4"];
+        for id in ids {
+            for done in [None, Some(0), Some(-7), Some(i64::MAX), Some(i64::MIN)] {
+                for kind in [RunKind::Scheduled, RunKind::Trigger] {
+                    let run = Some(RunRecord {
+                        fire: done.unwrap_or(1).wrapping_add(3),
+                        kind,
+                        instance: InstanceId::new(id).unwrap(),
+                    });
+                    for run in [None, run] {
+                        let record = ItemRecord { done, run };
+                        let bytes = record.to_bytes();
+                        assert_eq!(bytes, serde_json::to_vec(&record).unwrap());
+                        assert_eq!(ItemRecord::parse(&bytes).unwrap(), record);
+                    }
+                }
+            }
         }
         // The records `to_bytes` writes are read directly.
         for k in [0, 4, 7, 8, 10, 12, 13, 20] {
