@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -33,14 +34,18 @@ pub enum PathError {
 /// a chroot, an etcd backend as a key prefix, so the same path means the same node everywhere.
 /// A valid path is `/` or `/`-separated non-empty segments that are not `.`/`..` and hold no
 /// control character. Paths order by their string, so a parent sorts before its children.
+///
+/// The text is shared: a clone (one per watcher of every event, one per operation naming the
+/// node) copies nothing.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct NodePath(String);
+pub struct NodePath(Arc<str>);
 
 impl NodePath {
     /// The root path `/`.
     pub fn root() -> Self {
-        Self("/".to_owned())
+        static ROOT: OnceLock<Arc<str>> = OnceLock::new();
+        Self(Arc::clone(ROOT.get_or_init(|| Arc::from("/"))))
     }
 
     /// Parses and checks an absolute path.
@@ -50,7 +55,7 @@ impl NodePath {
             return Err(PathError::NotAbsolute(path));
         }
         if path == "/" {
-            return Ok(Self(path));
+            return Ok(Self::root());
         }
         for segment in path[1..].split('/') {
             if let Err(e) = check_segment(segment) {
@@ -61,7 +66,7 @@ impl NodePath {
                 });
             }
         }
-        Ok(Self(path))
+        Ok(Self(Arc::from(path)))
     }
 
     /// The child of this path called `name`; `name` must be a single valid segment.
@@ -72,24 +77,38 @@ impl NodePath {
         Ok(self.child_unchecked(name))
     }
 
-    /// The descendant `self/a/b/…` of segments known to be valid, built in one allocation.
+    /// The descendant `self/a/b/…` of segments known to be valid, built in one allocation
+    /// (the usual short path is put together on the stack first).
     pub(crate) fn descendant_unchecked(&self, names: &[&str]) -> Self {
-        let base = if self.is_root() { "" } else { self.0.as_str() };
+        if names.is_empty() {
+            return self.clone();
+        }
+        let base = if self.is_root() { "" } else { &self.0[..] };
         let len = base.len() + names.iter().map(|n| n.len() + 1).sum::<usize>();
-        let mut out = String::with_capacity(len);
-        out.push_str(base);
+        let mut stack = [0u8; 128];
+        let mut heap = Vec::new();
+        let out: &mut [u8] = if len <= stack.len() {
+            &mut stack[..len]
+        } else {
+            heap.resize(len, 0);
+            &mut heap
+        };
+        out[..base.len()].copy_from_slice(base.as_bytes());
+        let mut at = base.len();
         for name in names {
             debug_assert!(
                 !name.contains('/') && check_segment(name).is_ok(),
                 "bad segment {name:?}"
             );
-            out.push('/');
-            out.push_str(name);
+            out[at] = b'/';
+            out[at + 1..at + 1 + name.len()].copy_from_slice(name.as_bytes());
+            at += 1 + name.len();
         }
-        if out.is_empty() {
-            out.push('/');
+        // Whole strings and `/` put together: always UTF-8.
+        match std::str::from_utf8(out) {
+            Ok(text) => Self(Arc::from(text)),
+            Err(_) => Self::root(),
         }
-        Self(out)
     }
 
     /// The child called `name`, which the caller has already checked to be one valid segment.
@@ -104,7 +123,7 @@ impl NodePath {
 
     /// Whether this is the root path `/`.
     pub fn is_root(&self) -> bool {
-        self.0 == "/"
+        &*self.0 == "/"
     }
 
     /// The parent path, or `None` for the root.
@@ -116,7 +135,7 @@ impl NodePath {
         Some(if at == 0 {
             Self::root()
         } else {
-            Self(self.0[..at].to_owned())
+            Self(Arc::from(&self.0[..at]))
         })
     }
 
@@ -130,14 +149,15 @@ impl NodePath {
 
     /// The segments after the root, in order.
     pub fn segments(&self) -> impl Iterator<Item = &str> {
-        Segments { rest: &self.0 }
+        Segments { rest: &self.0[..] }
     }
 
     /// Whether `self` is `other` or one of its ancestors.
     pub fn contains(&self, other: &NodePath) -> bool {
         self.is_root()
             || other.0 == self.0
-            || (other.0.starts_with(&self.0) && other.0.as_bytes().get(self.0.len()) == Some(&b'/'))
+            || (other.0.starts_with(&*self.0)
+                && other.0.as_bytes().get(self.0.len()) == Some(&b'/'))
     }
 
     /// The segments of `other` below `self`, or `None` if `other` is not under `self`.
@@ -235,7 +255,7 @@ impl TryFrom<&str> for NodePath {
 
 impl From<NodePath> for String {
     fn from(p: NodePath) -> String {
-        p.0
+        p.0.to_string()
     }
 }
 
