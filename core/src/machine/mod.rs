@@ -820,30 +820,26 @@ impl Machine {
             JobNode::ItemState(i, ItemLeaf::Running | ItemLeaf::Execution) => Some(i),
             _ => None,
         };
-        let t = match touched.iter().position(|t| t.job == job) {
-            Some(k) => &mut touched[k],
+        let k = match touched.iter().position(|t| t.job == job) {
+            Some(k) => k,
             None => {
                 touched.push(Touched {
                     job: job.to_owned(),
                     others: false,
                     items: Vec::new(),
                 });
-                let last = touched.len() - 1;
-                &mut touched[last]
+                touched.len() - 1
             }
         };
+        let t = &mut touched[k];
         match run_item {
             Some(i) if !t.items.contains(&i) => t.items.push(i),
             Some(_) => {}
             None => t.others = true,
         }
-        let name = t.job.as_str();
-        let Some(j) = self.jobs.get_mut(name) else {
-            return;
-        };
         j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
         if config {
-            let name = name.to_owned();
+            let name = touched[k].job.clone();
             self.refresh_config(&name);
         }
     }

@@ -391,10 +391,10 @@ impl Facts {
                 view.instances.insert(id);
             }
             JobNode::Server(ip) => {
-                view.servers.insert(ip, text(&data));
+                view.servers.insert(ip, into_text(data));
             }
             JobNode::LeaderInstance => {
-                view.leader = Some(text(&data));
+                view.leader = Some(into_text(data));
                 facts.leader = Some(stat);
             }
             JobNode::ShardingNecessary => view.necessary = Some(stat.version),
@@ -410,7 +410,7 @@ impl Facts {
                 item.leaves |= leaf_bit(leaf);
                 match leaf {
                     ItemLeaf::Instance => {
-                        let value = text(&data);
+                        let value = into_text(data);
                         match InstanceId::new(value.trim()) {
                             Ok(id) => item.owner = Some(id),
                             Err(e) => {
@@ -422,7 +422,7 @@ impl Facts {
                         }
                         item.owner_stat = Some(stat);
                     }
-                    ItemLeaf::Running => item.running = Some((text(&data), stat)),
+                    ItemLeaf::Running => item.running = Some((into_text(data), stat)),
                     ItemLeaf::Disabled => item.disabled = true,
                     ItemLeaf::Failover => item.failover = Some(stat),
                     ItemLeaf::Execution => match ItemRecord::parse(&data) {
@@ -446,7 +446,7 @@ impl Facts {
                 }
             }
             JobNode::Trigger(id) => {
-                view.triggers.insert(id, text(&data));
+                view.triggers.insert(id, into_text(data));
             }
             JobNode::Other => match other(path) {
                 Some(Other::Dir(dir)) => facts.dirs |= dir.bit(),
@@ -633,6 +633,11 @@ pub(crate) struct JobView {
 
 fn text(data: &[u8]) -> String {
     String::from_utf8_lossy(data).into_owned()
+}
+
+/// [`text`] of data the caller gives up: valid UTF-8 (nearly always) is kept, not copied.
+fn into_text(data: Vec<u8>) -> String {
+    String::from_utf8(data).unwrap_or_else(|e| text(e.as_bytes()))
 }
 
 impl JobView {
