@@ -92,7 +92,6 @@ impl ItemRecord {
     /// The record as stored: compact JSON, fields in declaration order (what `serde_json`
     /// writes, byte for byte).
     pub fn to_bytes(&self) -> Vec<u8> {
-        use std::io::Write as _;
         // Every claim and every completion writes records: they are written directly unless the
         // instance id needs escaping, which serde then does.
         let plain = |id: &InstanceId| {
@@ -104,26 +103,26 @@ impl ItemRecord {
             // A struct of integers, an enum and a checked string always serializes.
             return serde_json::to_vec(self).unwrap_or_default();
         }
-        let mut out =
-            Vec::with_capacity(48 + self.run.as_ref().map_or(0, |r| r.instance.as_str().len()));
-        // Writing to a vector cannot fail.
-        let _ = match (self.done, &self.run) {
-            (None, None) => write!(out, "{{}}"),
-            (Some(done), None) => write!(out, r#"{{"done":{done}}}"#),
-            (done, Some(run)) => {
-                out.push(b'{');
-                if let Some(done) = done {
-                    let _ = write!(out, r#""done":{done},"#);
-                }
-                write!(
-                    out,
-                    r#""run":{{"fire":{},"kind":"{}","instance":"{}"}}}}"#,
-                    run.fire,
-                    run.kind.as_str(),
-                    run.instance
-                )
+        let id_len = self.run.as_ref().map_or(0, |r| r.instance.as_str().len());
+        let mut out = Vec::with_capacity(96 + id_len);
+        out.push(b'{');
+        if let Some(done) = self.done {
+            out.extend_from_slice(br#""done":"#);
+            push_i64(&mut out, done);
+        }
+        if let Some(run) = &self.run {
+            if self.done.is_some() {
+                out.push(b',');
             }
-        };
+            out.extend_from_slice(br#""run":{"fire":"#);
+            push_i64(&mut out, run.fire);
+            out.extend_from_slice(br#","kind":""#);
+            out.extend_from_slice(run.kind.as_str().as_bytes());
+            out.extend_from_slice(br#"","instance":""#);
+            out.extend_from_slice(run.instance.as_str().as_bytes());
+            out.extend_from_slice(br#""}"#);
+        }
+        out.push(b'}');
         out
     }
 }
@@ -174,6 +173,25 @@ fn parse_canonical(data: &[u8]) -> Option<ItemRecord> {
         return None;
     }
     (rest == b"}").then_some(record)
+}
+
+/// Appends `value` in decimal, as `Display` writes it.
+fn push_i64(out: &mut Vec<u8>, value: i64) {
+    if value < 0 {
+        out.push(b'-');
+    }
+    let mut n = value.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// Reads an `i64` in canonical decimal (no sign but `-`, no leading zero, no `-0`) at the
