@@ -1,5 +1,11 @@
 //! `shardjob-sim`: runs seeded worlds of real shardjob machines under faults and checks them.
 
+/// Every registry event a world delivers allocates (its path, its data, the machine's cache
+/// entry): mimalloc makes a seed about a fifth faster than the system allocator. A test binary
+/// that runs many seeds can set it the same way.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 use std::time::Instant;
 
