@@ -36,6 +36,17 @@
 //! }
 //! ```
 //!
+//! # Speed
+//!
+//! Virtual time skips what is idle, so a world costs what happens in it: every run of an item is
+//! two registry transactions, whose watch events reach every instance, and every instance's
+//! machine takes its own decisions on them. On one core of a shared machine, the standard world
+//! (5 instances, 20 jobs from every second to hourly, an hour of faults, some 95,000 item runs)
+//! runs at about 1,500 times real time; the same world with crons from every minute to hourly
+//! (about 2,200 item runs an hour) at about 19,000 times. Worlds allocate for every event they
+//! deliver: a test binary that runs many seeds gains about a fifth from a faster global
+//! allocator, as the `shardjob-sim` binary does with `mimalloc`.
+//!
 //! The `shardjob-sim` binary runs many seeds and prints a summary; a failing seed is printed
 //! with the checker, the violation and the timeline that led there, and `--seed S` replays it.
 //! Built with the `plant` feature, `--plant NAME` switches on one of the core's planted bugs
