@@ -29,6 +29,25 @@ fn seeded_worlds_hold_every_invariant() {
 }
 
 #[test]
+fn seeds_where_a_lost_probe_once_stalled_a_job_converge() {
+    // In these worlds an instance that was deaf to the registry had a claim apply unseen and
+    // then lost the probe meant to confirm its session before adopting that claim; with no
+    // other wake it waited for the reconcile interval, and the liveness checker caught it.
+    for seed in [109_258, 159_351] {
+        let cfg = WorldConfig {
+            duration_ms: 108_000,
+            ..small(seed)
+        };
+        let report = world::run(&cfg);
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed} (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.03): {:#?}",
+            report.violations
+        );
+    }
+}
+
+#[test]
 fn the_same_seed_gives_the_same_trace() {
     for seed in [1, 17, 99] {
         let a = world::run(&small(seed));

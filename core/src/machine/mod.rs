@@ -691,15 +691,15 @@ impl Machine {
         at(self.retries.first().map(|(t, _)| *t));
         at(self.starts.first().map(|(t, _)| *t));
         at(self.sweep_at);
-        if !self.executions.is_empty() || self.in_doubt {
+        if self.needs_probing() {
             if let Session::Live(info) = self.session {
                 if self.probe.is_none() {
                     at(Some(self.probe_due(info)));
                 }
             }
-            if !self.in_doubt {
-                at(self.lease_deadline());
-            }
+        }
+        if !self.executions.is_empty() && !self.in_doubt {
+            at(self.lease_deadline());
         }
         at(self.shutdown);
         next
@@ -1171,12 +1171,20 @@ impl Machine {
         let Session::Live(info) = self.session else {
             return;
         };
-        if self.probe.is_some() || (self.executions.is_empty() && !self.in_doubt) {
+        if self.probe.is_some() || !self.needs_probing() {
             return;
         }
         if now.mono >= self.probe_due(info) {
             self.probe_now(now);
         }
+    }
+
+    /// Whether the session must be confirmed now and then: while executions run (their lease),
+    /// while it is in doubt, and while jobs wait for a confirmation to act (adoption of markers
+    /// whose claim's reply was lost). A waiting job has no wake of its own: if a probe's reply
+    /// is lost too, the next probe is what brings it back.
+    fn needs_probing(&self) -> bool {
+        !self.executions.is_empty() || self.in_doubt || !self.probe_waiters.is_empty()
     }
 
     /// When the session should be confirmed again: a quarter timeout after the last
