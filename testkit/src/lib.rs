@@ -319,6 +319,12 @@ impl Cluster {
             })?;
         signal(pid, libc::SIGSTOP)?;
         m.paused = true;
+        // kill(2) returns before every thread has stopped: on a busy machine a thread of the
+        // server could still answer a request sent right after this returns.
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while !all_threads_stopped(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         Ok(())
     }
 
@@ -670,6 +676,23 @@ fn alive(pid: i32) -> bool {
             .is_some_and(|state| state != "Z" && state != "X"),
         Err(_) => false,
     }
+}
+
+/// Whether every thread of `pid` is stopped (state `T` or `t` in `/proc/{pid}/task/*/stat`),
+/// or the process is gone.
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|task| {
+        let Ok(stat) = fs::read_to_string(task.path().join("stat")) else {
+            return true; // the thread is gone
+        };
+        // The state follows the command name, which is in parentheses and may hold spaces.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "T" || state == "t")
+    })
 }
 
 fn signal(pid: i32, sig: i32) -> Result<(), TestkitError> {
