@@ -837,16 +837,7 @@ impl Store {
         }
         // Counted first, so the batch is allocated once at its size.
         let due = w.queue.iter().take_while(|q| q.at <= now).count();
-        if due == 0 {
-            return Vec::new();
-        }
-        let mut out = Vec::with_capacity(due);
-        for _ in 0..due {
-            if let Some(q) = w.queue.pop_front() {
-                out.push(q.event);
-            }
-        }
-        out
+        w.queue.drain(..due).map(|q| q.event).collect()
     }
 
     /// Whether `watch` will deliver nothing more: it ended (session closed, client killed) and

@@ -35,7 +35,7 @@ impl JobPaths {
     }
 
     fn item_at(&self, item: u32, leaf: &str) -> NodePath {
-        let mut digits = [0u8; 10];
+        let mut digits = [0u8; 20];
         self.at(&["sharding", item_digits(item, &mut digits), leaf])
     }
 
@@ -76,7 +76,7 @@ impl JobPaths {
 
     /// `sharding/{item}`.
     pub fn item(&self, item: u32) -> NodePath {
-        let mut digits = [0u8; 10];
+        let mut digits = [0u8; 20];
         self.at(&["sharding", item_digits(item, &mut digits)])
     }
 
@@ -158,7 +158,7 @@ impl JobPaths {
 
     /// `leader/failover/items/{item}`: an item waiting to be failed over.
     pub fn failover_item(&self, item: u32) -> NodePath {
-        let mut digits = [0u8; 10];
+        let mut digits = [0u8; 20];
         self.at(&[
             "leader",
             "failover",
@@ -185,7 +185,7 @@ impl JobPaths {
 
     /// `guarantee/started/{item}`: the item has started in the current round.
     pub fn guarantee_started_item(&self, item: u32) -> NodePath {
-        let mut digits = [0u8; 10];
+        let mut digits = [0u8; 20];
         self.at(&["guarantee", "started", item_digits(item, &mut digits)])
     }
 
@@ -197,7 +197,7 @@ impl JobPaths {
 
     /// `guarantee/completed/{item}`: the item has completed in the current round.
     pub fn guarantee_completed_item(&self, item: u32) -> NodePath {
-        let mut digits = [0u8; 10];
+        let mut digits = [0u8; 20];
         self.at(&["guarantee", "completed", item_digits(item, &mut digits)])
     }
 }
@@ -308,9 +308,10 @@ impl JobNode {
     }
 }
 
-/// Writes `item` in decimal into `buf` without allocating.
-fn item_digits(item: u32, buf: &mut [u8; 10]) -> &str {
-    let mut n = item;
+/// Writes `n` in decimal into `buf` without allocating (item numbers in paths, integers in
+/// execution records).
+pub(crate) fn decimal(n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut n = n;
     let mut at = buf.len();
     loop {
         at -= 1;
@@ -321,6 +322,11 @@ fn item_digits(item: u32, buf: &mut [u8; 10]) -> &str {
         }
     }
     std::str::from_utf8(&buf[at..]).unwrap_or("0")
+}
+
+/// [`decimal`] of an item number.
+fn item_digits(item: u32, buf: &mut [u8; 20]) -> &str {
+    decimal(u64::from(item), buf)
 }
 
 /// Parses an item number as ElasticJob writes it: canonical decimal, no sign, no leading zero.
@@ -398,9 +404,11 @@ mod tests {
     #[test]
     fn item_digits_are_decimal() {
         for n in [0, 7, 10, 99, 100, 4_294_967_295] {
-            let mut buf = [0u8; 10];
+            let mut buf = [0u8; 20];
             assert_eq!(item_digits(n, &mut buf), n.to_string());
         }
+        let mut buf = [0u8; 20];
+        assert_eq!(decimal(u64::MAX, &mut buf), u64::MAX.to_string());
     }
 
     #[test]

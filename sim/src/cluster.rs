@@ -740,17 +740,12 @@ impl Cluster {
             }
         }
         // Runs that end.
-        let running = &self.nodes[n].running;
-        // Looked for before collecting: at most steps no run ends.
-        let ended: Vec<ExecutionId> = if running.values().any(|r| r.ends <= now) {
-            running
-                .iter()
-                .filter(|(_, r)| r.ends <= now)
-                .map(|(id, _)| *id)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let ended: Vec<ExecutionId> = self.nodes[n]
+            .running
+            .iter()
+            .filter(|(_, r)| r.ends <= now)
+            .map(|(id, _)| *id)
+            .collect();
         for id in ended {
             progressed = true;
             let Some(r) = self.nodes[n].running.remove(&id) else {

@@ -1,7 +1,7 @@
 //! Seeded worlds under every fault, as `cargo test` runs them: small worlds, a few hundred
 //! seeds, and the determinism check. (`.ci/run` runs thousands more with the release binary.)
 
-use shardjob_sim::world::{self, WorldConfig};
+use shardjob_sim::world::{self, SeedReport, WorldConfig};
 
 fn small(seed: u64) -> WorldConfig {
     WorldConfig {
@@ -12,16 +12,23 @@ fn small(seed: u64) -> WorldConfig {
     }
 }
 
+/// Runs a world and asserts it broke no invariant; `replay` is the binary's flags for it.
+fn holds(cfg: &WorldConfig, replay: &str) -> SeedReport {
+    let report = world::run(cfg);
+    assert!(
+        report.violations.is_empty(),
+        "seed {seed} (replay: shardjob-sim --seed {seed} {replay}): {:#?}",
+        report.violations,
+        seed = cfg.seed,
+    );
+    report
+}
+
 #[test]
 fn seeded_worlds_hold_every_invariant() {
     let mut retries = 0;
     for seed in 0..200 {
-        let report = world::run(&small(seed));
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed} (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.0333): {:#?}",
-            report.violations
-        );
+        let report = holds(&small(seed), "--instances 3 --jobs 4 --hours 0.0333");
         retries += report.retries;
     }
     // Faults do make attempts die and fires run again: the worlds are not idle.
@@ -38,12 +45,7 @@ fn seeds_where_a_lost_probe_once_stalled_a_job_converge() {
             duration_ms: 108_000,
             ..small(seed)
         };
-        let report = world::run(&cfg);
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed} (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.03): {:#?}",
-            report.violations
-        );
+        holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
     }
 }
 
@@ -82,12 +84,7 @@ fn seeded_worlds_with_large_jobs_under_registry_limits() {
             max_items: 40,
             ..small(seed)
         };
-        let report = world::run(&cfg);
-        assert!(
-            report.violations.is_empty(),
-            "seed {seed} (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.0333 --max-items 40): {:#?}",
-            report.violations
-        );
+        let report = holds(&cfg, "--instances 3 --jobs 4 --hours 0.0333 --max-items 40");
         limited += usize::from(report.txn_limit.is_some());
     }
     assert!(limited > 5, "{limited} seeds with a limit");

@@ -449,13 +449,7 @@ impl Job {
             self.necessary_seen = None;
             return false;
         }
-        let seen = *self.necessary_seen.get_or_insert(now.mono);
-        let end = seen.saturating_add(ms(opts.reshard_wait));
-        if now.mono < end {
-            wake.push(end);
-            return true;
-        }
-        false
+        waiting(&mut self.necessary_seen, ms(opts.reshard_wait), now, wake)
     }
 
     /// The most items one transaction of this job may touch, if limited.
@@ -2597,10 +2591,7 @@ fn reshard(
         j.reshard_idle = Some(j.cache.plan_version);
         return None;
     }
-    let wanted = *j.reshard_wanted.get_or_insert(now.mono);
-    let debounce_end = wanted.saturating_add(ms(opts.reshard_debounce));
-    if now.mono < debounce_end {
-        wake.push(debounce_end);
+    if waiting(&mut j.reshard_wanted, ms(opts.reshard_debounce), now, wake) {
         return None;
     }
     // Items that run under a live owner wait for their run to end, up to a deadline. The
@@ -2620,6 +2611,8 @@ fn reshard(
         .filter(|i| is_running(i) && owner_live(i))
         .collect();
     let removed_running: Vec<u32> = removed.iter().copied().filter(is_running).collect();
+    // The debounce above started `reshard_wanted`: the wait for running items counts from it.
+    let wanted = j.reshard_wanted.unwrap_or(now.mono);
     let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
     let p = &j.paths;
     let mut ops = vec![
@@ -2789,6 +2782,17 @@ fn housekeeping(
     Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
 }
 
+/// Whether a wait of `wait` ms that started at `since` (now, if it has not started yet) is
+/// still on; if so, `wake` gets its end.
+fn waiting(since: &mut Option<u64>, wait: u64, now: Now, wake: &mut Vec<u64>) -> bool {
+    let end = since.get_or_insert(now.mono).saturating_add(wait);
+    if now.mono < end {
+        wake.push(end);
+        return true;
+    }
+    false
+}
+
 /// The claim decision: own due items (cron, misfire, triggers) and failover orphans. While
 /// `held` (see [`Job::held_for_reshard`]) only failover is claimed: an orphan's owner is gone,
 /// so its item never blocks a move; missed fires run after the move as misfires.
@@ -2899,9 +2903,6 @@ fn claims(
                 let Some(first_ms) = j.fires.next_after(config, baseline) else {
                     continue;
                 };
-                if DateTime::<Utc>::from_timestamp_millis(first_ms).is_none() {
-                    continue;
-                }
                 // Claimed up to `claim_ahead` before the fire, started at the fire.
                 if first_ms > now_ms.saturating_add(ahead) {
                     wake.push(now.mono_at(first_ms.saturating_sub(ahead)));

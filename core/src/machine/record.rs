@@ -180,18 +180,8 @@ fn push_i64(out: &mut Vec<u8>, value: i64) {
     if value < 0 {
         out.push(b'-');
     }
-    let mut n = value.unsigned_abs();
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[at..]);
+    let mut buf = [0u8; 20];
+    out.extend_from_slice(crate::layout::decimal(value.unsigned_abs(), &mut buf).as_bytes());
 }
 
 /// Reads an `i64` in canonical decimal (no sign but `-`, no leading zero, no `-0`) at the
