@@ -970,3 +970,53 @@ fn items_of_a_busy_owner_move_within_a_run_not_after_the_whole_reshard_wait() {
     }
     c.assert_no_overlap();
 }
+
+#[test]
+fn a_wall_clock_step_forward_moves_the_next_fire_with_it() {
+    // Wake times are monotonic times worked out from the wall clock. A step forward (an NTP
+    // correction, a host resumed from suspend) must move the next fire with it, even on a
+    // quiet instance and without the safety sweep; before, the fire came late by the step.
+    let mut c = Cluster::new();
+    let id = shardjob_core::InstanceId::new(A).unwrap();
+    c.options = Some(shardjob_core::machine::MachineOptions {
+        safety_sweep: false,
+        ..shardjob_core::machine::MachineOptions::new(id)
+    });
+    c.add_node(A, &[job("minutely", "0 * * * * ?", 1)]);
+    c.run_until(61_000);
+    assert_eq!(c.runs_of("minutely").len(), 1, "{:#?}", c.runs);
+    // The wall clock jumps 40 s ahead: its next minute comes at virtual 80 s, not 120 s.
+    c.nodes[0].skew = 40_000;
+    c.run_until(125_000);
+    let next = c
+        .runs
+        .iter()
+        .find(|r| r.fire == fire_at(&c, 120_000))
+        .unwrap_or_else(|| panic!("the fire after the step never ran: {:#?}", c.runs));
+    assert_eq!(next.kind, RunKind::Scheduled, "{next:#?}");
+    assert!(next.start <= 80_010, "started at {} ms", next.start);
+    let stepped: Vec<i64> = c.nodes[0]
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            MachineEvent::ClockStepped { by_ms } => Some(*by_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stepped, [40_000]);
+    // Back again: the fire after it is at virtual 140 s by the restored clock, and the one
+    // claimed ahead by the old clock (if any) does not start early.
+    c.nodes[0].skew = 0;
+    c.run_until(200_000);
+    let after: Vec<_> = c
+        .runs
+        .iter()
+        .filter(|r| r.start > 125_000)
+        .map(|r| (r.fire - fire_at(&c, 0), r.start))
+        .collect();
+    assert!(
+        after.iter().all(|(fire, start)| *start as i64 >= *fire),
+        "a run started before its fire by the wall clock: {after:?}"
+    );
+    c.assert_no_overlap();
+}

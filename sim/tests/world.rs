@@ -50,6 +50,23 @@ fn seeds_where_a_lost_probe_once_stalled_a_job_converge() {
 }
 
 #[test]
+fn seeds_that_stalled_without_the_safety_sweep_converge() {
+    // These worlds run without the safety sweep (half of the seeds do). Two stalled after a
+    // wall clock stepped forward: a fire's wake time was still the old clock's, so the fire
+    // came late by the step. One stalled on an adoption that waited for a probe which never
+    // came, since other jobs' claims kept confirming the session. The sweep hid both.
+    for seed in [889, 1_091, 1_727] {
+        let cfg = WorldConfig {
+            instances: 5,
+            job_count: 10,
+            duration_ms: 360_000,
+            ..WorldConfig::standard(seed)
+        };
+        holds(&cfg, "--instances 5 --jobs 10 --hours 0.1");
+    }
+}
+
+#[test]
 fn the_same_seed_gives_the_same_trace() {
     for seed in [1, 17, 99] {
         let a = world::run(&small(seed));

@@ -783,6 +783,9 @@ impl Driver {
             MachineEvent::CompletionLost { job, items } => {
                 tracing::warn!(instance = %me, %job, ?items, "the end of a run could not be recorded (session lost)")
             }
+            MachineEvent::ClockStepped { by_ms } => {
+                tracing::warn!(instance = %me, by_ms, "the wall clock stepped: fires planned again")
+            }
             MachineEvent::SessionInDoubt => {
                 tracing::warn!(instance = %me, "session in doubt: running items cancelled, none start")
             }

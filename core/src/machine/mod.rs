@@ -81,6 +81,12 @@
 //! - **Graceful leave**: [`Machine::shutdown`] and [`Machine::remove_job`] let runs finish (or
 //!   cancel them after a grace period), record them, and delete the instance and leader nodes
 //!   at once so others take over without waiting for a timeout.
+//! - **Time**: every wait is a monotonic deadline; a fire's is worked out from the wall clock.
+//!   A machine that hosts jobs asks to be woken at least every 10 s, so that it notices a wall
+//!   clock that stepped (by more than half a second) even when nothing else happens; it then
+//!   works out every job's next fire again and moves the runs claimed ahead to their fire by
+//!   the new clock ([`MachineEvent::ClockStepped`]). With [`MachineOptions::safety_sweep`]
+//!   (the default), every job is also evaluated now and then, due or not.
 
 #[cfg(feature = "plant-bugs")]
 pub mod plant;
@@ -126,6 +132,14 @@ macro_rules! planted {
 
 /// How often every job is evaluated on a timeout, whether due or not (ms).
 const SWEEP_MS: u64 = 10_000;
+/// How far (ms) the wall clock may drift against the monotonic one before the machine treats
+/// it as a step and works out every fire again. Wake times of fires are monotonic times taken
+/// from the wall clock; after a step forward they would come late by the step.
+const CLOCK_STEP_MS: i64 = 500;
+/// A machine that hosts jobs wakes at least this often (ms), so that it notices a clock step
+/// even when nothing else happens (a host suspended and resumed: the monotonic clock stood
+/// still meanwhile, the wall clock did not).
+const CLOCK_WATCH_MS: u64 = 10_000;
 /// The most jobs the rolling sweep evaluates in one timeout; the rest of its slice follows
 /// a millisecond later, so that ten thousand jobs never hold the machine for long.
 const SWEEP_CHUNK: usize = 64;
@@ -170,6 +184,11 @@ pub struct Machine {
     shutdown: Option<u64>,
     stopped: bool,
     last_sweep: u64,
+    /// The wall clock's lead on the monotonic one (ms) when it last stepped, or at the first
+    /// timeout.
+    clock_offset: Option<i64>,
+    /// When the machine last compared the clocks (monotonic ms).
+    clock_seen: u64,
     /// The last job the rolling sweep evaluated.
     sweep_cursor: Option<String>,
     /// Jobs of the current sweep slice not evaluated yet.
@@ -493,6 +512,8 @@ impl Machine {
             shutdown: None,
             stopped: false,
             last_sweep: 0,
+            clock_offset: None,
+            clock_seen: 0,
             sweep_cursor: None,
             sweep_left: 0,
             sweep_at: None,
@@ -685,6 +706,9 @@ impl Machine {
         at(self.retries.first().map(|(t, _)| *t));
         at(self.starts.first().map(|(t, _)| *t));
         at(self.sweep_at);
+        if !self.jobs.is_empty() {
+            at(Some(self.clock_seen.saturating_add(CLOCK_WATCH_MS)));
+        }
         if self.needs_probing() {
             if let Session::Live(info) = self.session {
                 if self.probe.is_none() {
@@ -874,17 +898,10 @@ impl Machine {
             Purpose::Complete(exec) => self.executions.get(exec).map(|e| e.job.clone()),
             _ => None,
         });
+        let probe = matches!(p.purpose, Purpose::Probe);
         match p.purpose {
             Purpose::Load => self.on_load(id, p.job, reply, now),
-            Purpose::Probe => {
-                // Only the jobs that wait for a confirmed session: evaluating every job on
-                // each probe would cost O(jobs) every quarter timeout while anything runs.
-                if ok {
-                    for name in std::mem::take(&mut self.probe_waiters) {
-                        self.evaluate(&name, now);
-                    }
-                }
-            }
+            Purpose::Probe => {}
             Purpose::Complete(exec) => self.on_complete(exec, reply, now),
             Purpose::Claim(claims) => self.on_claim(p.job, claims, reply, now),
             Purpose::Adopt(groups) => {
@@ -907,6 +924,15 @@ impl Machine {
             }
             purpose => self.on_txn(p.job, purpose, reply, now),
         }
+        // The jobs that wait for a confirmed session, once a reply confirms it: a probe's, or
+        // any other that leaves the lease valid (while other jobs' claims and completions
+        // confirm the session, no probe is due at all). Only those jobs: evaluating every job
+        // on each confirmation would cost O(jobs) every quarter timeout while anything runs.
+        if ok && !self.probe_waiters.is_empty() && (probe || self.lease_valid(now)) {
+            for name in std::mem::take(&mut self.probe_waiters) {
+                self.evaluate(&name, now);
+            }
+        }
         if doubt_before != self.in_doubt {
             self.evaluate_all(now);
         } else if let Some(job) = &p_job {
@@ -920,6 +946,7 @@ impl Machine {
 
     /// The monotonic clock reached [`Machine::poll_timeout`].
     pub fn handle_timeout(&mut self, now: Now) {
+        let stepped = self.observe_clock(now);
         self.check_lease(now);
         let queued = self.out.len();
         self.start_due(now);
@@ -952,13 +979,17 @@ impl Machine {
             self.evaluate_all(now);
             return;
         }
+        if stepped {
+            self.evaluate_all(now);
+            return;
+        }
         let mut due: Vec<String> = self
             .wakes
             .iter()
             .take_while(|(t, _)| *t <= now.mono)
             .map(|(_, name)| name.clone())
             .collect();
-        if now.mono >= self.last_sweep.saturating_add(SWEEP_MS / 10) {
+        if self.opts.safety_sweep && now.mono >= self.last_sweep.saturating_add(SWEEP_MS / 10) {
             self.last_sweep = now.mono;
             self.sweep_left = self.jobs.len().div_ceil(10).max(1);
             self.sweep_at = Some(now.mono);
@@ -1159,6 +1190,35 @@ impl Machine {
             }
             self.cancel_all(CancelReason::SessionInDoubt, now);
         }
+    }
+
+    /// Compares the wall clock with the monotonic one. When the wall clock has stepped (by
+    /// more than [`CLOCK_STEP_MS`] since the last step), the runs claimed ahead are put at
+    /// their fire by the new clock, and `true` says that every job must be evaluated again:
+    /// their wake times were taken from the old one.
+    fn observe_clock(&mut self, now: Now) -> bool {
+        self.clock_seen = now.mono;
+        let offset = now
+            .wall_ms()
+            .saturating_sub(i64::try_from(now.mono).unwrap_or(i64::MAX));
+        let Some(before) = self.clock_offset else {
+            self.clock_offset = Some(offset);
+            return false;
+        };
+        let by = offset.saturating_sub(before);
+        if by.abs() <= CLOCK_STEP_MS {
+            return false;
+        }
+        self.clock_offset = Some(offset);
+        for (_, id) in std::mem::take(&mut self.starts) {
+            // Entries of executions given back or gone are stale: dropped.
+            if let Some(e) = self.executions.get(&id).filter(|e| e.pending.is_some()) {
+                self.starts.insert((now.mono_at(e.fire), id));
+            }
+        }
+        self.out
+            .push_back(Command::Event(MachineEvent::ClockStepped { by_ms: by }));
+        true
     }
 
     fn maybe_probe(&mut self, now: Now) {

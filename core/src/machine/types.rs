@@ -90,6 +90,11 @@ pub struct MachineOptions {
     /// when many jobs fire at the same instant. Off (the default): a run claimed ahead shows
     /// only at its start.
     pub prepare_ahead: bool,
+    /// Evaluate every job now and then (a tenth of them each second the machine is awake),
+    /// whether or not it is due: a net under the machine's own wake times. On (the default)
+    /// in production. The simulator turns it off in some seeds, because the net also hides a
+    /// wake that is missing from the liveness checker.
+    pub safety_sweep: bool,
     /// Extra names accepted in job configurations (custom strategies).
     pub known_types: KnownTypes,
     /// Planted bugs switched on (simulator self-test only).
@@ -113,6 +118,7 @@ impl MachineOptions {
             claim_ahead: Duration::from_millis(250),
             max_txn_items: None,
             prepare_ahead: false,
+            safety_sweep: true,
             known_types: KnownTypes::default(),
             #[cfg(feature = "plant-bugs")]
             plants: std::collections::BTreeSet::new(),
@@ -328,6 +334,13 @@ pub enum MachineEvent {
         job: String,
         /// The items.
         items: Vec<u32>,
+    },
+    /// The wall clock stepped against the monotonic one (a correction, a suspended host that
+    /// resumed): every job's next fire is worked out again, and runs claimed ahead start by
+    /// the new clock.
+    ClockStepped {
+        /// How far it stepped, in milliseconds (negative: back).
+        by_ms: i64,
     },
     /// The session could not be confirmed in time: items were cancelled and none start until
     /// it is confirmed again.

@@ -177,7 +177,11 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     } else {
         first as f64 / 1000.0 + 0.5
     };
-    println!("  timeline {from:.1}s..{to:.1}s:");
+    if args.full_log {
+        println!("  timeline, whole:");
+    } else {
+        println!("  timeline {from:.1}s..{to:.1}s:");
+    }
     for line in log.iter().filter(|l| {
         let t: f64 = l
             .split_whitespace()
