@@ -13,6 +13,13 @@
 //! attempts that died), every fire completed after the heal, a plan that covers every item
 //! with live owners and one leader, and the same trace for the same seed.
 //!
+//! Seeds vary the machines too: odd seeds announce runs claimed ahead
+//! (`MachineOptions::prepare_ahead`, as the runtime does), half of the seeds run without the
+//! safety sweep (`MachineOptions::safety_sweep`, which evaluates every job now and then and so
+//! would hide a wake the machine forgot from the liveness checker), and about two in five draw
+//! a registry limit on the operations of a transaction, known to the instances or not. In a
+//! world given its own `options`, the first two are left as they are.
+//!
 //! # In your own tests
 //!
 //! Give the world your own job configurations and run seeds:
@@ -43,9 +50,9 @@
 //! machine takes its own decisions on them. On one core of a shared machine, the standard world
 //! (5 instances, 20 jobs from every second to hourly, an hour of faults, some 95,000 item runs)
 //! runs at about 1,500 times real time; the same world with crons from every minute to hourly
-//! (about 2,200 item runs an hour; `examples/minute_world.rs`) at about 20,000 times. Worlds allocate for every event they
-//! deliver: a test binary that runs many seeds gains about a fifth from a faster global
-//! allocator, as the `shardjob-sim` binary does with `mimalloc`.
+//! (about 2,200 item runs an hour; `examples/minute_world.rs`) at about 20,000 times. Worlds
+//! allocate for every event they deliver: a test binary that runs many seeds gains about a
+//! fifth from a faster global allocator, as the `shardjob-sim` binary does with `mimalloc`.
 //!
 //! The `shardjob-sim` binary runs many seeds and prints a summary; a failing seed is printed
 //! with the checker, the violation and the timeline that led there, and `--seed S` replays it.
