@@ -339,6 +339,10 @@ struct Job {
     config: Option<Arc<JobConfig>>,
     /// The cache's count of configuration changes when `config` was last read from it.
     config_seen: Option<u64>,
+    /// The local configuration's YAML as this machine last wrote it, until the registry's
+    /// copy is next read: the same text needs no parse (at start-up with thousands of jobs,
+    /// parsing back what was just written was most of the work).
+    written_config: Option<String>,
     phase: Phase,
     cache: Cache,
     buffer: Vec<crate::registry::WatchEvent>,
@@ -606,6 +610,7 @@ impl Machine {
             job_type,
             config: None,
             config_seen: None,
+            written_config: None,
             phase: Phase::Waiting,
             cache: Cache::default(),
             buffer: Vec::new(),
@@ -1394,6 +1399,19 @@ impl Machine {
             return;
         }
         j.config_seen = Some(changes);
+        // The text this machine wrote from its local configuration reads back as that
+        // configuration (`to_yaml` and `from_yaml` round-trip).
+        if j.written_config
+            .take()
+            .is_some_and(|w| w.as_bytes() == data)
+        {
+            j.config = Some(Arc::clone(&j.local));
+            j.last_config_error = None;
+            if j.phase == Phase::Blocked {
+                j.phase = Phase::Loaded;
+            }
+            return;
+        }
         let parsed = std::str::from_utf8(data)
             .map_err(|_| "the config node is not UTF-8 text".to_owned())
             .and_then(|text| {
@@ -2504,12 +2522,13 @@ fn setup_ops(
     if !has_config || j.local.overwrite {
         let yaml = j.local.to_yaml();
         if has_config {
-            ops.push(TxnOp::set(config_path, yaml));
+            ops.push(TxnOp::set(config_path, yaml.clone()));
         } else {
-            ops.push(TxnOp::create(config_path, yaml));
+            ops.push(TxnOp::create(config_path, yaml.clone()));
         }
         j.config = Some(Arc::clone(&j.local));
         j.config_seen = None;
+        j.written_config = Some(yaml);
     } else if j.config.is_none() {
         return Err(MachineEvent::ConfigInvalid {
             job: name,
