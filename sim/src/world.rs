@@ -168,6 +168,19 @@ fn mix(a: u64, b: u64) -> u64 {
     h.finish()
 }
 
+/// Changes the options every node of the cluster gets (the defaults if none are set yet).
+fn edit_options(c: &mut Cluster, edit: impl FnOnce(&mut MachineOptions)) {
+    // Every node gets its own id; this one is a placeholder.
+    let base = c
+        .options
+        .take()
+        .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new));
+    c.options = base.map(|mut opts| {
+        edit(&mut opts);
+        opts
+    });
+}
+
 /// Runs one seed of a world.
 pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mut rng = Rng(ChaCha8Rng::seed_from_u64(cfg.seed));
@@ -280,20 +293,12 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let txn_limit = (cfg.txn_limits && limit_rng.chance(40)).then(|| {
         let limit = limit_rng.between(24, 64) as usize;
         if limit_rng.chance(50) {
-            // Every node gets its own id; this one is a placeholder.
-            let base = c
-                .options
-                .clone()
-                .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new));
             let hint = if limit_rng.chance(50) {
                 limit
             } else {
                 limit * 2
             };
-            if let Some(mut opts) = base {
-                opts.fit_txn_ops(hint);
-                c.options = Some(opts);
-            }
+            edit_options(&mut c, |opts| opts.fit_txn_ops(hint));
         }
         limit
     });
@@ -301,27 +306,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     // Odd seeds announce runs claimed ahead (as the runtime does), even seeds do not: both
     // ways are checked, and the other draws of a seed stay what they were.
     if cfg.options.is_none() && cfg.seed % 2 == 1 {
-        let base = c
-            .options
-            .clone()
-            .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new));
-        if let Some(mut opts) = base {
-            opts.prepare_ahead = true;
-            c.options = Some(opts);
-        }
+        edit_options(&mut c, |opts| opts.prepare_ahead = true);
     }
     // Half of the seeds run without the safety sweep: it evaluates every job now and then,
     // which would also hide a wake the machine forgot from the liveness checker. Drawn apart,
     // so that the other draws of a seed stay what they were.
     if cfg.options.is_none() && mix(cfg.seed, 0x0073_7765_6570) % 2 == 0 {
-        let base = c
-            .options
-            .clone()
-            .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new));
-        if let Some(mut opts) = base {
-            opts.safety_sweep = false;
-            c.options = Some(opts);
-        }
+        edit_options(&mut c, |opts| opts.safety_sweep = false);
     }
     c.ignore_cancel = ignore_cancel.clone();
     c.session_timeout = Duration::from_millis(rng.between(2_000, 6_000));
