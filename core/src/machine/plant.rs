@@ -28,11 +28,13 @@ pub enum Plant {
     SkipOwnerCheck,
     /// Create `running` markers persistent instead of bound to the session.
     PersistentRunningMarkers,
+    /// Keep the next fires worked out from the wall clock as it was before it stepped.
+    IgnoreClockSteps,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 10] = [
+    pub const ALL: [Plant; 11] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -43,6 +45,7 @@ impl Plant {
         Plant::RunDisabledItems,
         Plant::SkipOwnerCheck,
         Plant::PersistentRunningMarkers,
+        Plant::IgnoreClockSteps,
     ];
 
     /// The name used on the command line.
@@ -58,6 +61,7 @@ impl Plant {
             Plant::RunDisabledItems => "run-disabled-items",
             Plant::SkipOwnerCheck => "skip-owner-check",
             Plant::PersistentRunningMarkers => "persistent-running-markers",
+            Plant::IgnoreClockSteps => "ignore-clock-steps",
         }
     }
 }

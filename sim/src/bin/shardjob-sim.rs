@@ -240,6 +240,11 @@ fn plant_options(name: &str) -> Result<shardjob_core::machine::MachineOptions, S
     let plant: Plant = name.parse()?;
     let id = shardjob_core::InstanceId::new("0.0.0.0@-@0").map_err(|e| e.to_string())?;
     let mut opts = MachineOptions::new(id);
+    // The safety sweep evaluates every job now and then, and so mends a wake left stale by a
+    // clock step within its period: this bug shows only without it.
+    if plant == Plant::IgnoreClockSteps {
+        opts.safety_sweep = false;
+    }
     opts.plants.insert(plant);
     Ok(opts)
 }
