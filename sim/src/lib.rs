@@ -22,7 +22,9 @@
 //!
 //! # In your own tests
 //!
-//! Give the world your own job configurations and run seeds:
+//! Give the world your own job configurations, how long their runs take, and which of them
+//! go on when cancelled (`ignore_cancel`; by default the seed draws one job in ten), and run
+//! seeds:
 //!
 //! ```
 //! use shardjob_core::{CronExpr, JobConfig};
@@ -36,6 +38,9 @@
 //!         jobs: vec![job.clone()],
 //!         instances: 3,
 //!         duration_ms: 120_000,
+//!         // A run takes 3 to 8 s: some outlast the 5 s between fires.
+//!         run_ms: [("settle-payments".to_owned(), (3_000, 8_000))].into(),
+//!         ignore_cancel: Some(Default::default()),
 //!         ..WorldConfig::standard(seed)
 //!     };
 //!     let report = world::run(&cfg);

@@ -82,6 +82,16 @@ pub struct WorldConfig {
     /// Let seeds draw a registry limit on the operations of a transaction (etcd's
     /// `--max-txn-ops`), and whether the instances know it beforehand.
     pub txn_limits: bool,
+    /// How long the runs of the named jobs take, ms: each run draws its length from
+    /// `lo..=hi` (`1 <= lo <= hi <= 86_400_000`). The runs of other jobs take a twentieth to a
+    /// half of their interval (of at most 20 s), and with the `Overrun` fault one job in five
+    /// runs for one to three intervals.
+    pub run_ms: BTreeMap<String, (u64, u64)>,
+    /// The jobs whose runs go on when cancelled, like a job whose code never looks at its
+    /// cancellation signal; `None`: one job in ten, drawn by the seed. Their runs may overlap
+    /// (counted apart, and the later run must hold the higher fencing token), and the
+    /// liveness checker leaves them out.
+    pub ignore_cancel: Option<BTreeSet<String>>,
 }
 
 impl WorldConfig {
@@ -98,6 +108,8 @@ impl WorldConfig {
             options: None,
             max_items: 8,
             txn_limits: true,
+            run_ms: BTreeMap::new(),
+            ignore_cancel: None,
         }
     }
 }
@@ -181,6 +193,46 @@ fn edit_options(c: &mut Cluster, edit: impl FnOnce(&mut MachineOptions)) {
     });
 }
 
+/// The longest run a world accepts in [`WorldConfig::run_ms`]: a day.
+const MAX_RUN_MS: u64 = 86_400_000;
+
+/// What is wrong with the run lengths and the jobs ignoring cancellation a user chose: names
+/// of jobs the world does not have, and lengths out of range.
+fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
+    let known: BTreeSet<String> = if cfg.jobs.is_empty() {
+        (0..cfg.job_count.max(1))
+            .map(|k| format!("job{k}"))
+            .collect()
+    } else {
+        cfg.jobs.iter().map(|j| j.job_name.clone()).collect()
+    };
+    let problem = |message: String| Violation {
+        checker: "config",
+        time: 0,
+        message,
+    };
+    let mut out = Vec::new();
+    for (name, &(lo, hi)) in &cfg.run_ms {
+        if !known.contains(name) {
+            out.push(problem(format!(
+                "run_ms names job {name:?}, which the world does not have"
+            )));
+        } else if lo == 0 || lo > hi || hi > MAX_RUN_MS {
+            out.push(problem(format!(
+                "run_ms of job {name:?} is {lo}..={hi} ms; it must be lo..=hi with 1 <= lo <= hi <= {MAX_RUN_MS}"
+            )));
+        }
+    }
+    for name in cfg.ignore_cancel.iter().flatten() {
+        if !known.contains(name) {
+            out.push(problem(format!(
+                "ignore_cancel names job {name:?}, which the world does not have"
+            )));
+        }
+    }
+    out
+}
+
 /// Runs one seed of a world.
 pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mut rng = Rng(ChaCha8Rng::seed_from_u64(cfg.seed));
@@ -199,7 +251,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
 
     // Jobs. A user's job that is not valid is reported, not run (nothing panics on input).
     let mut names = BTreeSet::new();
-    let invalid: Vec<Violation> = cfg
+    let mut invalid: Vec<Violation> = cfg
         .jobs
         .iter()
         .filter_map(|j| {
@@ -215,6 +267,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             })
         })
         .collect();
+    invalid.extend(job_choice_problems(cfg));
     if !invalid.is_empty() {
         return SeedReport {
             seed: cfg.seed,
@@ -275,8 +328,16 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         } else {
             (cap / 20 + 1, cap / 2 + 1)
         };
+        // The user's choices replace the draws, which are still made: the seed's other draws
+        // stay what they were.
+        let (lo, hi) = cfg.run_ms.get(&j.job_name).copied().unwrap_or((lo, hi));
         base.insert(j.job_name.clone(), (lo, hi));
-        if rng.chance(10) {
+        let drawn = rng.chance(10);
+        let ignores = cfg
+            .ignore_cancel
+            .as_ref()
+            .map_or(drawn, |named| named.contains(&j.job_name));
+        if ignores {
             ignore_cancel.insert(j.job_name.clone());
         }
     }

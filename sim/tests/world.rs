@@ -1,7 +1,7 @@
 //! Seeded worlds under every fault, as `cargo test` runs them: small worlds, a few hundred
 //! seeds, and the determinism check. (`.ci/run` runs thousands more with the release binary.)
 
-use shardjob_sim::world::{self, SeedReport, WorldConfig};
+use shardjob_sim::world::{self, Fault, SeedReport, WorldConfig};
 
 fn small(seed: u64) -> WorldConfig {
     WorldConfig {
@@ -105,4 +105,98 @@ fn seeded_worlds_with_large_jobs_under_registry_limits() {
         limited += usize::from(report.txn_limit.is_some());
     }
     assert!(limited > 5, "{limited} seeds with a limit");
+}
+
+/// One job of a user's world: `items` items, every `cron`, failover and misfire on.
+fn user_job(name: &str, items: u32, cron: &str) -> shardjob_core::JobConfig {
+    let mut job = shardjob_core::JobConfig::new(name, items);
+    job.cron = shardjob_core::CronExpr::parse(cron).ok();
+    job.failover = true;
+    job.misfire = true;
+    job
+}
+
+#[test]
+fn a_users_run_lengths_are_the_runs_lengths() {
+    // A job every 2 s whose runs take 5 s: a run covers two or three fires, and the missed
+    // ones collapse into one misfire run right after, so it runs less than half as often as
+    // with the drawn lengths (at most a second).
+    let world = |run_ms: Option<(u64, u64)>| WorldConfig {
+        jobs: vec![user_job("settle", 1, "0/2 * * * * ?")],
+        instances: 2,
+        duration_ms: 120_000,
+        faults: Default::default(),
+        run_ms: run_ms
+            .map(|r| [("settle".to_owned(), r)].into())
+            .unwrap_or_default(),
+        ..WorldConfig::standard(5)
+    };
+    let drawn = holds(&world(None), "");
+    let long = holds(&world(Some((5_000, 5_000))), "");
+    assert!(drawn.runs > 40, "{} runs with drawn lengths", drawn.runs);
+    assert!(long.runs > 10, "{} runs of 5 s", long.runs);
+    assert!(
+        long.runs * 2 < drawn.runs,
+        "{} runs of 5 s, {} drawn",
+        long.runs,
+        drawn.runs
+    );
+}
+
+#[test]
+fn jobs_named_to_ignore_cancellation_are_the_ones_that_overlap() {
+    // Runs of 2-4 s, instances cut off and paused past their session timeout: their runs are
+    // cancelled and the items fail over. Only a job that ignores the cancellation overlaps.
+    let world = |seed: u64, ignoring: &[&str]| WorldConfig {
+        jobs: vec![user_job("settle", 4, "* * * * * ?")],
+        instances: 3,
+        duration_ms: 120_000,
+        faults: [Fault::Partition, Fault::Pause].into(),
+        run_ms: [("settle".to_owned(), (2_000, 4_000))].into(),
+        ignore_cancel: Some(ignoring.iter().map(|s| (*s).to_owned()).collect()),
+        ..WorldConfig::standard(seed)
+    };
+    let (mut named, mut none) = (0, 0);
+    for seed in 0..6 {
+        named += holds(&world(seed, &["settle"]), "").ignored_cancel;
+        none += holds(&world(seed, &[]), "").ignored_cancel;
+    }
+    assert!(named > 0, "no overlap of a job that ignores cancellation");
+    assert_eq!(none, 0);
+}
+
+#[test]
+fn a_users_choices_that_name_no_job_or_bad_lengths_are_reported_not_run() {
+    let cfg = WorldConfig {
+        jobs: vec![user_job("settle", 2, "0/5 * * * * ?")],
+        run_ms: [
+            ("setle".to_owned(), (100, 200)),
+            ("settle".to_owned(), (300, 200)),
+        ]
+        .into(),
+        ignore_cancel: Some(["job0".to_owned()].into()),
+        ..small(1)
+    };
+    let report = world::run(&cfg);
+    assert_eq!(report.runs, 0);
+    let messages: Vec<&str> = report
+        .violations
+        .iter()
+        .map(|v| v.message.as_str())
+        .collect();
+    assert_eq!(messages.len(), 3, "{messages:#?}");
+    assert!(report.violations.iter().all(|v| v.checker == "config"));
+    assert!(
+        messages.iter().any(|m| m.contains("\"setle\"")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("300..=200")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("ignore_cancel names job \"job0\""))
+    );
 }
