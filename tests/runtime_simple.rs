@@ -602,3 +602,113 @@ async fn a_subscription_on_the_builder_sees_the_start_up() {
     }
     handle.shutdown().await.unwrap();
 }
+
+/// A custom strategy: every item to the candidate with the greatest id.
+#[derive(Debug)]
+struct ToGreatest(&'static str);
+
+impl shardjob::core::ShardingStrategy for ToGreatest {
+    fn name(&self) -> &str {
+        self.0
+    }
+
+    fn shard(
+        &self,
+        candidates: &[InstanceId],
+        _job_name: &str,
+        total: u32,
+    ) -> shardjob::core::Assignment {
+        let top = candidates.iter().max();
+        let pairs = candidates
+            .iter()
+            .map(|c| {
+                let mine = if Some(c) == top {
+                    (0..total).collect()
+                } else {
+                    Vec::new()
+                };
+                (c.clone(), mine)
+            })
+            .collect();
+        shardjob::core::Assignment::from_pairs(pairs)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_sharding_strategy_places_the_items() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut config = every_second("placed", 3);
+    config.job_sharding_strategy_type = "TO_GREATEST".to_owned();
+    let with_strategy = |n: u32| {
+        Scheduler::builder()
+            .registry(Arc::new(server.connect(Duration::from_secs(3))))
+            .instance_id(id(n))
+            .options(|o| o.reshard_debounce = Duration::from_millis(50))
+            .strategy(ToGreatest("TO_GREATEST"))
+            .job(
+                config.clone(),
+                Recorder {
+                    instance: id(n).to_string(),
+                    seen: Arc::clone(&seen),
+                    work: Duration::from_millis(100),
+                },
+            )
+    };
+    let a = with_strategy(1).build().await.unwrap();
+    let b = with_strategy(2).build().await.unwrap();
+    let joined = Utc::now();
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+
+    // Once the second instance has joined, the plan gives it every item.
+    let seen = seen.lock().unwrap().clone();
+    assert_no_duplicates(&seen);
+    let by_fire = runs_by_fire(&seen);
+    let after: Vec<_> = by_fire
+        .iter()
+        .filter(|(fire, _)| **fire > joined + chrono::Duration::milliseconds(1200))
+        .collect();
+    assert!(after.len() >= 2, "{by_fire:#?}");
+    for (fire, runs) in after {
+        assert_eq!(runs.len(), 3, "fire {fire}: {runs:#?}");
+        assert!(
+            runs.iter().all(|s| s.instance == id(2).to_string()),
+            "fire {fire}: {runs:#?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_strategy_must_be_registered_under_a_name_of_its_own() {
+    let server = MemServer::default();
+    let builder = || {
+        Scheduler::builder()
+            .registry(Arc::new(server.connect(Duration::from_secs(3))))
+            .instance_id(id(1))
+    };
+    // A built-in name cannot be taken, nor one name twice.
+    let err = builder()
+        .strategy(ToGreatest("AVG_ALLOCATION"))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("\"AVG_ALLOCATION\""), "{err}");
+    let err = builder()
+        .strategy(ToGreatest("MINE"))
+        .strategy(ToGreatest("MINE"))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("registered already"), "{err}");
+    // A job that names a strategy this instance lacks does not start.
+    let mut config = every_second("placed", 3);
+    config.job_sharding_strategy_type = "MINE".to_owned();
+    let err = builder()
+        .job(config, Recorder::default())
+        .build()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("MINE"), "{err}");
+}

@@ -12,6 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -26,7 +27,7 @@ use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
     SessionEvent, SessionId,
 };
-use shardjob_core::{InstanceId, JobConfig};
+use shardjob_core::{InstanceId, JobConfig, ShardingStrategy};
 
 /// One item run, as the cluster saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,6 +148,9 @@ pub struct Cluster {
     pub session_timeout: Duration,
     /// Options every new node starts from (its id is set per node).
     pub options: Option<MachineOptions>,
+    /// Custom sharding strategies every new node registers before its jobs (one whose name the
+    /// machine refuses, see [`Machine::add_strategy`], is left out).
+    pub strategies: Vec<Arc<dyn ShardingStrategy>>,
     /// Registry requests sent, per node.
     pub requests: Vec<u64>,
     /// Transactions sent, per node.
@@ -197,6 +201,7 @@ impl Cluster {
             ignore_cancel: BTreeSet::new(),
             session_timeout: Duration::from_secs(3),
             options: None,
+            strategies: Vec::new(),
             requests: Vec::new(),
             transactions: Vec::new(),
             trace: DefaultHasher::new(),
@@ -270,6 +275,10 @@ impl Cluster {
     pub fn add_node_with(&mut self, opts: MachineOptions, jobs: &[JobConfig]) -> usize {
         let id = opts.instance_id.clone();
         let mut machine = Machine::new(opts);
+        for strategy in &self.strategies {
+            // A name the machine refuses is left out; `world::run` reports it beforehand.
+            let _ = machine.add_strategy(Arc::clone(strategy));
+        }
         let n = self.nodes.len();
         let now = self.time();
         for config in jobs {

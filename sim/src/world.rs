@@ -8,14 +8,15 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use shardjob_core::config::Strictness;
-use shardjob_core::machine::{MachineEvent, MachineOptions};
+use shardjob_core::config::{KnownTypes, Strictness};
+use shardjob_core::machine::{Machine, MachineEvent, MachineOptions};
 use shardjob_core::registry::RegistryError;
-use shardjob_core::{CronExpr, InstanceId, JobConfig};
+use shardjob_core::{CronExpr, InstanceId, JobConfig, ShardingStrategy};
 
 use crate::checkers::{self, Violation};
 use crate::cluster::Cluster;
@@ -92,6 +93,11 @@ pub struct WorldConfig {
     /// (counted apart, and the later run must hold the higher fencing token), and the
     /// liveness checker leaves them out.
     pub ignore_cancel: Option<BTreeSet<String>>,
+    /// Custom sharding strategies, which every instance registers (as with the runtime's
+    /// `SchedulerBuilder::strategy`), so that jobs may name them in
+    /// `jobShardingStrategyType`. The convergence checker then holds them to the built-in
+    /// strategies' contract: every item owned by exactly one live instance.
+    pub strategies: Vec<Arc<dyn ShardingStrategy>>,
 }
 
 impl WorldConfig {
@@ -110,6 +116,7 @@ impl WorldConfig {
             txn_limits: true,
             run_ms: BTreeMap::new(),
             ignore_cancel: None,
+            strategies: Vec::new(),
         }
     }
 }
@@ -196,8 +203,9 @@ fn edit_options(c: &mut Cluster, edit: impl FnOnce(&mut MachineOptions)) {
 /// The longest run a world accepts in [`WorldConfig::run_ms`]: a day.
 const MAX_RUN_MS: u64 = 86_400_000;
 
-/// What is wrong with the run lengths and the jobs ignoring cancellation a user chose: names
-/// of jobs the world does not have, and lengths out of range.
+/// What is wrong with the run lengths, the jobs ignoring cancellation and the strategies a
+/// user chose: names of jobs the world does not have, lengths out of range, strategy names
+/// the machines refuse.
 fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
     let known: BTreeSet<String> = if cfg.jobs.is_empty() {
         (0..cfg.job_count.max(1))
@@ -221,6 +229,16 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
             out.push(problem(format!(
                 "run_ms of job {name:?} is {lo}..={hi} ms; it must be lo..=hi with 1 <= lo <= hi <= {MAX_RUN_MS}"
             )));
+        }
+    }
+    // The strategies go through the machine's own registration, whose refusals are the
+    // problems.
+    if let Ok(id) = InstanceId::new("0.0.0.0@-@0") {
+        let mut machine = Machine::new(MachineOptions::new(id));
+        for strategy in &cfg.strategies {
+            if let Err(e) = machine.add_strategy(Arc::clone(strategy)) {
+                out.push(problem(e.to_string()));
+            }
         }
     }
     for name in cfg.ignore_cancel.iter().flatten() {
@@ -251,11 +269,12 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
 
     // Jobs. A user's job that is not valid is reported, not run (nothing panics on input).
     let mut names = BTreeSet::new();
+    let known = known_types(&cfg.strategies);
     let mut invalid: Vec<Violation> = cfg
         .jobs
         .iter()
         .filter_map(|j| {
-            let problem = match j.validate() {
+            let problem = match j.validate_with(&known) {
                 Err(e) => format!("is not valid: {e}"),
                 Ok(()) if !names.insert(j.job_name.as_str()) => "is given twice".to_owned(),
                 Ok(()) => return None,
@@ -347,6 +366,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mut c = Cluster::new();
     c.keep_log = cfg.keep_log;
     c.options = cfg.options.clone();
+    c.strategies = cfg.strategies.clone();
     // A registry limit on the operations of a transaction, drawn apart from the rest so that
     // the other draws of a seed stay what they were. The instances know it (a hint that may
     // be too high) or learn it from refusals.
@@ -580,6 +600,28 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             }
         }
     }
+    // A user's sharding strategy that breaks its contract: reported once per job.
+    let mut refused = BTreeSet::new();
+    for node in &c.nodes {
+        for (time, e) in &node.events {
+            if let MachineEvent::PlanRefused {
+                job,
+                strategy,
+                problem,
+            } = e
+            {
+                if refused.insert(job.clone()) {
+                    violations.push(Violation {
+                        checker: "strategy",
+                        time: *time,
+                        message: format!(
+                            "{job}: the plan of strategy {strategy:?} was refused: {problem}"
+                        ),
+                    });
+                }
+            }
+        }
+    }
     for (time, why) in &c.protocol_errors {
         violations.push(Violation {
             checker: "prepare",
@@ -607,7 +649,14 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
 /// The configuration of a job as the registry holds it now.
 fn current_config(c: &Cluster, job: &str) -> Option<JobConfig> {
     let text = c.read(&format!("/{job}/config"))?;
-    JobConfig::from_yaml(&text, Strictness::Lenient).ok()
+    JobConfig::from_yaml_with(&text, Strictness::Lenient, &known_types(&c.strategies)).ok()
+}
+
+/// The type names the instances accept: the built-in ones and `strategies`.
+fn known_types(strategies: &[Arc<dyn ShardingStrategy>]) -> KnownTypes {
+    KnownTypes {
+        strategies: strategies.iter().map(|s| s.name().to_owned()).collect(),
+    }
 }
 
 fn operator(

@@ -166,7 +166,7 @@ fn jobs_named_to_ignore_cancellation_are_the_ones_that_overlap() {
 }
 
 #[test]
-fn a_users_choices_that_name_no_job_or_bad_lengths_are_reported_not_run() {
+fn a_users_choices_that_name_no_job_bad_lengths_or_a_taken_name_are_reported_not_run() {
     let cfg = WorldConfig {
         jobs: vec![user_job("settle", 2, "0/5 * * * * ?")],
         run_ms: [
@@ -175,6 +175,7 @@ fn a_users_choices_that_name_no_job_or_bad_lengths_are_reported_not_run() {
         ]
         .into(),
         ignore_cancel: Some(["job0".to_owned()].into()),
+        strategies: vec![ToLast::new("ODEVITY", Flaw::None)],
         ..small(1)
     };
     let report = world::run(&cfg);
@@ -184,7 +185,7 @@ fn a_users_choices_that_name_no_job_or_bad_lengths_are_reported_not_run() {
         .iter()
         .map(|v| v.message.as_str())
         .collect();
-    assert_eq!(messages.len(), 3, "{messages:#?}");
+    assert_eq!(messages.len(), 4, "{messages:#?}");
     assert!(report.violations.iter().all(|v| v.checker == "config"));
     assert!(
         messages.iter().any(|m| m.contains("\"setle\"")),
@@ -198,5 +199,138 @@ fn a_users_choices_that_name_no_job_or_bad_lengths_are_reported_not_run() {
         messages
             .iter()
             .any(|m| m.contains("ignore_cancel names job \"job0\""))
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("\"ODEVITY\" cannot be registered")),
+        "{messages:#?}"
+    );
+}
+
+/// How a test strategy breaks the contract, if it does.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Flaw {
+    None,
+    /// Leaves the last item to no one.
+    DropsLast,
+    /// Gives every item to an instance that is not a candidate.
+    ToStranger,
+}
+
+/// A custom sharding strategy for the tests: every item to the last candidate, unless it has a
+/// flaw. Counts its calls.
+#[derive(Debug)]
+struct ToLast {
+    name: &'static str,
+    flaw: Flaw,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl ToLast {
+    fn new(name: &'static str, flaw: Flaw) -> std::sync::Arc<ToLast> {
+        std::sync::Arc::new(ToLast {
+            name,
+            flaw,
+            calls: Default::default(),
+        })
+    }
+
+    fn called(&self) -> bool {
+        self.calls.load(std::sync::atomic::Ordering::Relaxed) > 0
+    }
+}
+
+impl shardjob_core::ShardingStrategy for ToLast {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn shard(
+        &self,
+        candidates: &[shardjob_core::InstanceId],
+        _job_name: &str,
+        total: u32,
+    ) -> shardjob_core::Assignment {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let given = total.saturating_sub(u32::from(self.flaw == Flaw::DropsLast));
+        let items: Vec<u32> = (0..given).collect();
+        let mut owners: Vec<shardjob_core::InstanceId> = candidates.to_vec();
+        if self.flaw == Flaw::ToStranger {
+            owners.extend(shardjob_core::InstanceId::new("10.9.9.9@-@9").ok());
+        }
+        let last = owners.len().saturating_sub(1);
+        let pairs = owners
+            .into_iter()
+            .enumerate()
+            .map(|(k, c)| (c, if k == last { items.clone() } else { Vec::new() }))
+            .collect();
+        shardjob_core::Assignment::from_pairs(pairs)
+    }
+}
+
+#[test]
+fn a_users_sharding_strategy_is_used_and_held_to_the_contract() {
+    let world = |strategy: &std::sync::Arc<ToLast>| {
+        let mut job = user_job("settle", 4, "0/2 * * * * ?");
+        job.job_sharding_strategy_type = strategy.name.to_owned();
+        WorldConfig {
+            jobs: vec![job],
+            instances: 3,
+            duration_ms: 120_000,
+            strategies: vec![strategy.clone()],
+            ..WorldConfig::standard(3)
+        }
+    };
+    let good = ToLast::new("TO_LAST", Flaw::None);
+    let report = holds(&world(&good), "");
+    assert!(report.runs > 0);
+    assert!(good.called());
+
+    // Strategies that leave an item to nobody, or give the items to an instance that is not
+    // a candidate: the leaders refuse their plans and say why, and the convergence checker
+    // finds the items without a live owner.
+    for (strategy, why) in [
+        (
+            ToLast::new("DROPS_LAST", Flaw::DropsLast),
+            "it does not give each item of 0..4 to exactly one instance (3 given)",
+        ),
+        (
+            ToLast::new("TO_STRANGER", Flaw::ToStranger),
+            "it gives items to 10.9.9.9@-@9, which is not a candidate",
+        ),
+    ] {
+        let report = world::run(&world(&strategy));
+        assert!(strategy.called());
+        let refused: Vec<String> = report
+            .violations
+            .iter()
+            .filter(|v| v.checker == "strategy")
+            .map(|v| v.message.clone())
+            .collect();
+        let expected = format!(
+            "settle: the plan of strategy {:?} was refused: {why}",
+            strategy.name
+        );
+        assert_eq!(refused, [expected], "{:#?}", report.violations);
+        assert!(
+            report.violations.iter().any(|v| v.checker == "convergence"),
+            "{:#?}",
+            report.violations
+        );
+    }
+
+    // Without the strategy given to the world, the job's type is unknown: reported, not run.
+    let cfg = WorldConfig {
+        strategies: Vec::new(),
+        ..world(&good)
+    };
+    let report = world::run(&cfg);
+    assert_eq!(report.runs, 0);
+    assert_eq!(
+        report.violations[0].checker, "config",
+        "{:#?}",
+        report.violations
     );
 }

@@ -754,6 +754,14 @@ impl Driver {
             MachineEvent::Resharded { job, owners, .. } => {
                 tracing::info!(instance = %me, %job, plan = %plan(owners), "re-sharded")
             }
+            MachineEvent::PlanRefused {
+                job,
+                strategy,
+                problem,
+            } => tracing::error!(
+                instance = %me, %job, %strategy,
+                "the sharding strategy broke its contract, the plan stays as it is: {problem}"
+            ),
             MachineEvent::TxnSplit { job, items } => {
                 tracing::info!(instance = %me, %job, items, "transaction too large for the registry: split, at most {items} items each")
             }

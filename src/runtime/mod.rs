@@ -53,7 +53,7 @@ use shardjob_core::machine::{
     ExecutionId, ItemOutcome, Machine, MachineError, MachineEvent, MachineOptions,
 };
 use shardjob_core::registry::{NodePath, Registry, RegistryError};
-use shardjob_core::{InstanceId, InstanceIdError, JobConfig};
+use shardjob_core::{InstanceId, InstanceIdError, JobConfig, ShardingStrategy};
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::jobs::{CapturedOutput, Job, JobError};
@@ -185,6 +185,7 @@ impl Scheduler {
             jobs: Vec::new(),
             listeners: Vec::new(),
             listener_types: BTreeMap::new(),
+            strategies: Vec::new(),
             configure: Vec::new(),
             cancel_timeout: DEFAULT_CANCEL_TIMEOUT,
             events: broadcast::channel(EVENT_CAPACITY).0,
@@ -201,6 +202,7 @@ pub struct SchedulerBuilder {
     jobs: Vec<(JobConfig, Arc<dyn Job>)>,
     listeners: Vec<(String, Arc<dyn JobListener>)>,
     listener_types: BTreeMap<String, ListenerFactory>,
+    strategies: Vec<Arc<dyn ShardingStrategy>>,
     configure: Vec<Configure>,
     cancel_timeout: Duration,
     events: broadcast::Sender<RunEvent>,
@@ -215,6 +217,10 @@ impl std::fmt::Debug for SchedulerBuilder {
                 &self.jobs.iter().map(|j| &j.0.job_name).collect::<Vec<_>>(),
             )
             .field("listener_types", &self.listener_types.keys())
+            .field(
+                "strategies",
+                &self.strategies.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -278,6 +284,24 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Registers a custom sharding strategy: jobs name it in `jobShardingStrategyType`, as
+    /// ElasticJob's `JobShardingStrategy` SPI does. Every instance that hosts such a job must
+    /// register the same strategy (the leader, whichever instance it is, works the plan out
+    /// with it); a job that names a strategy this instance lacks makes
+    /// [`SchedulerBuilder::build`] fail. The strategy's assignment must give every item to
+    /// exactly one of the candidates; one that does not is refused and reported
+    /// ([`MachineEvent::PlanRefused`]), and the plan stays as it was. Built-in names cannot
+    /// be taken.
+    pub fn strategy(self, strategy: impl ShardingStrategy + 'static) -> Self {
+        self.strategy_arc(Arc::new(strategy))
+    }
+
+    /// Registers a shared custom sharding strategy (see [`SchedulerBuilder::strategy`]).
+    pub fn strategy_arc(mut self, strategy: Arc<dyn ShardingStrategy>) -> Self {
+        self.strategies.push(strategy);
+        self
+    }
+
     /// Adjusts the machine's options (safety margin, re-shard debounce and wait, failover
     /// take-over delay, shutdown grace, ...). The instance id set here is overridden by
     /// [`SchedulerBuilder::instance_id`].
@@ -316,6 +340,9 @@ impl SchedulerBuilder {
         opts.instance_id = instance_id.clone();
         let clock = driver::Clock::new();
         let mut machine = Machine::new(opts);
+        for strategy in self.strategies {
+            machine.add_strategy(strategy)?;
+        }
         let mut given: BTreeMap<String, Vec<Arc<dyn JobListener>>> = BTreeMap::new();
         for (job, listener) in self.listeners {
             given.entry(job).or_default().push(listener);

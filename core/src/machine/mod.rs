@@ -362,6 +362,9 @@ struct Job {
     /// The cache's [`Cache::plan_version`](view::Cache) at which the plan was last found to
     /// need nothing: until the plan's inputs change, a re-shard is not worked out again.
     reshard_idle: Option<u64>,
+    /// What was wrong with the assignment the strategy gave last, for the caller of
+    /// [`reshard`] to report.
+    plan_refused: Option<String>,
     /// Items moved while running by the parts of a re-shard written so far.
     reshard_moved: Vec<u32>,
     /// The most items per transaction learned from `TooLarge` refusals (see
@@ -525,11 +528,30 @@ impl Machine {
         }
     }
 
-    /// Registers a custom sharding strategy under its [`ShardingStrategy::name`].
-    pub fn add_strategy(&mut self, strategy: Arc<dyn ShardingStrategy>) {
+    /// Registers a custom sharding strategy under its [`ShardingStrategy::name`], for jobs that
+    /// name it in `jobShardingStrategyType`. Every instance that may lead such a job must
+    /// register the same strategy. The name may not be empty, a built-in one (an instance
+    /// without the custom strategy would shard differently) or one registered already.
+    pub fn add_strategy(
+        &mut self,
+        strategy: Arc<dyn ShardingStrategy>,
+    ) -> Result<(), MachineError> {
         let name = strategy.name().to_owned();
+        let why = if name.trim().is_empty() {
+            Some("the name is empty")
+        } else if name.parse::<crate::sharding::BuiltinStrategy>().is_ok() {
+            Some("the name is a built-in strategy's")
+        } else if self.strategies.contains_key(&name) {
+            Some("a strategy of that name is registered already")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(MachineError::StrategyName { name, why });
+        }
         self.opts.known_types.strategies.insert(name.clone());
         self.strategies.insert(name, strategy);
+        Ok(())
     }
 
     /// This instance's id.
@@ -625,6 +647,7 @@ impl Machine {
             trigger_run: None,
             reshard_wanted: None,
             reshard_idle: None,
+            plan_refused: None,
             reshard_moved: Vec::new(),
             txn_items: None,
             orphan_seen: BTreeMap::new(),
@@ -1732,6 +1755,17 @@ impl Machine {
             ) {
                 return action;
             }
+            if let Some(problem) = j.plan_refused.take() {
+                self.out
+                    .push_back(Command::Event(MachineEvent::PlanRefused {
+                        job: name.to_owned(),
+                        strategy: config.job_sharding_strategy_type.clone(),
+                        problem,
+                    }));
+            }
+            let Some(j) = self.jobs.get_mut(name) else {
+                return Action::Nothing;
+            };
             let limit = j.txn_limit(&self.opts);
             if let Some(action) = housekeeping(j, view, &config, &me, sid, limit, now, &mut wake) {
                 return action;
@@ -2637,7 +2671,11 @@ fn reshard(
             .unwrap_or_default()
             .shard(&candidates, j.name(), n),
     };
-    if !target.covers_exactly(n) {
+    if let Some(problem) = assignment_problem(&target, &live, n) {
+        // A custom strategy broke its contract. Keep the plan; work the assignment out again
+        // only when what it depends on changes.
+        j.reshard_idle = Some(j.cache.plan_version);
+        j.plan_refused = Some(problem);
         return None;
     }
     let mut owners: BTreeMap<u32, InstanceId> = BTreeMap::new();
@@ -2807,6 +2845,28 @@ fn reshard(
 
 /// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone, at
 /// most `limit` of them per transaction.
+/// What is wrong with a strategy's assignment of the items `0..total` to the candidates
+/// `live`, if anything: each item must go to exactly one of them.
+fn assignment_problem(
+    target: &Assignment,
+    live: &BTreeSet<&InstanceId>,
+    total: u32,
+) -> Option<String> {
+    if let Some((who, _)) = target
+        .iter()
+        .find(|(who, items)| !items.is_empty() && !live.contains(who))
+    {
+        return Some(format!("it gives items to {who}, which is not a candidate"));
+    }
+    if !target.covers_exactly(total) {
+        let given = target.total_items();
+        return Some(format!(
+            "it does not give each item of 0..{total} to exactly one instance ({given} given)"
+        ));
+    }
+    None
+}
+
 #[allow(clippy::too_many_arguments)]
 fn housekeeping(
     j: &mut Job,

@@ -295,6 +295,18 @@ pub enum MachineEvent {
         /// their owner was gone): the new owner starts them once that run ends.
         moved_running: Vec<u32>,
     },
+    /// The job's sharding strategy gave an assignment that breaks its contract (an item given
+    /// to no one, to two instances, or to one that is not a candidate, or an item out of
+    /// range): the leader keeps the plan as it is. Reported once, until the candidates, the
+    /// configuration or the items change.
+    PlanRefused {
+        /// The job.
+        job: String,
+        /// The strategy's type name.
+        strategy: String,
+        /// What is wrong with the assignment.
+        problem: String,
+    },
     /// The registry refused a transaction of the job as too large
     /// ([`RegistryError::TooLarge`]): from now on the job's transactions touch at most `items`
     /// items each, and the refused work is tried again at once in smaller parts.
@@ -374,4 +386,12 @@ pub enum MachineError {
     /// The instance is shutting down.
     #[error("the instance is shutting down")]
     ShuttingDown,
+    /// A custom sharding strategy cannot be registered under its name.
+    #[error("sharding strategy {name:?} cannot be registered: {why}")]
+    StrategyName {
+        /// The strategy's name.
+        name: String,
+        /// Why not.
+        why: &'static str,
+    },
 }
