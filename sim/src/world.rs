@@ -95,8 +95,9 @@ pub struct WorldConfig {
     pub ignore_cancel: Option<BTreeSet<String>>,
     /// Custom sharding strategies, which every instance registers (as with the runtime's
     /// `SchedulerBuilder::strategy`), so that jobs may name them in
-    /// `jobShardingStrategyType`. The convergence checker then holds them to the built-in
-    /// strategies' contract: every item owned by exactly one live instance.
+    /// `jobShardingStrategyType`. They are held to the built-in strategies' contract: the
+    /// `strategy` checker reports an assignment a leader refused, and the convergence checker
+    /// items left without exactly one live owner.
     pub strategies: Vec<Arc<dyn ShardingStrategy>>,
 }
 

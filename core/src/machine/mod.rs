@@ -2843,8 +2843,6 @@ fn reshard(
     ))
 }
 
-/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone, at
-/// most `limit` of them per transaction.
 /// What is wrong with a strategy's assignment of the items `0..total` to the candidates
 /// `live`, if anything: each item must go to exactly one of them.
 fn assignment_problem(
@@ -2867,6 +2865,8 @@ fn assignment_problem(
     None
 }
 
+/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone, at
+/// most `limit` of them per transaction.
 #[allow(clippy::too_many_arguments)]
 fn housekeeping(
     j: &mut Job,
