@@ -22,10 +22,11 @@
 //!
 //! # In your own tests
 //!
-//! Give the world your own job configurations, how long their runs take, which of them go on
-//! when cancelled (`ignore_cancel`; by default the seed draws one job in ten) and your own
-//! sharding strategies (`strategies`; a strategy's assignment that breaks the contract is
-//! reported by the `strategy` checker), and run seeds:
+//! Give the world your own job configurations, how long their runs take (`run_ms`), which of
+//! them go on when cancelled (`ignore_cancel`; by default the seed draws one job in ten), your
+//! own sharding strategies (`strategies`; an assignment that breaks the contract is reported
+//! by the `strategy` checker) and your session timeout (`session_timeout`; by default 2 to
+//! 6 s), and run seeds:
 //!
 //! ```
 //! use shardjob_core::{CronExpr, JobConfig};

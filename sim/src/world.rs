@@ -99,6 +99,11 @@ pub struct WorldConfig {
     /// `strategy` checker reports an assignment a leader refused, and the convergence checker
     /// items left without exactly one live owner.
     pub strategies: Vec<Arc<dyn ShardingStrategy>>,
+    /// The registry session timeout of every instance, 100 ms to 10 minutes; `None`: 2 to 6 s,
+    /// drawn by the seed. Faults that cut an instance off last up to two timeouts, and the
+    /// checks after the heal wait two timeouts and 20 s for the cluster to settle: a long
+    /// timeout needs a long world (`duration_ms`).
+    pub session_timeout: Option<Duration>,
 }
 
 impl WorldConfig {
@@ -118,6 +123,7 @@ impl WorldConfig {
             run_ms: BTreeMap::new(),
             ignore_cancel: None,
             strategies: Vec::new(),
+            session_timeout: None,
         }
     }
 }
@@ -145,6 +151,8 @@ pub struct SeedReport {
     pub faults: BTreeSet<Fault>,
     /// The registry's limit on the operations of a transaction this seed drew, if any.
     pub txn_limit: Option<usize>,
+    /// The session timeout of the instances (zero if the world did not run).
+    pub session_timeout: Duration,
     /// The readable timeline, if kept.
     pub log: Vec<String>,
 }
@@ -204,9 +212,13 @@ fn edit_options(c: &mut Cluster, edit: impl FnOnce(&mut MachineOptions)) {
 /// The longest run a world accepts in [`WorldConfig::run_ms`]: a day.
 const MAX_RUN_MS: u64 = 86_400_000;
 
-/// What is wrong with the run lengths, the jobs ignoring cancellation and the strategies a
-/// user chose: names of jobs the world does not have, lengths out of range, strategy names
-/// the machines refuse.
+/// The shortest and the longest session timeout a world accepts.
+const SESSION_TIMEOUTS: (Duration, Duration) =
+    (Duration::from_millis(100), Duration::from_secs(600));
+
+/// What is wrong with the run lengths, the jobs ignoring cancellation, the strategies and the
+/// session timeout a user chose: names of jobs the world does not have, lengths out of range,
+/// strategy names the machines refuse.
 fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
     let known: BTreeSet<String> = if cfg.jobs.is_empty() {
         (0..cfg.job_count.max(1))
@@ -240,6 +252,14 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
             if let Err(e) = machine.add_strategy(Arc::clone(strategy)) {
                 out.push(problem(e.to_string()));
             }
+        }
+    }
+    if let Some(t) = cfg.session_timeout {
+        if !(SESSION_TIMEOUTS.0..=SESSION_TIMEOUTS.1).contains(&t) {
+            out.push(problem(format!(
+                "session_timeout is {t:?}; it must be {:?} to {:?}",
+                SESSION_TIMEOUTS.0, SESSION_TIMEOUTS.1
+            )));
         }
     }
     for name in cfg.ignore_cancel.iter().flatten() {
@@ -300,6 +320,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             runs: 0,
             faults: BTreeSet::new(),
             txn_limit: None,
+            session_timeout: Duration::ZERO,
             log: Vec::new(),
         };
     }
@@ -397,7 +418,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         edit_options(&mut c, |opts| opts.safety_sweep = false);
     }
     c.ignore_cancel = ignore_cancel.clone();
-    c.session_timeout = Duration::from_millis(rng.between(2_000, 6_000));
+    let drawn = Duration::from_millis(rng.between(2_000, 6_000));
+    c.session_timeout = cfg.session_timeout.unwrap_or(drawn);
     if faults.contains(&Fault::Latency) {
         c.latency = rng.between(1, 30);
         c.watch_delay = rng.between(0, 300);
@@ -643,6 +665,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         runs: c.runs.len(),
         faults,
         txn_limit,
+        session_timeout: c.session_timeout,
         log: std::mem::take(&mut c.log),
     }
 }

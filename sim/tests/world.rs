@@ -334,3 +334,39 @@ fn a_users_sharding_strategy_is_used_and_held_to_the_contract() {
         report.violations
     );
 }
+
+#[test]
+fn a_users_session_timeout_is_the_instances() {
+    // ElasticJob's ZooKeeper sessions time out after 60 s by default; here 20 s, in worlds of
+    // ten minutes, with processes crashing, cut off and paused for up to two timeouts.
+    let world = |seed: u64, timeout: Option<std::time::Duration>| WorldConfig {
+        jobs: vec![user_job("settle", 3, "0/5 * * * * ?")],
+        instances: 3,
+        duration_ms: 600_000,
+        faults: [Fault::Crash, Fault::Partition, Fault::Pause].into(),
+        session_timeout: timeout,
+        ..WorldConfig::standard(seed)
+    };
+    let twenty = std::time::Duration::from_secs(20);
+    let mut retries = 0;
+    for seed in 0..4 {
+        let report = holds(&world(seed, Some(twenty)), "");
+        assert_eq!(report.session_timeout, twenty);
+        retries += report.retries;
+        let drawn = holds(&world(seed, None), "").session_timeout;
+        assert!((2..=6).contains(&drawn.as_secs()), "{drawn:?}");
+    }
+    assert!(
+        retries > 0,
+        "no fire ran again after an attempt was cut short"
+    );
+
+    let report = world::run(&world(0, Some(std::time::Duration::from_millis(50))));
+    assert_eq!(report.runs, 0);
+    assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+    assert!(
+        report.violations[0]
+            .message
+            .contains("session_timeout is 50ms")
+    );
+}
