@@ -53,6 +53,9 @@ struct Args {
     /// Run every Nth seed twice and compare the trace hashes (0: never).
     #[arg(long, default_value_t = 10)]
     determinism_every: u64,
+    /// The instances' session timeout, ms (100 to 600000); drawn from 2 to 6 s by default.
+    #[arg(long)]
+    session_timeout_ms: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -199,6 +202,9 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     if args.no_txn_limits {
         replay_cmd.push_str(" --no-txn-limits");
     }
+    if let Some(ms) = args.session_timeout_ms {
+        replay_cmd.push_str(&format!(" --session-timeout-ms {ms}"));
+    }
     if let Some(p) = &args.plant {
         replay_cmd.push_str(&format!(" --plant {p}"));
     }
@@ -215,6 +221,14 @@ fn config(args: &Args) -> Result<WorldConfig, String> {
     cfg.duration_ms = (args.hours * 3_600_000.0) as u64;
     cfg.max_items = args.max_items.clamp(1, 10_000);
     cfg.txn_limits = !args.no_txn_limits;
+    if let Some(ms) = args.session_timeout_ms {
+        if !(100..=600_000).contains(&ms) {
+            return Err(format!(
+                "--session-timeout-ms must be 100 to 600000, not {ms}"
+            ));
+        }
+        cfg.session_timeout = Some(std::time::Duration::from_millis(ms));
+    }
     if let Some(name) = &args.plant {
         cfg.options = Some(plant_options(name)?);
     }
