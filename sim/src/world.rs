@@ -212,8 +212,9 @@ fn edit_options(c: &mut Cluster, edit: impl FnOnce(&mut MachineOptions)) {
 /// The longest run a world accepts in [`WorldConfig::run_ms`]: a day.
 const MAX_RUN_MS: u64 = 86_400_000;
 
-/// The shortest and the longest session timeout a world accepts.
-const SESSION_TIMEOUTS: (Duration, Duration) =
+/// The shortest and the longest session timeout a world accepts
+/// ([`WorldConfig::session_timeout`]).
+pub const SESSION_TIMEOUTS: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(600));
 
 /// What is wrong with the run lengths, the jobs ignoring cancellation, the strategies and the

@@ -362,9 +362,6 @@ struct Job {
     /// The cache's [`Cache::plan_version`](view::Cache) at which the plan was last found to
     /// need nothing: until the plan's inputs change, a re-shard is not worked out again.
     reshard_idle: Option<u64>,
-    /// What was wrong with the assignment the strategy gave last, for the caller of
-    /// [`reshard`] to report.
-    plan_refused: Option<String>,
     /// Items moved while running by the parts of a re-shard written so far.
     reshard_moved: Vec<u32>,
     /// The most items per transaction learned from `TooLarge` refusals (see
@@ -647,7 +644,6 @@ impl Machine {
             trigger_run: None,
             reshard_wanted: None,
             reshard_idle: None,
-            plan_refused: None,
             reshard_moved: Vec::new(),
             txn_items: None,
             orphan_seen: BTreeMap::new(),
@@ -1750,22 +1746,19 @@ impl Machine {
             let Some(j) = self.jobs.get_mut(name) else {
                 return Action::Nothing;
             };
-            if let Some(action) = reshard(
+            match reshard(
                 j, view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
             ) {
-                return action;
-            }
-            if let Some(problem) = j.plan_refused.take() {
-                self.out
+                Ok(Some(action)) => return action,
+                Ok(None) => {}
+                Err(problem) => self
+                    .out
                     .push_back(Command::Event(MachineEvent::PlanRefused {
                         job: name.to_owned(),
                         strategy: config.job_sharding_strategy_type.clone(),
                         problem,
-                    }));
+                    })),
             }
-            let Some(j) = self.jobs.get_mut(name) else {
-                return Action::Nothing;
-            };
             let limit = j.txn_limit(&self.opts);
             if let Some(action) = housekeeping(j, view, &config, &me, sid, limit, now, &mut wake) {
                 return action;
@@ -2639,7 +2632,8 @@ fn leave_ops(
     ops
 }
 
-/// The leader's re-sharding decision.
+/// The leader's re-sharding decision: the transaction to send, if any, or what is wrong with
+/// the assignment the strategy gave (the plan then stays as it is).
 #[allow(clippy::too_many_arguments)]
 fn reshard(
     j: &mut Job,
@@ -2651,15 +2645,15 @@ fn reshard(
     opts: &MachineOptions,
     now: Now,
     wake: &mut Vec<u64>,
-) -> Option<Action> {
+) -> Result<Option<Action>, String> {
     // Fires change only the items' run markers and records: the plan needs nothing then, and
     // working out the target assignment again would cost every evaluation of the leader.
     if j.reshard_idle == Some(j.cache.plan_version) {
-        return None;
+        return Ok(None);
     }
     let candidates = registry_order(view.eligible());
     if candidates.is_empty() {
-        return None;
+        return Ok(None);
     }
     let n = config.sharding_total_count;
     let live: BTreeSet<&InstanceId> = candidates.iter().collect();
@@ -2675,8 +2669,7 @@ fn reshard(
         // A custom strategy broke its contract. Keep the plan; work the assignment out again
         // only when what it depends on changes.
         j.reshard_idle = Some(j.cache.plan_version);
-        j.plan_refused = Some(problem);
-        return None;
+        return Err(problem);
     }
     let mut owners: BTreeMap<u32, InstanceId> = BTreeMap::new();
     let mut moving: Vec<u32> = Vec::new();
@@ -2704,10 +2697,10 @@ fn reshard(
         j.reshard_wanted = None;
         j.reshard_moved.clear();
         j.reshard_idle = Some(j.cache.plan_version);
-        return None;
+        return Ok(None);
     }
     if waiting(&mut j.reshard_wanted, ms(opts.reshard_debounce), now, wake) {
-        return None;
+        return Ok(None);
     }
     // Items that run under a live owner wait for their run to end, up to a deadline. The
     // `running` marker keeps the new owner from starting them while the old run lasts, so
@@ -2738,9 +2731,9 @@ fn reshard(
         wake.push(wait_end);
         if view.necessary.is_none() {
             ops.push(TxnOp::create(p.sharding_necessary(), Vec::<u8>::new()));
-            return Some(Action::Txn(Purpose::Flag, ops));
+            return Ok(Some(Action::Txn(Purpose::Flag, ops)));
         }
-        return None;
+        return Ok(None);
     }
     // Within the transaction limit: moves and new items first (one unit each), then removals
     // (two units: an item and its state). Each item's change stands on its own: an item whose
@@ -2830,9 +2823,9 @@ fn reshard(
         }
     }
     if ops.len() == 2 {
-        return None;
+        return Ok(None);
     }
-    Some(Action::Txn(
+    Ok(Some(Action::Txn(
         Purpose::Reshard {
             owners,
             moved_running,
@@ -2840,7 +2833,7 @@ fn reshard(
             units,
         },
         ops,
-    ))
+    )))
 }
 
 /// What is wrong with a strategy's assignment of the items `0..total` to the candidates

@@ -222,12 +222,16 @@ fn config(args: &Args) -> Result<WorldConfig, String> {
     cfg.max_items = args.max_items.clamp(1, 10_000);
     cfg.txn_limits = !args.no_txn_limits;
     if let Some(ms) = args.session_timeout_ms {
-        if !(100..=600_000).contains(&ms) {
+        let (lo, hi) = world::SESSION_TIMEOUTS;
+        let timeout = std::time::Duration::from_millis(ms);
+        if !(lo..=hi).contains(&timeout) {
             return Err(format!(
-                "--session-timeout-ms must be 100 to 600000, not {ms}"
+                "--session-timeout-ms must be {} to {}, not {ms}",
+                lo.as_millis(),
+                hi.as_millis()
             ));
         }
-        cfg.session_timeout = Some(std::time::Duration::from_millis(ms));
+        cfg.session_timeout = Some(timeout);
     }
     if let Some(name) = &args.plant {
         cfg.options = Some(plant_options(name)?);
