@@ -29,6 +29,45 @@ use shardjob_core::registry::{
 };
 use shardjob_core::{InstanceId, JobConfig, ShardingStrategy};
 
+/// Why the cluster refused a node or an operator's write. Nothing is changed when it does.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterError {
+    /// The node's instance id is not valid.
+    #[error("instance id {id:?} is not valid: {why}")]
+    InstanceId {
+        /// The id given.
+        id: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The node's machine refused one of its jobs.
+    #[error("node {node:?} cannot host job {job:?}: {error}")]
+    Job {
+        /// The node's instance id.
+        node: String,
+        /// The job's name.
+        job: String,
+        /// The machine's reason.
+        error: shardjob_core::machine::MachineError,
+    },
+    /// The node's machine refused one of [`Cluster::strategies`].
+    #[error("node {node:?} cannot register a sharding strategy: {error}")]
+    Strategy {
+        /// The node's instance id.
+        node: String,
+        /// The machine's reason.
+        error: shardjob_core::machine::MachineError,
+    },
+    /// An operator's write named a path the registry cannot hold.
+    #[error("{path:?} is not a registry path: {why}")]
+    Path {
+        /// The path given.
+        path: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
 /// One item run, as the cluster saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
@@ -260,9 +299,14 @@ impl Cluster {
         }
     }
 
-    /// Adds a node with the given jobs and connects it. Returns its index.
-    pub fn add_node(&mut self, id: &str, jobs: &[JobConfig]) -> usize {
-        let id = InstanceId::new(id).unwrap_or_else(|e| panic!("{e}"));
+    /// Adds a node with the given jobs and connects it. Returns its index, or why the node
+    /// cannot be added (an invalid id, a job or one of [`Cluster::strategies`] its machine
+    /// refuses), in which case the cluster is left as it was.
+    pub fn add_node(&mut self, id: &str, jobs: &[JobConfig]) -> Result<usize, ClusterError> {
+        let id = InstanceId::new(id).map_err(|e| ClusterError::InstanceId {
+            id: id.to_owned(),
+            why: e.to_string(),
+        })?;
         let mut opts = self
             .options
             .clone()
@@ -271,13 +315,21 @@ impl Cluster {
         self.add_node_with(opts, jobs)
     }
 
-    /// Adds a node with options.
-    pub fn add_node_with(&mut self, opts: MachineOptions, jobs: &[JobConfig]) -> usize {
+    /// Adds a node with options, as [`Cluster::add_node`] does.
+    pub fn add_node_with(
+        &mut self,
+        opts: MachineOptions,
+        jobs: &[JobConfig],
+    ) -> Result<usize, ClusterError> {
         let id = opts.instance_id.clone();
         let mut machine = Machine::new(opts);
         for strategy in &self.strategies {
-            // A name the machine refuses is left out; `world::run` reports it beforehand.
-            let _ = machine.add_strategy(Arc::clone(strategy));
+            machine
+                .add_strategy(Arc::clone(strategy))
+                .map_err(|error| ClusterError::Strategy {
+                    node: id.to_string(),
+                    error,
+                })?;
         }
         let n = self.nodes.len();
         let now = self.time();
@@ -286,7 +338,13 @@ impl Cluster {
                 config: config.clone(),
                 job_type: "SIMPLE".into(),
             };
-            machine.add_job(spec, now).unwrap_or_else(|e| panic!("{e}"));
+            machine
+                .add_job(spec, now)
+                .map_err(|error| ClusterError::Job {
+                    node: id.to_string(),
+                    job: config.job_name.clone(),
+                    error,
+                })?;
         }
         self.nodes.push(Node {
             id: id.clone(),
@@ -310,7 +368,7 @@ impl Cluster {
         self.transactions.push(0);
         self.note(("join", n), || format!("node {n} ({id}) starts"));
         self.connect(n);
-        n
+        Ok(n)
     }
 
     fn connect(&mut self, n: usize) {
@@ -873,9 +931,15 @@ impl Cluster {
     }
 
     /// Writes a node as an operator would (creating it if missing), from a session of its own.
-    pub fn operator_write(&mut self, path: &str, data: &[u8]) {
+    /// A path the registry cannot hold is refused; a write the registry refuses (it is down,
+    /// say) is part of the world: it goes into the log and the trace, as every operator action
+    /// does.
+    pub fn operator_write(&mut self, path: &str, data: &[u8]) -> Result<(), ClusterError> {
         let now = self.store_now();
-        let path = NodePath::new(path).unwrap_or_else(|e| panic!("{e}"));
+        let path = NodePath::new(path).map_err(|e| ClusterError::Path {
+            path: path.to_owned(),
+            why: e.to_string(),
+        })?;
         let session = self.operator_session(now);
         let result = match self.store.node(&path) {
             Some(_) => self
@@ -902,6 +966,7 @@ impl Cluster {
         self.note(("operator-write", path.to_string(), text.clone()), || {
             format!("operator writes {path} = {text:?}: {result:?}")
         });
+        Ok(())
     }
 
     /// Deletes a node as an operator would; missing is fine.

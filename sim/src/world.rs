@@ -430,11 +430,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         lo + mix(seed ^ u64::from(item), now) % (hi - lo + 1)
     });
 
+    // What the cluster refused to do: none, as the choices were checked above.
+    let mut refusals: Vec<Violation> = Vec::new();
     let mut next_pid = 100;
     let mut ips: Vec<String> = Vec::new();
     for k in 0..cfg.instances.max(1) {
         let ip = format!("10.0.0.{}", k + 1);
-        c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+        join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
         next_pid += 1;
         ips.push(ip);
         if faults.contains(&Fault::Clock) {
@@ -457,7 +459,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         restarts.sort();
         while restarts.first().is_some_and(|(at, _)| *at <= c.now) {
             let (_, ip) = restarts.remove(0);
-            c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+            join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
             next_pid += 1;
         }
         undo.sort();
@@ -502,7 +504,15 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 let jump = rng.between(0, 20_000) as i64 - 10_000;
                 c.nodes[n].skew += jump;
             }
-            Fault::Operator => operator(&mut c, &mut rng, &jobs, &ips, &up, cfg.max_items),
+            Fault::Operator => operator(
+                &mut c,
+                &mut rng,
+                &jobs,
+                &ips,
+                &up,
+                cfg.max_items,
+                &mut refusals,
+            ),
             _ => {}
         }
         t = c.now + rng.between(mean_gap / 4, mean_gap * 2);
@@ -518,20 +528,20 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         }
     }
     for (_, ip) in restarts.drain(..) {
-        c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+        join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
         next_pid += 1;
     }
     let alive = c.nodes.iter().filter(|n| n.up && !n.crashed).count();
     for k in alive..2 {
         let ip = format!("10.0.1.{k}");
-        c.add_node(&format!("{ip}@-@{next_pid}"), &jobs);
+        join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
         next_pid += 1;
     }
     for j in &jobs {
         for ip in &ips {
             let path = format!("/{}/servers/{ip}", j.job_name);
             if c.read(&path).as_deref() == Some("DISABLED") {
-                c.operator_write(&path, b"ENABLED");
+                write(&mut c, &path, b"ENABLED", &mut refusals);
             }
         }
         let total = current_config(&c, &j.job_name)
@@ -646,6 +656,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             }
         }
     }
+    violations.extend(refusals);
     for (time, why) in &c.protocol_errors {
         violations.push(Violation {
             checker: "prepare",
@@ -684,6 +695,29 @@ fn known_types(strategies: &[Arc<dyn ShardingStrategy>]) -> KnownTypes {
     }
 }
 
+/// Adds a node. A node the cluster refuses is a `config` violation: the world checks the
+/// user's choices before it runs, so this would be one it missed.
+fn join(c: &mut Cluster, id: &str, jobs: &[JobConfig], refused: &mut Vec<Violation>) {
+    if let Err(e) = c.add_node(id, jobs) {
+        refused.push(Violation {
+            checker: "config",
+            time: c.now,
+            message: e.to_string(),
+        });
+    }
+}
+
+/// An operator's write. A path the cluster refuses is a `config` violation, as in [`join`].
+fn write(c: &mut Cluster, path: &str, data: &[u8], refused: &mut Vec<Violation>) {
+    if let Err(e) = c.operator_write(path, data) {
+        refused.push(Violation {
+            checker: "config",
+            time: c.now,
+            message: e.to_string(),
+        });
+    }
+}
+
 fn operator(
     c: &mut Cluster,
     rng: &mut Rng,
@@ -691,6 +725,7 @@ fn operator(
     ips: &[String],
     up: &[usize],
     max_items: u32,
+    refused: &mut Vec<Violation>,
 ) {
     let max_items = u64::from(max_items.max(1));
     let Some(job) = rng.pick(jobs).map(|j| j.job_name.clone()) else {
@@ -699,18 +734,18 @@ fn operator(
     match rng.below(9) {
         0 => {
             if let Some(ip) = rng.pick(ips) {
-                c.operator_write(&format!("/{job}/servers/{ip}"), b"DISABLED");
+                write(c, &format!("/{job}/servers/{ip}"), b"DISABLED", refused);
             }
         }
         1 => {
             if let Some(ip) = rng.pick(ips) {
-                c.operator_write(&format!("/{job}/servers/{ip}"), b"ENABLED");
+                write(c, &format!("/{job}/servers/{ip}"), b"ENABLED", refused);
             }
         }
         2 => {
             let item = rng.below(max_items);
             if c.exists(&format!("/{job}/sharding/{item}")) {
-                c.operator_write(&format!("/{job}/sharding/{item}/disabled"), b"");
+                write(c, &format!("/{job}/sharding/{item}/disabled"), b"", refused);
             }
         }
         3 => {
@@ -726,7 +761,7 @@ fn operator(
             // ElasticJob's trigger API: a node per live instance.
             let ids: Vec<InstanceId> = up.iter().map(|n| c.nodes[*n].id.clone()).collect();
             for id in ids {
-                c.operator_write(&format!("/{job}/trigger/{id}"), b"");
+                write(c, &format!("/{job}/trigger/{id}"), b"", refused);
             }
         }
         k => {
@@ -750,7 +785,12 @@ fn operator(
             config
                 .sharding_item_parameters
                 .retain(|i, _| *i < config.sharding_total_count);
-            c.operator_write(&format!("/{job}/config"), config.to_yaml().as_bytes());
+            write(
+                c,
+                &format!("/{job}/config"),
+                config.to_yaml().as_bytes(),
+                refused,
+            );
         }
     }
 }

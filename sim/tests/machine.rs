@@ -41,7 +41,7 @@ fn three_instances_share_items_and_each_fire_runs_once() {
     let mut c = Cluster::new();
     let j = job("pay", "0/5 * * * * ?", 6);
     for id in [A, B, C] {
-        c.add_node(id, std::slice::from_ref(&j));
+        c.add_node(id, std::slice::from_ref(&j)).unwrap();
     }
     c.run_until(31_000);
     let owners = c.owners("pay");
@@ -79,7 +79,7 @@ fn three_instances_share_items_and_each_fire_runs_once() {
 fn registry_traffic_is_two_transactions_per_fire_whatever_the_item_count() {
     for items in [1, 50] {
         let mut c = Cluster::new();
-        c.add_node(A, &[job("bulk", "* * * * * ?", items)]);
+        c.add_node(A, &[job("bulk", "* * * * * ?", items)]).unwrap();
         c.run_until(2_500);
         let before = (c.requests[0], c.transactions[0]);
         c.run_until(12_500);
@@ -99,13 +99,13 @@ fn leader_dies_during_resharding_and_the_next_leader_finishes_it() {
     let mut c = Cluster::new();
     let j = job("pay", "0/5 * * * * ?", 8);
     for id in [A, B, C] {
-        c.add_node(id, std::slice::from_ref(&j));
+        c.add_node(id, std::slice::from_ref(&j)).unwrap();
     }
     c.run_until(2_000);
     let old_leader = leader(&c, "pay").unwrap();
     let leader_node = [A, B, C].iter().position(|id| *id == old_leader).unwrap();
     // A fourth instance joins; the leader dies inside the debounce, before it re-shards.
-    c.add_node(D, std::slice::from_ref(&j));
+    c.add_node(D, std::slice::from_ref(&j)).unwrap();
     c.run_for(100);
     c.crash(leader_node);
     // Its session expires after 3 s; a new leader is elected at once and re-shards over the
@@ -139,8 +139,8 @@ fn partitioned_instance_stops_before_anyone_else_starts_its_items() {
     c.duration = Box::new(|_, _, _| 20_000);
     let mut j = job("long", "0 * * * * ?", 4);
     j.failover = true;
-    c.add_node(A, std::slice::from_ref(&j));
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(61_000); // fire at 60 s; runs last 20 s
     let a_items: BTreeSet<u32> = c
         .runs
@@ -189,7 +189,7 @@ fn failover_of_five_running_items_to_two_survivors_at_once() {
     let mut j = job("batch", "0/30 * * * * ?", 15);
     j.failover = true;
     for id in [A, B, C] {
-        c.add_node(id, std::slice::from_ref(&j));
+        c.add_node(id, std::slice::from_ref(&j)).unwrap();
     }
     c.run_until(31_000);
     let victim_items: BTreeSet<u32> = c
@@ -236,7 +236,7 @@ fn failover_of_five_running_items_to_two_survivors_at_once() {
 fn misfires_collapse_into_one_run_right_after() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 3_500);
-    c.add_node(A, &[job("slow", "* * * * * ?", 1)]);
+    c.add_node(A, &[job("slow", "* * * * * ?", 1)]).unwrap();
     c.run_until(9_000);
     let runs: Vec<(i64, RunKind, u64)> = c
         .runs
@@ -258,7 +258,7 @@ fn misfires_collapse_into_one_run_right_after() {
     c.duration = Box::new(|_, _, _| 3_500);
     let mut j = job("slow", "* * * * * ?", 1);
     j.misfire = false;
-    c.add_node(A, &[j]);
+    c.add_node(A, &[j]).unwrap();
     c.run_until(9_000);
     let runs: Vec<(i64, RunKind)> = c
         .runs
@@ -275,7 +275,7 @@ fn misfires_collapse_into_one_run_right_after() {
 fn trigger_while_running_is_queued() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 2_000);
-    c.add_node(A, &[job("report", "0 0 * * * ?", 2)]);
+    c.add_node(A, &[job("report", "0 0 * * * ?", 2)]).unwrap();
     c.run_until(500);
     c.trigger(0, "report");
     c.run_until(1_000);
@@ -292,7 +292,8 @@ fn trigger_while_running_is_queued() {
     assert!(c.runs[2].start >= c.runs[0].end.unwrap());
     // A trigger node written by an operator (ElasticJob's trigger API) works too, and is
     // consumed.
-    c.operator_write(&format!("/report/trigger/{A}"), b"");
+    c.operator_write(&format!("/report/trigger/{A}"), b"")
+        .unwrap();
     c.run_until(8_000);
     assert_eq!(c.runs.len(), 6);
     assert!(!c.exists(&format!("/report/trigger/{A}")));
@@ -302,7 +303,7 @@ fn trigger_while_running_is_queued() {
 #[test]
 fn session_expiry_is_not_shutdown() {
     let mut c = Cluster::new();
-    c.add_node(A, &[job("tick", "* * * * * ?", 2)]);
+    c.add_node(A, &[job("tick", "* * * * * ?", 2)]).unwrap();
     c.run_until(2_500);
     let old = c.nodes[0].session.unwrap();
     let now = std::time::Duration::from_millis(c.now);
@@ -331,8 +332,8 @@ fn graceful_leave_hands_over_without_waiting_for_a_timeout() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 300);
     let j = job("pay", "* * * * * ?", 4);
-    c.add_node(A, std::slice::from_ref(&j));
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(3_100);
     let leaver = [A, B]
         .iter()
@@ -372,16 +373,18 @@ fn bad_configuration_written_into_the_registry_stops_nothing() {
             job("good", "* * * * * ?", 1),
             job("other", "* * * * * ?", 1),
         ],
-    );
+    )
+    .unwrap();
     c.run_until(2_500);
     let mut yaml = c.read("/good/config").unwrap();
     yaml = yaml
         .replace("cron: '* * * * * ?'", "cron: 0 0 12 * * *")
         .replace("cron: '*", "cron: 0 0 12 * * *");
     assert!(yaml.contains("0 0 12 * * *"), "{yaml}");
-    c.operator_write("/good/config", yaml.as_bytes());
+    c.operator_write("/good/config", yaml.as_bytes()).unwrap();
     // A corrupt execution record of the other job is reported and overwritten, not fatal.
-    c.operator_write("/other/sharding/0/execution", b"{not json");
+    c.operator_write("/other/sharding/0/execution", b"{not json")
+        .unwrap();
     c.run_until(5_500);
     let events: Vec<&MachineEvent> = c.nodes[0].events.iter().map(|(_, e)| e).collect();
     assert!(
@@ -406,7 +409,8 @@ fn bad_configuration_written_into_the_registry_stops_nothing() {
             .unwrap()
             .replace("0 0 12 * * *", "0/2 * * * * ?")
             .as_bytes(),
-    );
+    )
+    .unwrap();
     c.run_until(12_500);
     let late: Vec<i64> = c
         .runs_of("good")
@@ -421,11 +425,12 @@ fn bad_configuration_written_into_the_registry_stops_nothing() {
 fn disabling_a_server_moves_its_items_and_survives_its_restart() {
     let mut c = Cluster::new();
     let j = job("pay", "* * * * * ?", 4);
-    c.add_node(A, std::slice::from_ref(&j));
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(2_500);
     assert_eq!(loads(&c.owners("pay")).len(), 2);
-    c.operator_write("/pay/servers/10.0.0.1", b"DISABLED");
+    c.operator_write("/pay/servers/10.0.0.1", b"DISABLED")
+        .unwrap();
     c.run_until(4_500);
     let owners = c.owners("pay");
     assert!(owners.values().all(|o| o == B), "{owners:?}");
@@ -438,12 +443,14 @@ fn disabling_a_server_moves_its_items_and_survives_its_restart() {
     // The operator's DISABLED is not overwritten when the instance restarts.
     c.shutdown(0);
     c.run_until(5_000);
-    c.add_node("10.0.0.1@-@9", std::slice::from_ref(&j));
+    c.add_node("10.0.0.1@-@9", std::slice::from_ref(&j))
+        .unwrap();
     c.run_until(7_000);
     assert_eq!(c.read("/pay/servers/10.0.0.1").as_deref(), Some("DISABLED"));
     assert!(c.owners("pay").values().all(|o| o == B));
     // Enabling it gives it items again.
-    c.operator_write("/pay/servers/10.0.0.1", b"ENABLED");
+    c.operator_write("/pay/servers/10.0.0.1", b"ENABLED")
+        .unwrap();
     c.run_until(9_000);
     assert_eq!(loads(&c.owners("pay")).len(), 2, "{:?}", c.owners("pay"));
     c.assert_no_overlap();
@@ -452,15 +459,15 @@ fn disabling_a_server_moves_its_items_and_survives_its_restart() {
 #[test]
 fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
     let mut c = Cluster::new();
-    c.add_node(A, &[job("pay", "* * * * * ?", 6)]);
-    c.add_node(B, &[job("pay", "* * * * * ?", 6)]);
+    c.add_node(A, &[job("pay", "* * * * * ?", 6)]).unwrap();
+    c.add_node(B, &[job("pay", "* * * * * ?", 6)]).unwrap();
     c.run_until(2_500);
     assert!(c.exists("/pay/sharding/5/execution"));
     let yaml = c
         .read("/pay/config")
         .unwrap()
         .replace("shardingTotalCount: 6", "shardingTotalCount: 3");
-    c.operator_write("/pay/config", yaml.as_bytes());
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
     c.run_until(5_500);
     assert_eq!(
         c.owners("pay").keys().copied().collect::<Vec<_>>(),
@@ -483,7 +490,7 @@ fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
         .read("/pay/config")
         .unwrap()
         .replace("shardingTotalCount: 3", "shardingTotalCount: 5");
-    c.operator_write("/pay/config", yaml.as_bytes());
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
     c.run_until(8_500);
     assert_eq!(c.owners("pay").len(), 5);
     assert_eq!(
@@ -499,7 +506,7 @@ fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
 fn items_are_claimed_ahead_and_start_at_the_fire() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 300);
-    c.add_node(A, &[job("tick", "0/5 * * * * ?", 2)]);
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 2)]).unwrap();
     // 250 ms before the fire (the default `claim_ahead`) the items are claimed: their
     // running markers exist, nothing runs yet.
     c.run_until(4_900);
@@ -522,10 +529,10 @@ fn items_are_claimed_ahead_and_start_at_the_fire() {
 fn a_claim_ahead_disabled_before_its_fire_is_given_back_not_run() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 300);
-    c.add_node(A, &[job("tick", "0/5 * * * * ?", 1)]);
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 1)]).unwrap();
     c.run_until(4_900);
     assert!(c.exists("/tick/sharding/0/running"));
-    c.operator_write("/tick/sharding/0/disabled", b"");
+    c.operator_write("/tick/sharding/0/disabled", b"").unwrap();
     c.run_until(6_000);
     assert!(c.runs.is_empty(), "{:?}", c.runs);
     assert!(
@@ -558,8 +565,8 @@ fn a_graceful_leave_gives_back_claims_ahead_at_once() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 300);
     let j = job("tick", "0/5 * * * * ?", 2);
-    c.add_node(A, std::slice::from_ref(&j));
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(4_850);
     assert!(c.exists("/tick/sharding/0/running") && c.exists("/tick/sharding/1/running"));
     c.shutdown(0);
@@ -601,7 +608,7 @@ fn preparing() -> Cluster {
 #[test]
 fn a_claim_ahead_is_prepared_then_started_by_its_id() {
     let mut c = preparing();
-    c.add_node(A, &[job("tick", "0/5 * * * * ?", 2)]);
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 2)]).unwrap();
     c.run_until(4_900);
     // One execution of both items, announced at the claim; nothing runs yet.
     assert_eq!(c.prepared, (1, 0));
@@ -619,10 +626,10 @@ fn a_claim_ahead_is_prepared_then_started_by_its_id() {
 /// discarded, and never runs.
 fn assert_discarded_after(path: &str, data: &[u8]) {
     let mut c = preparing();
-    c.add_node(A, &[job("tick", "0/5 * * * * ?", 1)]);
+    c.add_node(A, &[job("tick", "0/5 * * * * ?", 1)]).unwrap();
     c.run_until(4_900);
     assert_eq!(c.prepared, (1, 0));
-    c.operator_write(path, data);
+    c.operator_write(path, data).unwrap();
     c.run_until(6_000);
     assert!(c.runs.is_empty(), "{:?}", c.runs);
     assert_eq!(c.prepared, (1, 1));
@@ -643,8 +650,8 @@ fn a_prepared_claim_whose_server_is_disabled_before_its_fire_is_discarded_not_ru
 fn a_graceful_leave_discards_its_prepared_claims() {
     let mut c = preparing();
     let j = job("tick", "0/5 * * * * ?", 2);
-    c.add_node(A, std::slice::from_ref(&j));
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(4_850);
     assert_eq!(c.prepared, (2, 0));
     c.shutdown(0);
@@ -692,7 +699,7 @@ fn a_hundred_items_run_under_a_registry_limit_split_on_the_fly() {
     c.set_max_txn_ops(Some(SMALL_LIMIT));
     let j = job("big", "0/5 * * * * ?", 100);
     for id in [A, B, C] {
-        c.add_node(id, std::slice::from_ref(&j));
+        c.add_node(id, std::slice::from_ref(&j)).unwrap();
     }
     c.run_until(31_000);
     let owners = c.owners("big");
@@ -729,7 +736,7 @@ fn a_limit_given_in_the_options_is_never_exceeded() {
     c.options = Some(opts);
     let j = job("big", "0/5 * * * * ?", 100);
     for id in [A, B] {
-        c.add_node(id, std::slice::from_ref(&j));
+        c.add_node(id, std::slice::from_ref(&j)).unwrap();
     }
     c.run_until(21_000);
     assert_eq!(c.owners("big").len(), 100);
@@ -753,7 +760,7 @@ fn without_a_limit_a_large_fire_stays_two_transactions() {
     // registry_traffic_is_two_transactions_per_fire_whatever_the_item_count).
     let mut c = Cluster::new();
     c.set_max_txn_ops(None);
-    c.add_node(A, &[job("bulk", "* * * * * ?", 200)]);
+    c.add_node(A, &[job("bulk", "* * * * * ?", 200)]).unwrap();
     c.run_until(2_500);
     let before = c.transactions[0];
     c.run_until(12_500);
@@ -768,7 +775,7 @@ fn failover_of_fifty_running_items_under_a_registry_limit() {
     let mut j = job("batch", "0/30 * * * * ?", 100);
     j.failover = true;
     for id in [A, B] {
-        c.add_node(id, std::slice::from_ref(&j));
+        c.add_node(id, std::slice::from_ref(&j)).unwrap();
     }
     c.run_until(31_000);
     let victim_items: BTreeSet<u32> = c
@@ -812,15 +819,15 @@ fn shrinking_and_growing_a_large_job_under_a_registry_limit() {
     let mut c = Cluster::new();
     c.set_max_txn_ops(Some(SMALL_LIMIT));
     let j = job("pay", "* * * * * ?", 60);
-    c.add_node(A, std::slice::from_ref(&j));
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(2_500);
     assert_eq!(c.owners("pay").len(), 60);
     let yaml = c
         .read("/pay/config")
         .unwrap()
         .replace("shardingTotalCount: 60", "shardingTotalCount: 10");
-    c.operator_write("/pay/config", yaml.as_bytes());
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
     c.run_until(6_500);
     assert_eq!(
         c.owners("pay").keys().copied().collect::<Vec<_>>(),
@@ -838,7 +845,7 @@ fn shrinking_and_growing_a_large_job_under_a_registry_limit() {
         .read("/pay/config")
         .unwrap()
         .replace("shardingTotalCount: 10", "shardingTotalCount: 80");
-    c.operator_write("/pay/config", yaml.as_bytes());
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
     c.run_until(10_500);
     let owners = c.owners("pay");
     assert_eq!(owners.len(), 80);
@@ -851,7 +858,8 @@ fn shrinking_and_growing_a_large_job_under_a_registry_limit() {
 fn a_trigger_of_many_items_under_a_registry_limit_runs_each_once() {
     let mut c = Cluster::new();
     c.set_max_txn_ops(Some(SMALL_LIMIT));
-    c.add_node(A, &[job("ops", "0 0 0 1 1 ? 2099", 30)]);
+    c.add_node(A, &[job("ops", "0 0 0 1 1 ? 2099", 30)])
+        .unwrap();
     c.run_until(2_000);
     c.trigger(0, "ops");
     c.run_until(4_000);
@@ -878,8 +886,8 @@ fn a_trigger_run_that_dies_moves_as_a_trigger_and_never_counts_as_a_fire() {
     c.duration = Box::new(|_, _, _| 5_000);
     let mut j = job("report", "0 0 0 1 1 ? 2099", 2);
     j.failover = true;
-    c.add_node(A, std::slice::from_ref(&j));
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(1_000);
     let a_item = c
         .owners("report")
@@ -922,10 +930,10 @@ fn items_of_a_busy_owner_move_within_a_run_not_after_the_whole_reshard_wait() {
     c.options = Some(opts);
     c.duration = Box::new(|_, item, _| 1_300 + 170 * u64::from(item));
     let j = job("pay", "* * * * * ?", 6);
-    c.add_node(A, std::slice::from_ref(&j));
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
     c.run_until(5_000);
     assert_eq!(loads(&c.owners("pay")).len(), 1);
-    c.add_node(B, std::slice::from_ref(&j));
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
     // Debounce, then the longest run (2.15 s) drains, then the move.
     c.run_until(9_000);
     let owners = c.owners("pay");
@@ -956,7 +964,8 @@ fn items_of_a_busy_owner_move_within_a_run_not_after_the_whole_reshard_wait() {
     }
     // The flag written by someone else (ElasticJob's console asks for a re-shard this way)
     // holds new runs only until the leader has looked at the plan and cleared it.
-    c.operator_write("/pay/leader/sharding/necessary", b"");
+    c.operator_write("/pay/leader/sharding/necessary", b"")
+        .unwrap();
     c.run_until(14_500);
     assert!(!c.exists("/pay/leader/sharding/necessary"));
     c.run_until(20_000);
@@ -982,7 +991,7 @@ fn a_wall_clock_step_forward_moves_the_next_fire_with_it() {
         safety_sweep: false,
         ..shardjob_core::machine::MachineOptions::new(id)
     });
-    c.add_node(A, &[job("minutely", "0 * * * * ?", 1)]);
+    c.add_node(A, &[job("minutely", "0 * * * * ?", 1)]).unwrap();
     c.run_until(61_000);
     assert_eq!(c.runs_of("minutely").len(), 1, "{:#?}", c.runs);
     // The wall clock jumps 40 s ahead: its next minute comes at virtual 80 s, not 120 s.

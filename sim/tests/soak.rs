@@ -31,7 +31,8 @@ fn soak(seed: u64) {
     });
     let mut next_id = 1;
     for _ in 0..3 {
-        c.add_node(&format!("10.0.0.{next_id}@-@{next_id}"), &jobs);
+        c.add_node(&format!("10.0.0.{next_id}@-@{next_id}"), &jobs)
+            .unwrap();
         next_id += 1;
     }
     // Chaos for 40 s.
@@ -42,7 +43,8 @@ fn soak(seed: u64) {
         match rng.next_u32() % 8 {
             0 if up.len() > 1 => c.crash(up[rng.next_u32() as usize % up.len()]),
             1 if up.len() < 5 => {
-                c.add_node(&format!("10.0.0.{next_id}@-@{next_id}"), &jobs);
+                c.add_node(&format!("10.0.0.{next_id}@-@{next_id}"), &jobs)
+                    .unwrap();
                 next_id += 1;
             }
             2 => {

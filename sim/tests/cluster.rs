@@ -1,0 +1,97 @@
+//! The cluster harness refuses a node or an operator's write it cannot carry out, says why,
+//! and is left as it was: a user driving it by hand gets an error, not a panic.
+
+use std::sync::Arc;
+
+use shardjob_core::machine::MachineError;
+use shardjob_core::{Assignment, CronExpr, InstanceId, JobConfig, ShardingStrategy};
+use shardjob_sim::cluster::{Cluster, ClusterError};
+
+fn job(name: &str) -> JobConfig {
+    let mut c = JobConfig::new(name, 2);
+    c.cron = CronExpr::parse("* * * * * ?").ok();
+    c
+}
+
+/// A strategy that only has a name: the cluster must refuse it before it is ever asked.
+#[derive(Debug)]
+struct Named(&'static str);
+
+impl ShardingStrategy for Named {
+    fn name(&self) -> &str {
+        self.0
+    }
+
+    fn shard(&self, _: &[InstanceId], _: &str, _: u32) -> Assignment {
+        Assignment::default()
+    }
+}
+
+#[test]
+fn a_node_the_cluster_cannot_run_is_refused_with_the_reason() {
+    let mut c = Cluster::new();
+    let good = c.add_node("10.0.0.1@-@1", &[job("pay")]).unwrap();
+    assert_eq!(good, 0);
+
+    let err = c.add_node("", &[job("pay")]).unwrap_err();
+    assert!(
+        matches!(err, ClusterError::InstanceId { ref id, .. } if id.is_empty()),
+        "{err}"
+    );
+
+    let err = c
+        .add_node("10.0.0.2@-@2", &[job("pay"), job("pay")])
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ClusterError::Job {
+            node: "10.0.0.2@-@2".into(),
+            job: "pay".into(),
+            error: MachineError::DuplicateJob("pay".into()),
+        }
+    );
+    let mut bad = job("broken");
+    bad.sharding_total_count = 0;
+    let err = c.add_node("10.0.0.2@-@2", &[bad]).unwrap_err();
+    assert!(
+        matches!(err, ClusterError::Job { ref job, error: MachineError::InvalidConfig { .. }, .. } if job == "broken"),
+        "{err}"
+    );
+
+    c.strategies.push(Arc::new(Named("AVG_ALLOCATION")));
+    let err = c.add_node("10.0.0.2@-@2", &[job("pay")]).unwrap_err();
+    assert!(
+        matches!(err, ClusterError::Strategy { error: MachineError::StrategyName { ref name, .. }, .. } if name == "AVG_ALLOCATION"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("built-in"), "{err}");
+
+    // Nothing of the refused nodes is left, and the good one goes on running its job.
+    assert_eq!(c.nodes.len(), 1);
+    c.strategies.clear();
+    c.run_until(5_500);
+    assert!(c.runs_of("pay").len() >= 8, "{:?}", c.runs_of("pay"));
+    assert_eq!(c.add_node("10.0.0.2@-@2", &[job("pay")]), Ok(1));
+}
+
+#[test]
+fn an_operators_write_to_a_path_the_registry_cannot_hold_is_refused() {
+    let mut c = Cluster::new();
+    c.add_node("10.0.0.1@-@1", &[job("pay")]).unwrap();
+    c.run_until(1_500);
+    for path in ["", "pay/config", "/pay//config", "/pay/config/"] {
+        let err = c.operator_write(path, b"x").unwrap_err();
+        assert!(
+            matches!(err, ClusterError::Path { path: ref p, .. } if p == path),
+            "{path:?}: {err}"
+        );
+    }
+    // The configuration is untouched, and a good write goes through.
+    assert!(
+        c.read("/pay/config")
+            .is_some_and(|y| y.contains("shardingTotalCount: 2"))
+    );
+    c.operator_write("/pay/servers/10.0.0.1", b"DISABLED")
+        .unwrap();
+    assert_eq!(c.read("/pay/servers/10.0.0.1").as_deref(), Some("DISABLED"));
+}
