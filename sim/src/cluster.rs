@@ -83,7 +83,8 @@ pub struct RunRecord {
     pub kind: RunKind,
     /// Its fencing token.
     pub token: u64,
-    /// Virtual ms it started.
+    /// Virtual ms it started, in true time. A node fires by its own clock, so with a skewed
+    /// clock ([`Node::skew`]) a run may start before its fire in true time.
     pub start: u64,
     /// Virtual ms it ended, once it has.
     pub end: Option<u64>,

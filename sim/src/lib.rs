@@ -26,11 +26,12 @@
 //! them go on when cancelled (`ignore_cancel`; by default the seed draws one job in ten), your
 //! own sharding strategies (`strategies`; an assignment that breaks the contract is reported
 //! by the `strategy` checker) and your session timeout (`session_timeout`; by default 2 to
-//! 6 s), and run seeds:
+//! 6 s), and run seeds. The report holds every item run the world made (`records`, with the
+//! instance ids in `instances`), for your own rules beyond the checkers':
 //!
 //! ```
 //! use shardjob_core::{CronExpr, JobConfig};
-//! use shardjob_sim::world::{self, WorldConfig};
+//! use shardjob_sim::world::{self, Fault, WorldConfig};
 //!
 //! let mut job = JobConfig::new("settle-payments", 4);
 //! job.cron = Some(CronExpr::parse("0/5 * * * * ?").unwrap());
@@ -43,10 +44,17 @@
 //!         // A run takes 3 to 8 s: some outlast the 5 s between fires.
 //!         run_ms: [("settle-payments".to_owned(), (3_000, 8_000))].into(),
 //!         ignore_cancel: Some(Default::default()),
+//!         // Every fault but operators' actions: nobody resizes or disables this job.
+//!         faults: Fault::ALL.into_iter().filter(|f| *f != Fault::Operator).collect(),
 //!         ..WorldConfig::standard(seed)
 //!     };
 //!     let report = world::run(&cfg);
 //!     assert!(report.violations.is_empty(), "seed {seed}: {:#?}", report.violations);
+//!     // Yours: every item made progress, whatever the faults of this seed.
+//!     for item in 0..4 {
+//!         let done = report.records.iter().filter(|r| r.item == item && !r.cancelled);
+//!         assert!(done.count() >= 5, "seed {seed}: item {item} ran too seldom");
+//!     }
 //! }
 //! ```
 //!

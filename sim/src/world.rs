@@ -11,6 +11,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use shardjob_core::config::{KnownTypes, Strictness};
@@ -19,7 +20,7 @@ use shardjob_core::registry::RegistryError;
 use shardjob_core::{CronExpr, InstanceId, JobConfig, ShardingStrategy};
 
 use crate::checkers::{self, Violation};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, RunRecord};
 
 /// The kinds of fault the nemesis can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -147,6 +148,15 @@ pub struct SeedReport {
     pub fenced_after_pause: usize,
     /// Item runs started.
     pub runs: usize,
+    /// Every item run, in the order they started (empty if the world did not run): what a
+    /// user checks their own rules on, beyond the checkers'.
+    pub records: Vec<RunRecord>,
+    /// The instance id of each node, by [`RunRecord::node`]. A restarted process is a new
+    /// node, with a new id.
+    pub instances: Vec<InstanceId>,
+    /// The wall time at virtual time 0: [`RunRecord::start`] and [`RunRecord::end`] are ms
+    /// after it, [`RunRecord::fire`] is epoch ms.
+    pub wall_origin: DateTime<Utc>,
     /// The faults this seed turned on.
     pub faults: BTreeSet<Fault>,
     /// The registry's limit on the operations of a transaction this seed drew, if any.
@@ -319,6 +329,9 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             ignored_cancel: 0,
             fenced_after_pause: 0,
             runs: 0,
+            records: Vec::new(),
+            instances: Vec::new(),
+            wall_origin: crate::cluster::wall_origin(),
             faults: BTreeSet::new(),
             txn_limit: None,
             session_timeout: Duration::ZERO,
@@ -675,6 +688,9 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         ignored_cancel: overlaps.ignored_cancel,
         fenced_after_pause: overlaps.fenced_after_pause,
         runs: c.runs.len(),
+        records: std::mem::take(&mut c.runs),
+        instances: c.nodes.iter().map(|n| n.id.clone()).collect(),
+        wall_origin: c.wall_origin,
         faults,
         txn_limit,
         session_timeout: c.session_timeout,

@@ -117,6 +117,44 @@ fn user_job(name: &str, items: u32, cron: &str) -> shardjob_core::JobConfig {
 }
 
 #[test]
+fn a_user_checks_their_own_rules_on_the_runs_a_world_reports() {
+    // Runs of 300-600 ms every second, processes crashing and coming back as new instances;
+    // clocks are true (no `Fault::Clock`), so fires are on time.
+    let world = |seed: u64| WorldConfig {
+        jobs: vec![user_job("settle", 4, "* * * * * ?")],
+        instances: 3,
+        duration_ms: 120_000,
+        faults: [Fault::Crash].into(),
+        run_ms: [("settle".to_owned(), (300, 600))].into(),
+        ..WorldConfig::standard(seed)
+    };
+    let (mut crashed, mut restarted) = (0, 0);
+    for seed in 0..4 {
+        let report = holds(&world(seed), "");
+        assert_eq!(report.records.len(), report.runs);
+        assert!(report.runs > 300, "seed {seed}: {} runs", report.runs);
+        restarted += report.instances.len() - 3;
+        for r in &report.records {
+            let instance = &report.instances[r.node];
+            assert!(instance.server_ip().starts_with("10.0."), "{instance}");
+            // The user's rules: a run never starts before its fire, and one that was not cut
+            // short lasts what the user said.
+            let start = report.wall_origin.timestamp_millis() + r.start as i64;
+            assert!(start >= r.fire, "seed {seed}: {r:?} starts before its fire");
+            if let (Some(end), false) = (r.end, r.cancelled) {
+                assert!((300..=600).contains(&(end - r.start)), "seed {seed}: {r:?}");
+            }
+            crashed += usize::from(r.crashed);
+        }
+    }
+    // The rules were checked on a world with faults in it.
+    assert!(
+        crashed > 0 && restarted > 0,
+        "{crashed} crashed, {restarted} restarts"
+    );
+}
+
+#[test]
 fn a_users_run_lengths_are_the_runs_lengths() {
     // A job every 2 s whose runs take 5 s: a run covers two or three fires, and the missed
     // ones collapse into one misfire run right after, so it runs less than half as often as
