@@ -291,7 +291,7 @@ impl Cluster {
         Duration::from_millis(self.now)
     }
 
-    fn note(&mut self, what: impl Hash, text: impl FnOnce() -> String) {
+    pub(crate) fn note(&mut self, what: impl Hash, text: impl FnOnce() -> String) {
         self.now.hash(&mut self.trace);
         what.hash(&mut self.trace);
         if self.keep_log {

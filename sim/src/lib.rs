@@ -13,20 +13,22 @@
 //! attempts that died), every fire completed after the heal, a plan that covers every item
 //! with live owners and one leader, and the same trace for the same seed.
 //!
-//! Seeds vary the machines too: odd seeds announce runs claimed ahead
-//! (`MachineOptions::prepare_ahead`, as the runtime does), half of the seeds run without the
-//! safety sweep (`MachineOptions::safety_sweep`, which evaluates every job now and then and so
-//! would hide a wake the machine forgot from the liveness checker), and about two in five draw
-//! a registry limit on the operations of a transaction, known to the instances or not. In a
-//! world given its own `options`, the first two are left as they are.
+//! In one world of drawn jobs in four, some jobs are hosted by some instances only, as during a
+//! rolling deploy that adds a job. Seeds vary the machines too: odd seeds announce runs claimed
+//! ahead (`MachineOptions::prepare_ahead`, as the runtime does), half of the seeds run without
+//! the safety sweep (`MachineOptions::safety_sweep`, which evaluates every job now and then
+//! and so would hide a wake the machine forgot from the liveness checker), and about two in
+//! five draw a registry limit on the operations of a transaction, known to the instances or
+//! not. In a world given its own `options`, the first two are left as they are.
 //!
 //! # In your own tests
 //!
 //! Give the world your own job configurations, how long their runs take (`run_ms`), which of
 //! them go on when cancelled (`ignore_cancel`; by default the seed draws one job in ten), your
 //! own sharding strategies (`strategies`; an assignment that breaks the contract is reported
-//! by the `strategy` checker) and your session timeout (`session_timeout`; by default 2 to
-//! 6 s), and run seeds. The report holds every item run the world made (`records`, with the
+//! by the `strategy` checker), your session timeout (`session_timeout`; by default 2 to
+//! 6 s) and which instances host which jobs (`hosts`; by default every instance hosts every
+//! job), and run seeds. The report holds every item run the world made (`records`, with the
 //! instance ids in `instances`), for your own rules beyond the checkers':
 //!
 //! ```

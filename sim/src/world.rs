@@ -105,6 +105,12 @@ pub struct WorldConfig {
     /// checks after the heal wait two timeouts and 20 s for the cluster to settle: a long
     /// timeout needs a long world (`duration_ms`).
     pub session_timeout: Option<Duration>,
+    /// Which instances host the named jobs, by index `0..instances` (instance `k` is server
+    /// `10.0.0.{k+1}`, and a restarted process keeps its server's jobs); a job not named is
+    /// hosted by every instance, as every job is by the extra instances the heal starts when
+    /// fewer than two are alive. Empty, in a world of drawn jobs: one seed in four hosts some
+    /// jobs on some instances only, as in a rolling deploy that adds a job.
+    pub hosts: BTreeMap<String, BTreeSet<usize>>,
 }
 
 impl WorldConfig {
@@ -125,6 +131,7 @@ impl WorldConfig {
             ignore_cancel: None,
             strategies: Vec::new(),
             session_timeout: None,
+            hosts: BTreeMap::new(),
         }
     }
 }
@@ -163,6 +170,8 @@ pub struct SeedReport {
     pub txn_limit: Option<usize>,
     /// The session timeout of the instances (zero if the world did not run).
     pub session_timeout: Duration,
+    /// The jobs hosted by some instances only, and which (see [`WorldConfig::hosts`]).
+    pub hosts: BTreeMap<String, BTreeSet<usize>>,
     /// The readable timeline, if kept.
     pub log: Vec<String>,
 }
@@ -273,6 +282,18 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
             )));
         }
     }
+    let slots = cfg.instances.max(1);
+    for (name, hosting) in &cfg.hosts {
+        if !known.contains(name) {
+            out.push(problem(format!(
+                "hosts names job {name:?}, which the world does not have"
+            )));
+        } else if hosting.is_empty() || hosting.iter().any(|k| *k >= slots) {
+            out.push(problem(format!(
+                "hosts of job {name:?} are instances {hosting:?}; they must be one or more of 0..{slots}"
+            )));
+        }
+    }
     for name in cfg.ignore_cancel.iter().flatten() {
         if !known.contains(name) {
             out.push(problem(format!(
@@ -335,6 +356,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             faults: BTreeSet::new(),
             txn_limit: None,
             session_timeout: Duration::ZERO,
+            hosts: BTreeMap::new(),
             log: Vec::new(),
         };
     }
@@ -445,11 +467,58 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
 
     // What the cluster refused to do: none, as the choices were checked above.
     let mut refusals: Vec<Violation> = Vec::new();
+    // Which instances host each job: the user's choice. In a world of drawn jobs, one seed in
+    // four hosts some jobs on some instances only (job0 stays everywhere). Drawn apart, so
+    // that the other draws of a seed stay what they were.
+    let slots = cfg.instances.max(1);
+    let mut hosts = cfg.hosts.clone();
+    if cfg.jobs.is_empty() && hosts.is_empty() && slots > 1 {
+        let mut host_rng = Rng(ChaCha8Rng::seed_from_u64(mix(cfg.seed, 0x0068_6f73_7473)));
+        if host_rng.chance(25) {
+            for j in jobs.iter().skip(1) {
+                if host_rng.chance(50) {
+                    let mut some: BTreeSet<usize> =
+                        (0..slots).filter(|_| host_rng.chance(50)).collect();
+                    if some.is_empty() || some.len() == slots {
+                        some = [host_rng.below(slots as u64) as usize].into();
+                    }
+                    hosts.insert(j.job_name.clone(), some);
+                }
+            }
+        }
+    }
+    for (job, some) in &hosts {
+        c.note(("hosts", job, some), || {
+            format!("job {job} is hosted by instances {some:?} only")
+        });
+    }
+    let slot_jobs: Vec<Vec<JobConfig>> = (0..slots)
+        .map(|k| {
+            jobs.iter()
+                .filter(|j| hosts.get(&j.job_name).is_none_or(|some| some.contains(&k)))
+                .cloned()
+                .collect()
+        })
+        .collect();
+    // The jobs of a process on a server: its slot's, or every job on an extra server.
+    let jobs_on = |ips: &[String], ip: &str| -> Vec<JobConfig> {
+        ips.iter()
+            .position(|known| known == ip)
+            .and_then(|k| slot_jobs.get(k).cloned())
+            .unwrap_or_else(|| jobs.clone())
+    };
+
     let mut next_pid = 100;
     let mut ips: Vec<String> = Vec::new();
-    for k in 0..cfg.instances.max(1) {
+    for k in 0..slots {
         let ip = format!("10.0.0.{}", k + 1);
-        join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
+        let hosted = slot_jobs.get(k).cloned().unwrap_or_default();
+        join(
+            &mut c,
+            &format!("{ip}@-@{next_pid}"),
+            &hosted,
+            &mut refusals,
+        );
         next_pid += 1;
         ips.push(ip);
         if faults.contains(&Fault::Clock) {
@@ -472,7 +541,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         restarts.sort();
         while restarts.first().is_some_and(|(at, _)| *at <= c.now) {
             let (_, ip) = restarts.remove(0);
-            join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
+            let hosted = jobs_on(&ips, &ip);
+            join(
+                &mut c,
+                &format!("{ip}@-@{next_pid}"),
+                &hosted,
+                &mut refusals,
+            );
             next_pid += 1;
         }
         undo.sort();
@@ -541,7 +616,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         }
     }
     for (_, ip) in restarts.drain(..) {
-        join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
+        let hosted = jobs_on(&ips, &ip);
+        join(
+            &mut c,
+            &format!("{ip}@-@{next_pid}"),
+            &hosted,
+            &mut refusals,
+        );
         next_pid += 1;
     }
     let alive = c.nodes.iter().filter(|n| n.up && !n.crashed).count();
@@ -694,6 +775,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         faults,
         txn_limit,
         session_timeout: c.session_timeout,
+        hosts,
         log: std::mem::take(&mut c.log),
     }
 }
@@ -747,6 +829,11 @@ fn operator(
     let Some(job) = rng.pick(jobs).map(|j| j.job_name.clone()) else {
         return;
     };
+    let hosting: Vec<usize> = up
+        .iter()
+        .copied()
+        .filter(|n| c.nodes[*n].machine.job_names().any(|j| j == job))
+        .collect();
     match rng.below(9) {
         0 => {
             if let Some(ip) = rng.pick(ips) {
@@ -769,13 +856,13 @@ fn operator(
             c.operator_delete(&format!("/{job}/sharding/{item}/disabled"));
         }
         4 => {
-            if let Some(&n) = rng.pick(up) {
+            if let Some(&n) = rng.pick(&hosting) {
                 c.trigger(n, &job);
             }
         }
         5 => {
-            // ElasticJob's trigger API: a node per live instance.
-            let ids: Vec<InstanceId> = up.iter().map(|n| c.nodes[*n].id.clone()).collect();
+            // ElasticJob's trigger API: a node per live instance of the job.
+            let ids: Vec<InstanceId> = hosting.iter().map(|n| c.nodes[*n].id.clone()).collect();
             for id in ids {
                 write(c, &format!("/{job}/trigger/{id}"), b"", refused);
             }

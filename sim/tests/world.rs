@@ -214,6 +214,11 @@ fn a_users_choices_that_name_no_job_bad_lengths_or_a_taken_name_are_reported_not
         .into(),
         ignore_cancel: Some(["job0".to_owned()].into()),
         strategies: vec![ToLast::new("ODEVITY", Flaw::None)],
+        hosts: [
+            ("payouts".to_owned(), [0].into()),
+            ("settle".to_owned(), [1, 3].into()),
+        ]
+        .into(),
         ..small(1)
     };
     let report = world::run(&cfg);
@@ -223,7 +228,7 @@ fn a_users_choices_that_name_no_job_bad_lengths_or_a_taken_name_are_reported_not
         .iter()
         .map(|v| v.message.as_str())
         .collect();
-    assert_eq!(messages.len(), 4, "{messages:#?}");
+    assert_eq!(messages.len(), 6, "{messages:#?}");
     assert!(report.violations.iter().all(|v| v.checker == "config"));
     assert!(
         messages.iter().any(|m| m.contains("\"setle\"")),
@@ -244,6 +249,83 @@ fn a_users_choices_that_name_no_job_bad_lengths_or_a_taken_name_are_reported_not
             .any(|m| m.contains("\"ODEVITY\" cannot be registered")),
         "{messages:#?}"
     );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("hosts names job \"payouts\"")),
+        "{messages:#?}"
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.contains("instances {1, 3}; they must be one or more of 0..3")),
+        "{messages:#?}"
+    );
+    let empty = WorldConfig {
+        jobs: vec![user_job("settle", 2, "0/5 * * * * ?")],
+        hosts: [("settle".to_owned(), Default::default())].into(),
+        ..small(1)
+    };
+    let report = world::run(&empty);
+    assert_eq!(report.runs, 0);
+    assert_eq!(report.violations.len(), 1, "{:#?}", report.violations);
+}
+
+/// The instance index of the server an instance id runs on (`10.0.0.{k+1}`); `None` for the
+/// extra servers the heal may start.
+fn slot_of(id: &shardjob_core::InstanceId) -> Option<usize> {
+    let last = id.server_ip().strip_prefix("10.0.0.")?;
+    last.parse::<usize>().ok()?.checked_sub(1)
+}
+
+#[test]
+fn a_job_hosted_by_some_instances_runs_there_only_and_holds_under_faults() {
+    // A canary instance hosts the new job alone; the old job runs everywhere. Processes crash
+    // and come back on their servers with their servers' jobs.
+    let world = |seed: u64| WorldConfig {
+        jobs: vec![
+            user_job("old", 4, "* * * * * ?"),
+            user_job("new", 3, "0/2 * * * * ?"),
+        ],
+        instances: 3,
+        duration_ms: 120_000,
+        hosts: [("new".to_owned(), [2].into())].into(),
+        ..WorldConfig::standard(seed)
+    };
+    let (mut new_runs, mut old_servers) = (0, std::collections::BTreeSet::new());
+    for seed in 0..6 {
+        let report = holds(&world(seed), "");
+        assert_eq!(report.hosts.len(), 1);
+        for r in &report.records {
+            let slot = slot_of(&report.instances[r.node]);
+            if r.job == "new" {
+                new_runs += 1;
+                assert!(
+                    slot.is_none_or(|k| k == 2),
+                    "seed {seed}: {r:?} ran on {}",
+                    report.instances[r.node]
+                );
+            } else {
+                old_servers.insert(slot);
+            }
+        }
+    }
+    assert!(new_runs > 100, "{new_runs} runs of the new job");
+    assert!(old_servers.len() >= 3, "{old_servers:?}");
+
+    // Drawn worlds host some jobs on some instances in about one seed in four, and hold.
+    let mut hosted = 0;
+    for seed in 0..40 {
+        let report = holds(&small(seed), "--instances 3 --jobs 4 --hours 0.0333");
+        for (job, some) in &report.hosts {
+            hosted += 1;
+            for r in report.records.iter().filter(|r| r.job == *job) {
+                let slot = slot_of(&report.instances[r.node]);
+                assert!(slot.is_none_or(|k| some.contains(&k)), "seed {seed}: {r:?}");
+            }
+        }
+    }
+    assert!(hosted > 0);
 }
 
 /// How a test strategy breaks the contract, if it does.

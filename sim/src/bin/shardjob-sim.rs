@@ -153,6 +153,9 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
         report.faults,
         report.txn_limit
     );
+    for (job, some) in &report.hosts {
+        println!("  job {job} is hosted by instances {some:?} only");
+    }
     for v in report.violations.iter().take(10) {
         println!(
             "  [{}] at {:.3}s: {}",

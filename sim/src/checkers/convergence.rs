@@ -1,6 +1,6 @@
 //! Checker 4: after the heal, each job's plan covers `0..n-1`, every item is owned by exactly
 //! one live, registered, enabled instance, nothing is left beyond `n`, there is one leader and
-//! it is live, and every running process is registered in each of its jobs.
+//! it is live, and every running process is registered in each job it hosts.
 
 use std::collections::BTreeSet;
 
@@ -53,11 +53,9 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             Some(l) if !live.contains(&l) => fail(format!("{job}'s leader {l} is not live")),
             Some(_) => {}
         }
-        for n in c
-            .nodes
-            .iter()
-            .filter(|n| n.up && !n.crashed && !n.machine.is_stopped())
-        {
+        for n in c.nodes.iter().filter(|n| {
+            n.up && !n.crashed && !n.machine.is_stopped() && n.machine.job_names().any(|j| j == job)
+        }) {
             if !live.contains(n.id.as_str()) {
                 fail(format!("{job}: running process {} is not registered", n.id));
             }
