@@ -109,7 +109,8 @@ pub struct WorldConfig {
     /// `10.0.0.{k+1}`, and a restarted process keeps its server's jobs); a job not named is
     /// hosted by every instance, as every job is by the extra instances the heal starts when
     /// fewer than two are alive. Empty, in a world of drawn jobs: one seed in four hosts some
-    /// jobs on some instances only, as in a rolling deploy that adds a job.
+    /// jobs on some instances only, as in a rolling deploy that adds a job; naming any job,
+    /// even on every instance, keeps the seed from drawing.
     pub hosts: BTreeMap<String, BTreeSet<usize>>,
 }
 
@@ -487,6 +488,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             }
         }
     }
+    // A job on every instance is hosted as by default.
+    hosts.retain(|_, some| some.len() < slots);
     for (job, some) in &hosts {
         c.note(("hosts", job, some), || {
             format!("job {job} is hosted by instances {some:?} only")
