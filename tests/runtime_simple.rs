@@ -284,6 +284,63 @@ async fn jobs_are_added_and_removed_at_run_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_job_is_added_again_with_a_new_configuration_once_it_has_left() {
+    let server = MemServer::default();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let handle = start(&server, 1, JobConfig::new("idle", 1), &seen).await;
+    let job = Recorder {
+        instance: "reload".into(),
+        seen: Arc::clone(&seen),
+        work: Duration::from_millis(700),
+    };
+    handle
+        .add_job(every_second("reload", 2), job.clone())
+        .await
+        .unwrap();
+    // Wait for a run in progress (runs take 0.7 s of each second), then remove the job.
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    while !seen.lock().unwrap().last().is_some_and(|s| {
+        let age = Utc::now() - s.started;
+        age < chrono::Duration::milliseconds(300)
+    }) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let removing = {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.remove_job("reload").await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Its runs are finishing: the job is still leaving, and says so.
+    let mut bigger = every_second("reload", 3);
+    bigger.overwrite = true;
+    let early = handle.add_job(bigger.clone(), job.clone()).await;
+    assert!(
+        early
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("still leaving")),
+        "{early:?}"
+    );
+    assert!(
+        !removing.is_finished(),
+        "remove_job returned before the runs ended"
+    );
+    removing.await.unwrap().unwrap();
+    // Gone: nothing of it runs, and it is added again at once with three items.
+    let left_at = Utc::now();
+    let before = seen.lock().unwrap().len();
+    handle.add_job(bigger, job).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let runs = seen.lock().unwrap().clone();
+    let items: BTreeSet<u32> = runs[before..]
+        .iter()
+        .filter(|s| s.started > left_at)
+        .map(|s| s.item)
+        .collect();
+    assert_eq!(items, BTreeSet::from([0, 1, 2]), "{runs:#?}");
+    handle.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashed_instance_items_fail_over() {
     let server = MemServer::default();
     let seen = Arc::new(Mutex::new(Vec::new()));

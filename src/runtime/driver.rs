@@ -210,6 +210,8 @@ pub(crate) struct Driver {
     closed: bool,
     /// How many manual triggers wait in [`JobEntry::triggers`].
     held_triggers: usize,
+    /// Callers of `remove_job`, answered when the instance has left the job.
+    removing: BTreeMap<String, Vec<oneshot::Sender<Result<(), RuntimeError>>>>,
 }
 
 impl Driver {
@@ -253,6 +255,7 @@ impl Driver {
             last_timeout: None,
             closed: false,
             held_triggers: 0,
+            removing: BTreeMap::new(),
         }
     }
 
@@ -604,10 +607,13 @@ impl Driver {
                 }
                 let _ = reply.send(result.map_err(RuntimeError::from));
             }
-            Op::RemoveJob { job, reply } => {
-                let result = self.machine.remove_job(&job, now);
-                let _ = reply.send(result.map_err(RuntimeError::from));
-            }
+            Op::RemoveJob { job, reply } => match self.machine.remove_job(&job, now) {
+                // Answered when the machine says the instance has left the job.
+                Ok(()) => self.removing.entry(job).or_default().push(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(RuntimeError::from(e)));
+                }
+            },
             Op::Shutdown => {
                 tracing::info!(instance = %self.instance, "graceful shutdown requested");
                 self.machine.shutdown(now);
@@ -804,6 +810,9 @@ impl Driver {
                 tracing::info!(instance = %me, %job, "left the job");
                 if let Some(entry) = self.jobs.remove(job) {
                     self.held_triggers = self.held_triggers.saturating_sub(entry.triggers.len());
+                }
+                for reply in self.removing.remove(job).unwrap_or_default() {
+                    let _ = reply.send(Ok(()));
                 }
             }
             // Events a newer core adds are passed on to subscribers and logged at debug level.

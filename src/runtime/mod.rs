@@ -492,7 +492,10 @@ impl SchedulerHandle {
     }
 
     /// Stops hosting a job: its running items finish (or are cancelled after the shutdown
-    /// grace), then the instance leaves the job's nodes. Returns once the removal has begun.
+    /// grace), then the instance leaves the job's nodes, so that the other instances take its
+    /// items over at once. Returns when the instance has left the job; it can be added again
+    /// then, with a new configuration if need be. (Adding it while it leaves fails with
+    /// [`MachineError::JobLeaving`].)
     pub async fn remove_job(&self, job: &str) -> Result<(), RuntimeError> {
         let (reply, rx) = oneshot::channel();
         self.send(Op::RemoveJob {

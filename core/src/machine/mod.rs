@@ -615,8 +615,10 @@ impl Machine {
                 job: name.clone(),
                 error: e.to_string(),
             })?;
-        if self.jobs.contains_key(&name) {
-            return Err(MachineError::DuplicateJob(name));
+        match self.jobs.get(&name) {
+            Some(j) if j.leaving => return Err(MachineError::JobLeaving(name)),
+            Some(_) => return Err(MachineError::DuplicateJob(name)),
+            None => {}
         }
         let paths = JobPaths::new(&name).map_err(|e| MachineError::InvalidConfig {
             job: name.clone(),
@@ -668,15 +670,20 @@ impl Machine {
     }
 
     /// Stops hosting a job: lets its runs finish (cancelling them after the shutdown grace),
-    /// records them, and leaves the job's registry nodes.
+    /// records them, and leaves the job's registry nodes; then emits
+    /// [`MachineEvent::JobLeft`], after which the job can be added again. Removing a job that
+    /// is leaving already changes nothing.
     pub fn remove_job(&mut self, job: &str, now: Now) -> Result<(), MachineError> {
         let j = self
             .jobs
             .get_mut(job)
             .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
-        j.leaving = true;
-        j.leave_deadline = Some(now.mono.saturating_add(ms(self.opts.shutdown_grace)));
-        self.evaluate(job, now);
+        // Removing a job that is leaving already changes nothing: its grace is not extended.
+        if !j.leaving {
+            j.leaving = true;
+            j.leave_deadline = Some(now.mono.saturating_add(ms(self.opts.shutdown_grace)));
+            self.evaluate(job, now);
+        }
         Ok(())
     }
 

@@ -375,6 +375,10 @@ pub enum MachineError {
     /// A job of that name is already hosted.
     #[error("job {0:?} is already hosted by this instance")]
     DuplicateJob(String),
+    /// A job of that name is being removed from this instance: it can be added again once it
+    /// has left ([`MachineEvent::JobLeft`]).
+    #[error("job {0:?} is still leaving this instance; add it again once it has left")]
+    JobLeaving(String),
     /// The job's local configuration is invalid.
     #[error("job {job:?} has an invalid configuration: {error}")]
     InvalidConfig {
