@@ -9,6 +9,10 @@
 //! requests arrive but it hears nothing back), [`Cluster::pause`] (a stop-the-world pause of
 //! the whole process), [`Cluster::restart_registry`], clock skew per node
 //! ([`Node::skew`]).
+//!
+//! Adding a node or writing as an operator checks its input and returns a [`ClusterError`].
+//! The methods that take a node's index `n` panic on an index that [`Cluster::add_node`] did
+//! not return, as slice indexing does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{DefaultHasher, Hash, Hasher};
@@ -20,8 +24,8 @@ use shardjob_backend_mem::{Store, WatchId};
 use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{
-    Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineEvent, MachineOptions,
-    Now,
+    Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineError, MachineEvent,
+    MachineOptions, Now,
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
@@ -48,7 +52,7 @@ pub enum ClusterError {
         /// The job's name.
         job: String,
         /// The machine's reason.
-        error: shardjob_core::machine::MachineError,
+        error: MachineError,
     },
     /// The node's machine refused one of [`Cluster::strategies`].
     #[error("node {node:?} cannot register a sharding strategy: {error}")]
@@ -56,7 +60,7 @@ pub enum ClusterError {
         /// The node's instance id.
         node: String,
         /// The machine's reason.
-        error: shardjob_core::machine::MachineError,
+        error: MachineError,
     },
     /// An operator's write named a path the registry cannot hold.
     #[error("{path:?} is not a registry path: {why}")]
@@ -131,6 +135,10 @@ pub struct Node {
     pub skew: i64,
     /// Whether a graceful shutdown was asked for.
     pub shutdown_requested: bool,
+    /// The jobs the node is meant to host: those it was added with, as
+    /// [`Cluster::add_job`] and [`Cluster::remove_job`] changed them. The checkers hold the
+    /// machine to it rather than to what the machine says it hosts.
+    pub jobs: BTreeSet<String>,
     replies: Vec<(u64, RequestId, RegistryReply)>,
     running: BTreeMap<ExecutionId, Running>,
     /// Runs announced with [`Command::Prepare`] and not started or discarded yet.
@@ -360,6 +368,7 @@ impl Cluster {
             paused: None,
             skew: 0,
             shutdown_requested: false,
+            jobs: jobs.iter().map(|j| j.job_name.clone()).collect(),
             replies: Vec::new(),
             running: BTreeMap::new(),
             prepared: BTreeMap::new(),
@@ -551,6 +560,40 @@ impl Cluster {
             });
         }
         self.pump(n);
+    }
+
+    /// Removes a job from a live node's machine, as `Scheduler::remove_job` does: its runs
+    /// finish (or are cancelled after the shutdown grace), then the node leaves the job.
+    pub fn remove_job(&mut self, n: usize, job: &str) -> Result<(), MachineError> {
+        let t = self.time_of(n);
+        let result = self.nodes[n].machine.remove_job(job, t);
+        if result.is_ok() {
+            self.nodes[n].jobs.remove(job);
+        }
+        self.note(("remove-job", n, job, result.is_ok()), || {
+            format!("node {n}: remove job {job}: {result:?}")
+        });
+        self.pump(n);
+        result
+    }
+
+    /// Adds a job to a live node's machine, as `Scheduler::add_job` does.
+    pub fn add_job(&mut self, n: usize, config: &JobConfig) -> Result<(), MachineError> {
+        let t = self.time_of(n);
+        let spec = JobSpec {
+            config: config.clone(),
+            job_type: "SIMPLE".into(),
+        };
+        let result = self.nodes[n].machine.add_job(spec, t);
+        let job = &config.job_name;
+        if result.is_ok() {
+            self.nodes[n].jobs.insert(job.clone());
+        }
+        self.note(("add-job", n, job, result.is_ok()), || {
+            format!("node {n}: add job {job}: {result:?}")
+        });
+        self.pump(n);
+        result
     }
 
     /// Starts a graceful shutdown of a node.
@@ -970,18 +1013,21 @@ impl Cluster {
         Ok(())
     }
 
-    /// Deletes a node as an operator would; missing is fine.
-    pub fn operator_delete(&mut self, path: &str) {
+    /// Deletes a node as an operator would; missing is fine. A path the registry cannot hold
+    /// is refused, as by [`Cluster::operator_write`].
+    pub fn operator_delete(&mut self, path: &str) -> Result<(), ClusterError> {
         let now = self.store_now();
-        let Ok(path) = NodePath::new(path) else {
-            return;
-        };
+        let path = NodePath::new(path).map_err(|e| ClusterError::Path {
+            path: path.to_owned(),
+            why: e.to_string(),
+        })?;
         let session = self.operator_session(now);
         let result = self.store.delete(session, &path, None, now);
         self.disabled_since.remove(path.as_str());
         self.note(("operator-delete", path.to_string()), || {
             format!("operator deletes {path}: {result:?}")
         });
+        Ok(())
     }
 
     /// The data of a node in the store, as text.

@@ -5,9 +5,11 @@
 //! ([`shardjob_backend_mem::Store`]) on virtual time, with simulated job runs, while a nemesis
 //! crashes and restarts processes, cuts them off from the registry (both ways, or only the
 //! way back), pauses them longer than their session timeout, restarts the registry, slows
-//! requests and watch events, skews and jumps clocks, makes jobs overrun, and acts as an
+//! requests and watch events, skews and jumps clocks, makes jobs overrun, acts as an
 //! operator (disable and enable servers and items, trigger, change the item count, the cron,
-//! the failover and misfire flags). Each seed draws its own mix of faults (swarm testing).
+//! the failover and misfire flags), and redeploys: a live process stops hosting a job and
+//! takes it back, at once or later, as `Scheduler::remove_job` and `add_job` do. Each seed
+//! draws its own mix of faults (swarm testing).
 //! Then everything heals, the cluster must converge, and the checkers in [`checkers`] look at
 //! what happened: no overlapping runs of an item, no fire started twice (except retries of
 //! attempts that died), every fire completed after the heal, a plan that covers every item

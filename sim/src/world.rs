@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
 use shardjob_core::config::{KnownTypes, Strictness};
-use shardjob_core::machine::{Machine, MachineEvent, MachineOptions};
+use shardjob_core::machine::{Machine, MachineError, MachineEvent, MachineOptions};
 use shardjob_core::registry::RegistryError;
 use shardjob_core::{CronExpr, InstanceId, JobConfig, ShardingStrategy};
 
@@ -43,11 +43,14 @@ pub enum Fault {
     Overrun,
     /// Operators disable and enable servers and items, trigger jobs and change configuration.
     Operator,
+    /// A live process stops hosting one of its jobs (`Scheduler::remove_job`) and takes it
+    /// back later, as a redeploy that reloads the job does.
+    Deploy,
 }
 
 impl Fault {
     /// Every fault kind.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::Crash,
         Fault::Partition,
         Fault::Deaf,
@@ -57,6 +60,7 @@ impl Fault {
         Fault::Clock,
         Fault::Overrun,
         Fault::Operator,
+        Fault::Deploy,
     ];
 }
 
@@ -109,8 +113,9 @@ pub struct WorldConfig {
     /// `10.0.0.{k+1}`, and a restarted process keeps its server's jobs); a job not named is
     /// hosted by every instance, as every job is by the extra instances the heal starts when
     /// fewer than two are alive. Empty, in a world of drawn jobs: one seed in four hosts some
-    /// jobs on some instances only, as in a rolling deploy that adds a job; naming any job,
-    /// even on every instance, keeps the seed from drawing.
+    /// jobs on some instances only (given two jobs and two instances or more), as in a rolling
+    /// deploy that adds a job; naming any job, even on every instance, keeps the seed from
+    /// drawing.
     pub hosts: BTreeMap<String, BTreeSet<usize>>,
 }
 
@@ -237,21 +242,54 @@ const MAX_RUN_MS: u64 = 86_400_000;
 pub const SESSION_TIMEOUTS: (Duration, Duration) =
     (Duration::from_millis(100), Duration::from_secs(600));
 
-/// What is wrong with the run lengths, the jobs ignoring cancellation, the strategies and the
-/// session timeout a user chose: names of jobs the world does not have, lengths out of range,
-/// strategy names the machines refuse.
+/// The longest world [`run`] accepts ([`WorldConfig::duration_ms`]): a thousand hours.
+pub const MAX_DURATION_MS: u64 = 3_600_000_000;
+
+/// The most instances a world starts with ([`WorldConfig::instances`]; servers `10.0.0.1` to
+/// `10.0.0.250`).
+pub const MAX_INSTANCES: usize = 250;
+
+/// The most jobs a world draws ([`WorldConfig::job_count`]).
+pub const MAX_DRAWN_JOBS: usize = 10_000;
+
+/// What is wrong with the shape of the world, the run lengths, the jobs ignoring
+/// cancellation, the strategies, the session timeout and the hosts a user chose: sizes and
+/// lengths out of range, names of jobs the world does not have, strategy names the machines
+/// refuse.
 fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
+    let problem = |message: String| Violation {
+        checker: "config",
+        time: 0,
+        message,
+    };
+    let mut shape = Vec::new();
+    if cfg.duration_ms == 0 || cfg.duration_ms > MAX_DURATION_MS {
+        shape.push(problem(format!(
+            "duration_ms is {}; it must be 1 to {MAX_DURATION_MS}",
+            cfg.duration_ms
+        )));
+    }
+    if cfg.instances > MAX_INSTANCES {
+        shape.push(problem(format!(
+            "instances is {}; it must be at most {MAX_INSTANCES}",
+            cfg.instances
+        )));
+    }
+    if cfg.jobs.is_empty() && cfg.job_count > MAX_DRAWN_JOBS {
+        shape.push(problem(format!(
+            "job_count is {}; it must be at most {MAX_DRAWN_JOBS}",
+            cfg.job_count
+        )));
+    }
+    if !shape.is_empty() {
+        return shape;
+    }
     let known: BTreeSet<String> = if cfg.jobs.is_empty() {
         (0..cfg.job_count.max(1))
             .map(|k| format!("job{k}"))
             .collect()
     } else {
         cfg.jobs.iter().map(|j| j.job_name.clone()).collect()
-    };
-    let problem = |message: String| Violation {
-        checker: "config",
-        time: 0,
-        message,
     };
     let mut out = Vec::new();
     for (name, &(lo, hi)) in &cfg.run_ms {
@@ -309,16 +347,22 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
 pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mut rng = Rng(ChaCha8Rng::seed_from_u64(cfg.seed));
     // Swarm: this seed's own mix of faults.
+    // Deploys are drawn apart, so that the other draws of a seed stay what they were.
     let mut faults: BTreeSet<Fault> = cfg
         .faults
         .iter()
         .copied()
+        .filter(|f| *f != Fault::Deploy)
         .filter(|_| rng.chance(50))
         .collect();
     if faults.is_empty() {
-        if let Some(f) = cfg.faults.iter().next() {
+        if let Some(f) = cfg.faults.iter().find(|f| **f != Fault::Deploy) {
             faults.insert(*f);
         }
+    }
+    let mut deploy_rng = Rng(ChaCha8Rng::seed_from_u64(mix(cfg.seed, 0x6465_706c_6f79)));
+    if cfg.faults.contains(&Fault::Deploy) && (deploy_rng.chance(50) || faults.is_empty()) {
+        faults.insert(Fault::Deploy);
     }
 
     // Jobs. A user's job that is not valid is reported, not run (nothing panics on input).
@@ -476,14 +520,25 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     if cfg.jobs.is_empty() && hosts.is_empty() && slots > 1 {
         let mut host_rng = Rng(ChaCha8Rng::seed_from_u64(mix(cfg.seed, 0x0068_6f73_7473)));
         if host_rng.chance(25) {
+            // Some of the instances, at least one and not all.
+            let some_of = |rng: &mut Rng| {
+                let some: BTreeSet<usize> = (0..slots).filter(|_| rng.chance(50)).collect();
+                if some.is_empty() || some.len() == slots {
+                    [rng.below(slots as u64) as usize].into()
+                } else {
+                    some
+                }
+            };
             for j in jobs.iter().skip(1) {
                 if host_rng.chance(50) {
-                    let mut some: BTreeSet<usize> =
-                        (0..slots).filter(|_| host_rng.chance(50)).collect();
-                    if some.is_empty() || some.len() == slots {
-                        some = [host_rng.below(slots as u64) as usize].into();
-                    }
-                    hosts.insert(j.job_name.clone(), some);
+                    hosts.insert(j.job_name.clone(), some_of(&mut host_rng));
+                }
+            }
+            // At least one job, if there is one besides job0.
+            if hosts.is_empty() {
+                if let Some(j) = host_rng.pick(jobs.get(1..).unwrap_or_default()) {
+                    let name = j.job_name.clone();
+                    hosts.insert(name, some_of(&mut host_rng));
                 }
             }
         }
@@ -516,7 +571,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     for k in 0..slots {
         let ip = format!("10.0.0.{}", k + 1);
         let hosted = slot_jobs.get(k).cloned().unwrap_or_default();
-        join(
+        let joined = join(
             &mut c,
             &format!("{ip}@-@{next_pid}"),
             &hosted,
@@ -526,7 +581,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         ips.push(ip);
         if faults.contains(&Fault::Clock) {
             let skew = rng.between(0, 2_000) as i64 - 1_000;
-            if let Some(n) = c.nodes.last_mut() {
+            if let Some(n) = joined.and_then(|n| c.nodes.get_mut(n)) {
                 n.skew = skew;
             }
         }
@@ -537,8 +592,22 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mean_gap = (heal_at / 60).clamp(2_000, 60_000);
     let mut restarts: Vec<(u64, String)> = Vec::new();
     let mut undo: Vec<(u64, usize, Fault)> = Vec::new();
+    // Deploys: none after `last_removal`, so that a job taken back after its grace is
+    // hosted again before the checks.
+    let last_removal = heal_at.saturating_sub(40_000);
+    let mut deploys: Vec<(u64, Deploy)> = Vec::new();
+    if faults.contains(&Fault::Deploy) {
+        deploys.push((deploy_rng.between(1_000, mean_gap * 2), Deploy::Remove));
+    }
+    let deploy = DeployPlan {
+        jobs: &jobs,
+        ignore_cancel: &ignore_cancel,
+        last_removal,
+        gap: mean_gap,
+    };
     let mut t = rng.between(1_000, mean_gap);
     while t < heal_at {
+        deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, t);
         c.run_until(t);
         // Restarts and undos that are due.
         restarts.sort();
@@ -566,8 +635,14 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             .filter(|n| c.nodes[*n].paused.is_none())
             .collect();
         let fault = *rng
-            .pick(&faults.iter().copied().collect::<Vec<_>>())
-            .unwrap_or(&Fault::Crash);
+            .pick(
+                &faults
+                    .iter()
+                    .copied()
+                    .filter(|f| *f != Fault::Deploy)
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap_or(&Fault::Deploy);
         match fault {
             Fault::Crash if up.len() > 1 => {
                 let n = *rng.pick(&up).unwrap_or(&0);
@@ -595,21 +670,22 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 let jump = rng.between(0, 20_000) as i64 - 10_000;
                 c.nodes[n].skew += jump;
             }
-            Fault::Operator => operator(
-                &mut c,
-                &mut rng,
-                &jobs,
-                &ips,
-                &up,
-                cfg.max_items,
-                &mut refusals,
-            ),
+            Fault::Operator => {
+                let stage = Stage {
+                    jobs: &jobs,
+                    ips: &ips,
+                    hosts: &hosts,
+                    max_items: cfg.max_items,
+                };
+                operator(&mut c, &mut rng, &stage, &up, &mut refusals);
+            }
             _ => {}
         }
         t = c.now + rng.between(mean_gap / 4, mean_gap * 2);
     }
 
     // Heal.
+    deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, heal_at);
     c.run_until(heal_at);
     for n in 0..c.nodes.len() {
         c.unpause(n);
@@ -646,11 +722,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         for item in 0..total.max(j.sharding_total_count) {
             let path = format!("/{}/sharding/{item}/disabled", j.job_name);
             if c.exists(&path) {
-                c.operator_delete(&path);
+                delete(&mut c, &path, &mut refusals);
             }
         }
     }
     let check_from = heal_at + settle;
+    // Jobs removed by deploys are taken back (none is removed now).
+    deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, check_from);
     c.run_until(cfg.duration_ms.max(check_from + 10_000));
     let end = c.now;
 
@@ -796,10 +874,116 @@ fn known_types(strategies: &[Arc<dyn ShardingStrategy>]) -> KnownTypes {
     }
 }
 
+/// A step of a deploy.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Deploy {
+    /// A live process stops hosting one of its jobs; the next removal is drawn.
+    Remove,
+    /// The process (by node) takes the job back.
+    Add(usize, String),
+}
+
+/// What deploys act on.
+struct DeployPlan<'a> {
+    jobs: &'a [JobConfig],
+    ignore_cancel: &'a BTreeSet<String>,
+    last_removal: u64,
+    gap: u64,
+}
+
+impl DeployPlan<'_> {
+    /// Carries out the deploy steps due before `until`, each at its time. A job that ignores
+    /// cancellation is not removed: its leave could outlast the world.
+    fn carry_out(
+        &self,
+        c: &mut Cluster,
+        steps: &mut Vec<(u64, Deploy)>,
+        rng: &mut Rng,
+        until: u64,
+    ) {
+        loop {
+            steps.sort();
+            if steps.first().is_none_or(|(at, _)| *at >= until) {
+                return;
+            }
+            let (at, step) = steps.remove(0);
+            c.run_until(at);
+            let live = |c: &Cluster, n: usize| {
+                let node = &c.nodes[n];
+                node.up && !node.crashed && node.paused.is_none() && !node.machine.is_stopped()
+            };
+            match step {
+                Deploy::Remove if at < self.last_removal => {
+                    let hosted: Vec<(usize, String)> = (0..c.nodes.len())
+                        .filter(|n| live(c, *n))
+                        .flat_map(|n| {
+                            c.nodes[n]
+                                .jobs
+                                .iter()
+                                .filter(|j| !self.ignore_cancel.contains(*j))
+                                .map(|j| (n, j.clone()))
+                                .collect::<Vec<_>>()
+                        })
+                        .collect();
+                    if let Some((n, job)) = rng.pick(&hosted).cloned() {
+                        if c.remove_job(n, &job).is_ok() {
+                            // Half reload the job at once, half later.
+                            let after = if rng.chance(50) {
+                                rng.between(0, 500)
+                            } else {
+                                rng.between(500, 30_000)
+                            };
+                            steps.push((c.now + after, Deploy::Add(n, job)));
+                        }
+                    }
+                    steps.push((
+                        c.now + rng.between(self.gap / 2, self.gap * 3),
+                        Deploy::Remove,
+                    ));
+                }
+                Deploy::Remove => {}
+                Deploy::Add(n, job) => {
+                    // A process that crashed meanwhile comes back with its server's jobs.
+                    if !c.nodes[n].up || c.nodes[n].crashed || c.nodes[n].machine.is_stopped() {
+                        continue;
+                    }
+                    let Some(config) = self.jobs.iter().find(|j| j.job_name == job) else {
+                        continue;
+                    };
+                    if !live(c, n)
+                        || c.add_job(n, config) == Err(MachineError::JobLeaving(job.clone()))
+                    {
+                        // Paused, or still leaving the job: again in a while.
+                        steps.push((c.now + 500, Deploy::Add(n, job)));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Adds a node. A node the cluster refuses is a `config` violation: the world checks the
 /// user's choices before it runs, so this would be one it missed.
-fn join(c: &mut Cluster, id: &str, jobs: &[JobConfig], refused: &mut Vec<Violation>) {
-    if let Err(e) = c.add_node(id, jobs) {
+fn join(
+    c: &mut Cluster,
+    id: &str,
+    jobs: &[JobConfig],
+    refused: &mut Vec<Violation>,
+) -> Option<usize> {
+    c.add_node(id, jobs)
+        .map_err(|e| {
+            refused.push(Violation {
+                checker: "config",
+                time: c.now,
+                message: e.to_string(),
+            })
+        })
+        .ok()
+}
+
+/// An operator's delete. A path the cluster refuses is a `config` violation, as in [`join`].
+fn delete(c: &mut Cluster, path: &str, refused: &mut Vec<Violation>) {
+    if let Err(e) = c.operator_delete(path) {
         refused.push(Violation {
             checker: "config",
             time: c.now,
@@ -819,32 +1003,47 @@ fn write(c: &mut Cluster, path: &str, data: &[u8], refused: &mut Vec<Violation>)
     }
 }
 
+/// What an operator acts on.
+struct Stage<'a> {
+    jobs: &'a [JobConfig],
+    /// The servers of the instances, by index.
+    ips: &'a [String],
+    hosts: &'a BTreeMap<String, BTreeSet<usize>>,
+    max_items: u32,
+}
+
 fn operator(
     c: &mut Cluster,
     rng: &mut Rng,
-    jobs: &[JobConfig],
-    ips: &[String],
+    stage: &Stage<'_>,
     up: &[usize],
-    max_items: u32,
     refused: &mut Vec<Violation>,
 ) {
-    let max_items = u64::from(max_items.max(1));
-    let Some(job) = rng.pick(jobs).map(|j| j.job_name.clone()) else {
+    let max_items = u64::from(stage.max_items.max(1));
+    let Some(job) = rng.pick(stage.jobs).map(|j| j.job_name.clone()) else {
         return;
     };
+    // The servers of the job: those of the instances that host it.
+    let ips: Vec<&String> = stage
+        .ips
+        .iter()
+        .enumerate()
+        .filter(|(k, _)| stage.hosts.get(&job).is_none_or(|some| some.contains(k)))
+        .map(|(_, ip)| ip)
+        .collect();
     let hosting: Vec<usize> = up
         .iter()
         .copied()
-        .filter(|n| c.nodes[*n].machine.job_names().any(|j| j == job))
+        .filter(|n| c.nodes[*n].jobs.contains(&job))
         .collect();
     match rng.below(9) {
         0 => {
-            if let Some(ip) = rng.pick(ips) {
+            if let Some(ip) = rng.pick(&ips) {
                 write(c, &format!("/{job}/servers/{ip}"), b"DISABLED", refused);
             }
         }
         1 => {
-            if let Some(ip) = rng.pick(ips) {
+            if let Some(ip) = rng.pick(&ips) {
                 write(c, &format!("/{job}/servers/{ip}"), b"ENABLED", refused);
             }
         }
@@ -856,7 +1055,7 @@ fn operator(
         }
         3 => {
             let item = rng.below(max_items);
-            c.operator_delete(&format!("/{job}/sharding/{item}/disabled"));
+            delete(c, &format!("/{job}/sharding/{item}/disabled"), refused);
         }
         4 => {
             if let Some(&n) = rng.pick(&hosting) {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use shardjob_core::machine::MachineError;
 use shardjob_core::{Assignment, CronExpr, InstanceId, JobConfig, ShardingStrategy};
+use shardjob_sim::checkers;
 use shardjob_sim::cluster::{Cluster, ClusterError};
 
 fn job(name: &str) -> JobConfig {
@@ -32,6 +33,7 @@ fn a_node_the_cluster_cannot_run_is_refused_with_the_reason() {
     let mut c = Cluster::new();
     let good = c.add_node("10.0.0.1@-@1", &[job("pay")]).unwrap();
     assert_eq!(good, 0);
+    let before = (c.trace_hash(), c.requests.len(), c.transactions.len());
 
     let err = c.add_node("", &[job("pay")]).unwrap_err();
     assert!(
@@ -78,6 +80,10 @@ fn a_node_the_cluster_cannot_run_is_refused_with_the_reason() {
 
     // Nothing of the refused nodes is left, and the good one goes on running its job.
     assert_eq!(c.nodes.len(), 1);
+    assert_eq!(
+        (c.trace_hash(), c.requests.len(), c.transactions.len()),
+        before
+    );
     c.strategies.clear();
     c.run_until(5_500);
     assert!(c.runs_of("pay").len() >= 8, "{:?}", c.runs_of("pay"));
@@ -96,6 +102,8 @@ fn an_operators_write_to_a_path_the_registry_cannot_hold_is_refused() {
             "{path:?}: {err}"
         );
     }
+    let err = c.operator_delete("pay/config").unwrap_err();
+    assert!(matches!(err, ClusterError::Path { .. }), "{err}");
     // The configuration is untouched, and a good write goes through.
     assert!(
         c.read("/pay/config")
@@ -104,4 +112,54 @@ fn an_operators_write_to_a_path_the_registry_cannot_hold_is_refused() {
     c.operator_write("/pay/servers/10.0.0.1", b"DISABLED")
         .unwrap();
     assert_eq!(c.read("/pay/servers/10.0.0.1").as_deref(), Some("DISABLED"));
+}
+
+#[test]
+fn convergence_holds_a_process_to_the_jobs_it_is_meant_to_host() {
+    let mut c = Cluster::new();
+    c.add_node("10.0.0.1@-@1", &[job("pay"), job("mail")])
+        .unwrap();
+    c.add_node("10.0.0.2@-@2", &[job("pay")]).unwrap();
+    c.run_until(3_000);
+    let totals = [("pay".to_owned(), 2), ("mail".to_owned(), 2)];
+    let check = |c: &Cluster| -> Vec<String> {
+        checkers::convergence::check(c, &totals, c.now)
+            .into_iter()
+            .map(|v| v.message)
+            .collect()
+    };
+    assert_eq!(check(&c), Vec::<String>::new());
+
+    // A process that should host a job but is not registered in it.
+    c.operator_delete("/mail/instances/10.0.0.1@-@1").unwrap();
+    let found = check(&c);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("running process 10.0.0.1@-@1 is not registered")),
+        "{found:#?}"
+    );
+    c.run_until(6_000);
+    assert_eq!(check(&c), Vec::<String>::new(), "it registers again");
+
+    // A process meant to host a job its machine does not have.
+    c.nodes[1].jobs.insert("mail".to_owned());
+    let found = check(&c);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("node 1 (10.0.0.2@-@2) dropped job mail by itself")),
+        "{found:#?}"
+    );
+    c.nodes[1].jobs.remove("mail");
+
+    // A job removed as by a deploy is left cleanly, and taken back.
+    c.remove_job(0, "mail").unwrap();
+    c.run_until(8_000);
+    assert!(!c.nodes[0].machine.job_names().any(|j| j == "mail"));
+    assert!(!c.exists("/mail/instances/10.0.0.1@-@1"));
+    c.add_job(0, &job("mail")).unwrap();
+    c.run_until(11_000);
+    assert_eq!(check(&c), Vec::<String>::new());
+    assert!(c.runs_of("mail").iter().any(|r| r.start > 8_000));
 }

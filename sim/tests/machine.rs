@@ -547,7 +547,7 @@ fn a_claim_ahead_disabled_before_its_fire_is_given_back_not_run() {
     );
     assert!(!record.contains("\"run\""), "{record}");
     // Enabled again: the missed fire runs at once (misfire), then the schedule goes on.
-    c.operator_delete("/tick/sharding/0/disabled");
+    c.operator_delete("/tick/sharding/0/disabled").unwrap();
     c.run_until(10_500);
     let runs: Vec<(i64, RunKind)> = c
         .runs

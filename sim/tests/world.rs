@@ -35,6 +35,21 @@ fn seeded_worlds_hold_every_invariant() {
     assert!(retries > 0);
 }
 
+/// A world as seeds drew it when they were found: every job on every instance (naming a job's
+/// hosts keeps the seed from drawing its own) and no deploys (drawn apart from the other
+/// faults, so leaving them out changes nothing else).
+fn as_they_were(cfg: WorldConfig) -> WorldConfig {
+    let everywhere = (0..cfg.instances).collect();
+    WorldConfig {
+        hosts: [("job0".to_owned(), everywhere)].into(),
+        faults: Fault::ALL
+            .into_iter()
+            .filter(|f| *f != Fault::Deploy)
+            .collect(),
+        ..cfg
+    }
+}
+
 #[test]
 fn seeds_where_a_lost_probe_once_stalled_a_job_converge() {
     // In these worlds an instance that was deaf to the registry had a claim apply unseen and
@@ -43,7 +58,7 @@ fn seeds_where_a_lost_probe_once_stalled_a_job_converge() {
     for seed in [109_258, 159_351] {
         let cfg = WorldConfig {
             duration_ms: 108_000,
-            ..small(seed)
+            ..as_they_were(small(seed))
         };
         holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
     }
@@ -56,15 +71,12 @@ fn seeds_that_stalled_without_the_safety_sweep_converge() {
     // came late by the step. One stalled on an adoption that waited for a probe which never
     // came, since other jobs' claims kept confirming the session. The sweep hid both.
     for seed in [889, 1_091, 1_727] {
-        let cfg = WorldConfig {
+        let cfg = as_they_were(WorldConfig {
             instances: 5,
             job_count: 10,
             duration_ms: 360_000,
-            // Every job on every instance, as these seeds were when they stalled: naming a
-            // job's hosts keeps the seed from drawing its own (1727 would).
-            hosts: [("job0".to_owned(), (0..5).collect())].into(),
             ..WorldConfig::standard(seed)
-        };
+        });
         holds(&cfg, "--instances 5 --jobs 10 --hours 0.1");
     }
 }
@@ -155,6 +167,35 @@ fn a_user_checks_their_own_rules_on_the_runs_a_world_reports() {
         crashed > 0 && restarted > 0,
         "{crashed} crashed, {restarted} restarts"
     );
+}
+
+#[test]
+fn jobs_removed_and_taken_back_by_deploys_hold_under_faults() {
+    // Live processes stop hosting a job and take it back, sometimes while its runs finish
+    // (the add is refused as still leaving, and tried again); processes crash meanwhile.
+    let (mut deploying, mut removed, mut taken_back, mut while_leaving) = (0, 0, 0, 0);
+    for seed in 0..10 {
+        let cfg = WorldConfig {
+            instances: 3,
+            job_count: 4,
+            duration_ms: 240_000,
+            faults: [Fault::Deploy, Fault::Crash, Fault::Overrun].into(),
+            keep_log: true,
+            ..WorldConfig::standard(seed)
+        };
+        let report = holds(&cfg, "");
+        // Each seed turns on its own share of the faults allowed.
+        deploying += usize::from(report.faults.contains(&Fault::Deploy));
+        for line in &report.log {
+            removed += usize::from(line.contains(": remove job ") && line.ends_with("Ok(())"));
+            taken_back += usize::from(line.contains(": add job ") && line.ends_with("Ok(())"));
+            while_leaving += usize::from(line.contains("JobLeaving"));
+        }
+    }
+    assert!(deploying >= 3, "{deploying} seeds with deploys");
+    assert!(removed > 20, "{removed} removals");
+    assert!(taken_back > 10, "{taken_back} taken back");
+    assert!(while_leaving > 0);
 }
 
 #[test]

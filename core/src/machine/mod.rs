@@ -1615,7 +1615,7 @@ impl Machine {
             let Some(j) = self.jobs.get_mut(name) else {
                 return Action::Nothing;
             };
-            if !local.is_empty() {
+            if !local.is_empty() && !planted!(self.opts, LeaveWhileRunning) {
                 if !grace_over {
                     j.wake = deadline;
                 } else {

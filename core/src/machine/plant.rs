@@ -30,11 +30,13 @@ pub enum Plant {
     PersistentRunningMarkers,
     /// Keep the next fires worked out from the wall clock as it was before it stepped.
     IgnoreClockSteps,
+    /// Leave a removed job at once, while its items still run here.
+    LeaveWhileRunning,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 11] = [
+    pub const ALL: [Plant; 12] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -46,6 +48,7 @@ impl Plant {
         Plant::SkipOwnerCheck,
         Plant::PersistentRunningMarkers,
         Plant::IgnoreClockSteps,
+        Plant::LeaveWhileRunning,
     ];
 
     /// The name used on the command line.
@@ -62,6 +65,7 @@ impl Plant {
             Plant::SkipOwnerCheck => "skip-owner-check",
             Plant::PersistentRunningMarkers => "persistent-running-markers",
             Plant::IgnoreClockSteps => "ignore-clock-steps",
+            Plant::LeaveWhileRunning => "leave-while-running",
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Checker 4: after the heal, each job's plan covers `0..n-1`, every item is owned by exactly
 //! one live, registered, enabled instance, nothing is left beyond `n`, there is one leader and
-//! it is live, and every running process is registered in each job it hosts.
+//! it is live, every running process is registered in each job it is meant to host
+//! ([`crate::cluster::Node::jobs`]), and no process dropped such a job by itself.
 
 use std::collections::BTreeSet;
 
@@ -54,7 +55,7 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             Some(_) => {}
         }
         for n in c.nodes.iter().filter(|n| {
-            n.up && !n.crashed && !n.machine.is_stopped() && n.machine.job_names().any(|j| j == job)
+            n.up && !n.crashed && !n.machine.is_stopped() && n.jobs.contains(job.as_str())
         }) {
             if !live.contains(n.id.as_str()) {
                 fail(format!("{job}: running process {} is not registered", n.id));
@@ -64,6 +65,15 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
     for (i, n) in c.nodes.iter().enumerate() {
         if !n.crashed && n.machine.is_stopped() && !n.shutdown_requested {
             fail(format!("node {i} ({}) stopped by itself", n.id));
+        }
+        if n.up && !n.crashed && !n.machine.is_stopped() {
+            for job in n
+                .jobs
+                .iter()
+                .filter(|j| !n.machine.job_names().any(|h| h == *j))
+            {
+                fail(format!("node {i} ({}) dropped job {job} by itself", n.id));
+            }
         }
     }
     out
