@@ -215,14 +215,25 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
 }
 
 fn config(args: &Args) -> Result<WorldConfig, String> {
-    if !(args.hours > 0.0 && args.hours <= 1_000.0) {
-        return Err(format!("--hours must be in (0, 1000], not {}", args.hours));
+    let max_hours = world::MAX_DURATION_MS as f64 / 3_600_000.0;
+    if !(args.hours > 0.0 && args.hours <= max_hours) {
+        return Err(format!(
+            "--hours must be in (0, {max_hours}], not {}",
+            args.hours
+        ));
     }
+    let in_range = |flag: &str, value: usize, max: usize| {
+        if (1..=max).contains(&value) {
+            Ok(value)
+        } else {
+            Err(format!("--{flag} must be 1 to {max}, not {value}"))
+        }
+    };
     let mut cfg = WorldConfig::standard(0);
-    cfg.instances = args.instances.clamp(1, 64);
-    cfg.job_count = args.jobs.clamp(1, 10_000);
+    cfg.instances = in_range("instances", args.instances, world::MAX_INSTANCES)?;
+    cfg.job_count = in_range("jobs", args.jobs, world::MAX_DRAWN_JOBS)?;
     cfg.duration_ms = (args.hours * 3_600_000.0) as u64;
-    cfg.max_items = args.max_items.clamp(1, 10_000);
+    cfg.max_items = in_range("max-items", args.max_items as usize, 10_000)? as u32;
     cfg.txn_limits = !args.no_txn_limits;
     if let Some(ms) = args.session_timeout_ms {
         let (lo, hi) = world::SESSION_TIMEOUTS;

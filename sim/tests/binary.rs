@@ -1,0 +1,70 @@
+//! The `shardjob-sim` binary: its summary line, and clear refusals of flags out of range.
+
+use std::process::Command;
+
+fn sim(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_shardjob-sim"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_run_ends_with_the_summary_line() {
+    let (code, out, _) = sim(&[
+        "--seeds",
+        "3",
+        "--instances",
+        "2",
+        "--jobs",
+        "2",
+        "--hours",
+        "0.01",
+    ]);
+    assert_eq!(code, 0, "{out}");
+    let summary = out.lines().find(|l| l.starts_with("seeds=")).unwrap_or("");
+    // Each world runs at least until its checks have had their time after the heal.
+    let fields: Vec<&str> = summary.split(' ').collect();
+    assert_eq!(fields.len(), 5, "{out}");
+    assert_eq!(&fields[..2], ["seeds=3", "violations=0"], "{out}");
+    let hours: f64 = fields[2]
+        .strip_prefix("sim_hours=")
+        .and_then(|h| h.parse().ok())
+        .unwrap_or(0.0);
+    assert!((0.03..0.2).contains(&hours), "{out}");
+    assert!(fields[3].starts_with("wall_s="), "{out}");
+    assert!(
+        fields[4].starts_with("compression=") && fields[4].ends_with('x'),
+        "{out}"
+    );
+}
+
+#[test]
+fn flags_out_of_range_are_refused_with_the_range() {
+    for (flag, value, says) in [
+        (
+            "--instances",
+            "300",
+            "--instances must be 1 to 250, not 300",
+        ),
+        ("--instances", "0", "--instances must be 1 to 250, not 0"),
+        ("--jobs", "20000", "--jobs must be 1 to 10000, not 20000"),
+        ("--max-items", "0", "--max-items must be 1 to 10000, not 0"),
+        ("--hours", "0", "--hours must be in (0, 1000], not 0"),
+        (
+            "--session-timeout-ms",
+            "50",
+            "--session-timeout-ms must be 100 to 600000, not 50",
+        ),
+    ] {
+        let (code, out, err) = sim(&["--seeds", "1", flag, value]);
+        assert_eq!(code, 2, "{flag} {value}: {out}{err}");
+        assert!(err.contains(says), "{flag} {value}: {err}");
+        assert!(!out.contains("seeds="), "{flag} {value} ran: {out}");
+    }
+}
