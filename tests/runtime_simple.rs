@@ -283,34 +283,58 @@ async fn jobs_are_added_and_removed_at_run_time() {
     handle.shutdown().await.unwrap();
 }
 
+/// The items a job's runs started, with when.
+type Started = Arc<Mutex<Vec<(u32, DateTime<Utc>)>>>;
+
+/// A job whose runs record their item and then wait until the test opens the gate.
+#[derive(Clone)]
+struct Gated {
+    items: Started,
+    open: tokio::sync::watch::Receiver<bool>,
+}
+
+#[async_trait]
+impl SimpleJob for Gated {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        self.items
+            .lock()
+            .unwrap()
+            .push((ctx.sharding_item, Utc::now()));
+        let mut open = self.open.clone();
+        tokio::select! {
+            opened = open.wait_for(|o| *o) => opened.map(|_| ()).map_err(|_| JobError::Cancelled),
+            _ = ctx.cancel.cancelled() => Err(JobError::Cancelled),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_job_is_added_again_with_a_new_configuration_once_it_has_left() {
     let server = MemServer::default();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let handle = start(&server, 1, JobConfig::new("idle", 1), &seen).await;
-    let job = Recorder {
-        instance: "reload".into(),
-        seen: Arc::clone(&seen),
-        work: Duration::from_millis(700),
+    let (gate, open) = tokio::sync::watch::channel(false);
+    let items = Arc::new(Mutex::new(Vec::new()));
+    let job = Gated {
+        items: Arc::clone(&items),
+        open,
     };
     handle
         .add_job(every_second("reload", 2), job.clone())
         .await
         .unwrap();
-    // Wait for a run in progress (runs take 0.7 s of each second), then remove the job.
-    tokio::time::sleep(Duration::from_millis(2300)).await;
-    while !seen.lock().unwrap().last().is_some_and(|s| {
-        let age = Utc::now() - s.started;
-        age < chrono::Duration::milliseconds(300)
-    }) {
+    // Runs start and hold until the gate opens; then the job is removed.
+    let wait = tokio::time::Instant::now() + Duration::from_secs(10);
+    while items.lock().unwrap().is_empty() && tokio::time::Instant::now() < wait {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    assert!(!items.lock().unwrap().is_empty(), "no run started");
     let removing = {
         let handle = handle.clone();
         tokio::spawn(async move { handle.remove_job("reload").await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Its runs are finishing: the job is still leaving, and says so.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Its runs hold: the job is still leaving, and says so.
     let mut bigger = every_second("reload", 3);
     bigger.overwrite = true;
     let early = handle.add_job(bigger.clone(), job.clone()).await;
@@ -322,21 +346,23 @@ async fn a_removed_job_is_added_again_with_a_new_configuration_once_it_has_left(
     );
     assert!(
         !removing.is_finished(),
-        "remove_job returned before the runs ended"
+        "remove_job returned while runs held"
     );
-    removing.await.unwrap().unwrap();
-    // Gone: nothing of it runs, and it is added again at once with three items.
+    gate.send_replace(true);
+    let removed = tokio::time::timeout(Duration::from_secs(10), removing).await;
+    assert!(matches!(removed, Ok(Ok(Ok(())))), "{removed:?}");
+    // Gone: it is added again at once, with three items.
     let left_at = Utc::now();
-    let before = seen.lock().unwrap().len();
     handle.add_job(bigger, job).await.unwrap();
     tokio::time::sleep(Duration::from_millis(2600)).await;
-    let runs = seen.lock().unwrap().clone();
-    let items: BTreeSet<u32> = runs[before..]
+    let after: BTreeSet<u32> = items
+        .lock()
+        .unwrap()
         .iter()
-        .filter(|s| s.started > left_at)
-        .map(|s| s.item)
+        .filter(|(_, at)| *at > left_at)
+        .map(|(item, _)| *item)
         .collect();
-    assert_eq!(items, BTreeSet::from([0, 1, 2]), "{runs:#?}");
+    assert_eq!(after, BTreeSet::from([0, 1, 2]));
     handle.shutdown().await.unwrap();
 }
 

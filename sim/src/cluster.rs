@@ -562,7 +562,7 @@ impl Cluster {
         self.pump(n);
     }
 
-    /// Removes a job from a live node's machine, as `Scheduler::remove_job` does: its runs
+    /// Removes a job from a live node's machine, as `SchedulerHandle::remove_job` does: its runs
     /// finish (or are cancelled after the shutdown grace), then the node leaves the job.
     pub fn remove_job(&mut self, n: usize, job: &str) -> Result<(), MachineError> {
         let t = self.time_of(n);
@@ -577,7 +577,7 @@ impl Cluster {
         result
     }
 
-    /// Adds a job to a live node's machine, as `Scheduler::add_job` does.
+    /// Adds a job to a live node's machine, as `SchedulerHandle::add_job` does.
     pub fn add_job(&mut self, n: usize, config: &JobConfig) -> Result<(), MachineError> {
         let t = self.time_of(n);
         let spec = JobSpec {

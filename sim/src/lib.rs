@@ -8,7 +8,7 @@
 //! requests and watch events, skews and jumps clocks, makes jobs overrun, acts as an
 //! operator (disable and enable servers and items, trigger, change the item count, the cron,
 //! the failover and misfire flags), and redeploys: a live process stops hosting a job and
-//! takes it back, at once or later, as `Scheduler::remove_job` and `add_job` do. Each seed
+//! takes it back, at once or later, as `SchedulerHandle::remove_job` and `add_job` do. Each seed
 //! draws its own mix of faults (swarm testing).
 //! Then everything heals, the cluster must converge, and the checkers in [`checkers`] look at
 //! what happened: no overlapping runs of an item, no fire started twice (except retries of

@@ -43,7 +43,7 @@ pub enum Fault {
     Overrun,
     /// Operators disable and enable servers and items, trigger jobs and change configuration.
     Operator,
-    /// A live process stops hosting one of its jobs (`Scheduler::remove_job`) and takes it
+    /// A live process stops hosting one of its jobs (`SchedulerHandle::remove_job`) and takes it
     /// back later, as a redeploy that reloads the job does.
     Deploy,
 }
@@ -252,6 +252,9 @@ pub const MAX_INSTANCES: usize = 250;
 /// The most jobs a world draws ([`WorldConfig::job_count`]).
 pub const MAX_DRAWN_JOBS: usize = 10_000;
 
+/// The most items of a drawn job or of an operator's new total ([`WorldConfig::max_items`]).
+pub const MAX_ITEMS: u32 = 10_000;
+
 /// What is wrong with the shape of the world, the run lengths, the jobs ignoring
 /// cancellation, the strategies, the session timeout and the hosts a user chose: sizes and
 /// lengths out of range, names of jobs the world does not have, strategy names the machines
@@ -273,6 +276,12 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
         shape.push(problem(format!(
             "instances is {}; it must be at most {MAX_INSTANCES}",
             cfg.instances
+        )));
+    }
+    if cfg.max_items == 0 || cfg.max_items > MAX_ITEMS {
+        shape.push(problem(format!(
+            "max_items is {}; it must be 1 to {MAX_ITEMS}",
+            cfg.max_items
         )));
     }
     if cfg.jobs.is_empty() && cfg.job_count > MAX_DRAWN_JOBS {
@@ -592,9 +601,15 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mean_gap = (heal_at / 60).clamp(2_000, 60_000);
     let mut restarts: Vec<(u64, String)> = Vec::new();
     let mut undo: Vec<(u64, usize, Fault)> = Vec::new();
-    // Deploys: none after `last_removal`, so that a job taken back after its grace is
-    // hosted again before the checks.
-    let last_removal = heal_at.saturating_sub(40_000);
+    // Deploys: none after `last_removal` (the machines' shutdown grace and 10 s before the
+    // heal), so that a job taken back once its runs were cancelled is hosted again before the
+    // checks.
+    let grace = c
+        .options
+        .clone()
+        .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new))
+        .map_or(30_000, |o| o.shutdown_grace.as_millis() as u64);
+    let last_removal = heal_at.saturating_sub(grace.saturating_add(10_000));
     let mut deploys: Vec<(u64, Deploy)> = Vec::new();
     if faults.contains(&Fault::Deploy) {
         deploys.push((deploy_rng.between(1_000, mean_gap * 2), Deploy::Remove));
@@ -607,7 +622,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     };
     let mut t = rng.between(1_000, mean_gap);
     while t < heal_at {
-        deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, t);
+        deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, t, &mut refusals);
         c.run_until(t);
         // Restarts and undos that are due.
         restarts.sort();
@@ -685,7 +700,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     }
 
     // Heal.
-    deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, heal_at);
+    deploy.carry_out(
+        &mut c,
+        &mut deploys,
+        &mut deploy_rng,
+        heal_at,
+        &mut refusals,
+    );
     c.run_until(heal_at);
     for n in 0..c.nodes.len() {
         c.unpause(n);
@@ -728,7 +749,25 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     }
     let check_from = heal_at + settle;
     // Jobs removed by deploys are taken back (none is removed now).
-    deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, check_from);
+    deploy.carry_out(
+        &mut c,
+        &mut deploys,
+        &mut deploy_rng,
+        check_from,
+        &mut refusals,
+    );
+    for (_, step) in &deploys {
+        if let Deploy::Add(n, job) = step {
+            refusals.push(Violation {
+                checker: "deploy",
+                time: c.now,
+                message: format!(
+                    "node {n} ({}) could not take job {job} back before the checks: it was still leaving it",
+                    c.nodes[*n].id
+                ),
+            });
+        }
+    }
     c.run_until(cfg.duration_ms.max(check_from + 10_000));
     let end = c.now;
 
@@ -893,13 +932,16 @@ struct DeployPlan<'a> {
 
 impl DeployPlan<'_> {
     /// Carries out the deploy steps due before `until`, each at its time. A job that ignores
-    /// cancellation is not removed: its leave could outlast the world.
+    /// cancellation is not removed: its leave could outlast the world. One removal in four is
+    /// for good, if another live process is meant to host the job. A job the machine refuses
+    /// to take back for another reason than that it is still leaving is a `deploy` violation.
     fn carry_out(
         &self,
         c: &mut Cluster,
         steps: &mut Vec<(u64, Deploy)>,
         rng: &mut Rng,
         until: u64,
+        problems: &mut Vec<Violation>,
     ) {
         loop {
             steps.sort();
@@ -926,14 +968,19 @@ impl DeployPlan<'_> {
                         })
                         .collect();
                     if let Some((n, job)) = rng.pick(&hosted).cloned() {
+                        let elsewhere = (0..c.nodes.len())
+                            .any(|m| m != n && live(c, m) && c.nodes[m].jobs.contains(&job));
                         if c.remove_job(n, &job).is_ok() {
-                            // Half reload the job at once, half later.
+                            // Half reload the job at once, half later; some drop it for good.
+                            let for_good = rng.chance(25) && elsewhere;
                             let after = if rng.chance(50) {
                                 rng.between(0, 500)
                             } else {
                                 rng.between(500, 30_000)
                             };
-                            steps.push((c.now + after, Deploy::Add(n, job)));
+                            if !for_good {
+                                steps.push((c.now + after, Deploy::Add(n, job)));
+                            }
                         }
                     }
                     steps.push((
@@ -950,11 +997,25 @@ impl DeployPlan<'_> {
                     let Some(config) = self.jobs.iter().find(|j| j.job_name == job) else {
                         continue;
                     };
-                    if !live(c, n)
-                        || c.add_job(n, config) == Err(MachineError::JobLeaving(job.clone()))
-                    {
-                        // Paused, or still leaving the job: again in a while.
+                    if !live(c, n) {
+                        // Paused: again in a while.
                         steps.push((c.now + 500, Deploy::Add(n, job)));
+                        continue;
+                    }
+                    match c.add_job(n, config) {
+                        Ok(()) => {}
+                        // Still leaving the job: again in a while.
+                        Err(MachineError::JobLeaving(_)) => {
+                            steps.push((c.now + 500, Deploy::Add(n, job)));
+                        }
+                        Err(e) => problems.push(Violation {
+                            checker: "deploy",
+                            time: c.now,
+                            message: format!(
+                                "node {n} ({}) cannot take job {job} back: {e}",
+                                c.nodes[n].id
+                            ),
+                        }),
                     }
                 }
             }

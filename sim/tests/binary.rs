@@ -55,7 +55,16 @@ fn flags_out_of_range_are_refused_with_the_range() {
         ("--instances", "0", "--instances must be 1 to 250, not 0"),
         ("--jobs", "20000", "--jobs must be 1 to 10000, not 20000"),
         ("--max-items", "0", "--max-items must be 1 to 10000, not 0"),
-        ("--hours", "0", "--hours must be in (0, 1000], not 0"),
+        (
+            "--hours",
+            "0",
+            "--hours must be a millisecond to 1000 hours, not 0",
+        ),
+        (
+            "--hours",
+            "1e-9",
+            "--hours must be a millisecond to 1000 hours, not 0.000000001",
+        ),
         (
             "--session-timeout-ms",
             "50",

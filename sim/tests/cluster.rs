@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use shardjob_core::machine::MachineError;
+use shardjob_core::machine::{MachineError, MachineEvent};
 use shardjob_core::{Assignment, CronExpr, InstanceId, JobConfig, ShardingStrategy};
 use shardjob_sim::checkers;
 use shardjob_sim::cluster::{Cluster, ClusterError};
@@ -162,4 +162,64 @@ fn convergence_holds_a_process_to_the_jobs_it_is_meant_to_host() {
     c.run_until(11_000);
     assert_eq!(check(&c), Vec::<String>::new());
     assert!(c.runs_of("mail").iter().any(|r| r.start > 8_000));
+}
+
+#[test]
+fn a_job_removed_while_cut_off_is_left_once_the_session_comes_back() {
+    let (a, b) = ("10.0.0.1@-@1", "10.0.0.2@-@2");
+    // A job that does not fire in the test: nothing runs that the removal would wait for.
+    let mut yearly = job("pay");
+    yearly.cron = CronExpr::parse("0 0 0 1 1 ? 2099").ok();
+    let mut c = Cluster::new();
+    c.add_node(a, std::slice::from_ref(&yearly)).unwrap();
+    c.add_node(b, &[yearly]).unwrap();
+    c.run_until(3_000);
+    c.partition(0);
+    c.run_until(3_100);
+    c.remove_job(0, "pay").unwrap();
+    c.run_until(3_900);
+    // Cut off, it cannot delete its nodes: it waits instead of saying it left.
+    let left = |c: &Cluster| {
+        c.nodes[0]
+            .events
+            .iter()
+            .any(|(_, e)| matches!(e, MachineEvent::JobLeft { .. }))
+    };
+    assert!(!left(&c));
+    assert!(c.nodes[0].machine.job_names().any(|j| j == "pay"));
+    // Back before its session expired: it leaves, and the other takes every item.
+    c.heal(0);
+    c.run_until(6_000);
+    assert!(left(&c));
+    assert!(!c.exists(&format!("/pay/instances/{a}")));
+    let owners = c.owners("pay");
+    assert!(
+        owners.len() == 2 && owners.values().all(|o| o == b),
+        "{owners:?}"
+    );
+    let totals = [("pay".to_owned(), 2)];
+    assert_eq!(checkers::convergence::check(&c, &totals, c.now), vec![]);
+}
+
+#[test]
+fn removing_a_leaving_job_again_does_not_extend_its_grace() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _, _| 100_000);
+    let mut slow = job("slow");
+    slow.cron = CronExpr::parse("0/5 * * * * ?").ok();
+    slow.sharding_total_count = 1;
+    c.add_node("10.0.0.1@-@1", &[slow]).unwrap();
+    c.run_until(6_000);
+    assert_eq!(c.runs_of("slow").len(), 1);
+    c.remove_job(0, "slow").unwrap();
+    c.run_until(20_000);
+    c.remove_job(0, "slow").unwrap();
+    c.run_until(60_000);
+    // Cancelled when the first removal's 30 s grace ran out, not 14 s later.
+    let signal = c.runs_of("slow")[0].cancel_signal;
+    assert!(
+        signal.is_some_and(|t| (36_000..36_500).contains(&t)),
+        "{signal:?}"
+    );
+    assert!(!c.nodes[0].machine.job_names().any(|j| j == "slow"));
 }

@@ -172,14 +172,23 @@ fn a_user_checks_their_own_rules_on_the_runs_a_world_reports() {
 #[test]
 fn jobs_removed_and_taken_back_by_deploys_hold_under_faults() {
     // Live processes stop hosting a job and take it back, sometimes while its runs finish
-    // (the add is refused as still leaving, and tried again); processes crash meanwhile.
+    // (the add is refused as still leaving, and tried again), or drop it for good; processes
+    // crash, are cut off and pause meanwhile.
     let (mut deploying, mut removed, mut taken_back, mut while_leaving) = (0, 0, 0, 0);
     for seed in 0..10 {
         let cfg = WorldConfig {
             instances: 3,
             job_count: 4,
             duration_ms: 240_000,
-            faults: [Fault::Deploy, Fault::Crash, Fault::Overrun].into(),
+            faults: [
+                Fault::Deploy,
+                Fault::Crash,
+                Fault::Partition,
+                Fault::Deaf,
+                Fault::Pause,
+                Fault::Overrun,
+            ]
+            .into(),
             keep_log: true,
             ..WorldConfig::standard(seed)
         };

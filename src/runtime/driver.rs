@@ -425,6 +425,12 @@ impl Driver {
         }
         if end == SchedulerState::Stopped {
             tracing::info!(instance = %self.instance, "scheduler stopped");
+            // A graceful stop left every job, those being removed included.
+            for (_, replies) in std::mem::take(&mut self.removing) {
+                for reply in replies {
+                    let _ = reply.send(Ok(()));
+                }
+            }
         }
         self.state.send_replace(end);
     }

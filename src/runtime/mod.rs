@@ -495,7 +495,9 @@ impl SchedulerHandle {
     /// grace), then the instance leaves the job's nodes, so that the other instances take its
     /// items over at once. Returns when the instance has left the job; it can be added again
     /// then, with a new configuration if need be. (Adding it while it leaves fails with
-    /// [`MachineError::JobLeaving`].)
+    /// [`MachineError::JobLeaving`].) While the registry cannot be reached it waits for the
+    /// session to come back or to be found expired: leaving earlier would leave the instance's
+    /// nodes holding the job's items. A graceful shutdown meanwhile ends it with `Ok`.
     pub async fn remove_job(&self, job: &str) -> Result<(), RuntimeError> {
         let (reply, rx) = oneshot::channel();
         self.send(Op::RemoveJob {

@@ -350,6 +350,10 @@ struct Job {
     sync: Option<(Revision, u64)>,
     retry_at: Option<u64>,
     backoff: u32,
+    /// A write of the job ended without a known outcome (a timeout, a lost connection) since
+    /// its tree was last loaded: the registry may hold nodes of this session that the view
+    /// does not show. A removed job reads its tree again before it leaves.
+    unsure: bool,
     owned_since: BTreeMap<u32, i64>,
     running: BTreeMap<u32, ExecutionId>,
     /// Wall time (epoch ms) at which each item's last local run was recorded as finished:
@@ -639,6 +643,7 @@ impl Machine {
             sync: None,
             retry_at: None,
             backoff: 0,
+            unsure: false,
             owned_since: BTreeMap::new(),
             running: BTreeMap::new(),
             last_end: BTreeMap::new(),
@@ -671,8 +676,9 @@ impl Machine {
 
     /// Stops hosting a job: lets its runs finish (cancelling them after the shutdown grace),
     /// records them, and leaves the job's registry nodes; then emits
-    /// [`MachineEvent::JobLeft`], after which the job can be added again. Removing a job that
-    /// is leaving already changes nothing.
+    /// [`MachineEvent::JobLeft`], after which the job can be added again. While the session is
+    /// suspended it waits for it to come back or to be found expired. Removing a job that is
+    /// leaving already changes nothing.
     pub fn remove_job(&mut self, job: &str, now: Now) -> Result<(), MachineError> {
         let j = self
             .jobs
@@ -930,6 +936,14 @@ impl Machine {
             _ => None,
         });
         let probe = matches!(p.purpose, Purpose::Probe);
+        if let (Some(job), RegistryReply::Failed(e)) = (&p_job, &reply) {
+            let write = !matches!(p.purpose, Purpose::Load | Purpose::Probe);
+            if write && e.class() == ErrorClass::Transient {
+                if let Some(j) = self.jobs.get_mut(job) {
+                    j.unsure = true;
+                }
+            }
+        }
         match p.purpose {
             Purpose::Load => self.on_load(id, p.job, reply, now),
             Purpose::Probe => {}
@@ -1168,6 +1182,8 @@ impl Machine {
             job.was_leader = false;
             job.reshard_wanted = None;
             job.reshard_moved.clear();
+            // The nodes of the lost session are gone with it.
+            job.unsure = false;
         }
         self.pending
             .retain(|_, p| matches!(p.purpose, Purpose::Complete(_)));
@@ -1374,6 +1390,7 @@ impl Machine {
                 }
                 j.phase = Phase::Loaded;
                 j.backoff = 0;
+                j.unsure = false;
                 j.last_reload = Some(now.mono);
                 self.refresh_config(&name);
             }
@@ -1633,6 +1650,19 @@ impl Machine {
                         }
                     }
                 }
+                return Action::Nothing;
+            }
+            // A removed job waits for a suspended session: it comes back (and the job's nodes
+            // are deleted) or is found expired (and they are gone with it). Left now, they
+            // would stay as long as the session, holding the job's items. A shutdown does not
+            // wait: it ends the session.
+            if matches!(self.session, Session::Suspended(_)) && self.shutdown.is_none() {
+                return Action::Nothing;
+            }
+            // The view may miss nodes a write of unknown outcome created (a registration whose
+            // reply was lost, say): read the tree again first, or they would outlive the leave.
+            if j.unsure && session.is_some() && self.shutdown.is_none() {
+                self.start_load(name, now);
                 return Action::Nothing;
             }
             let ops = session

@@ -216,9 +216,9 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
 
 fn config(args: &Args) -> Result<WorldConfig, String> {
     let max_hours = world::MAX_DURATION_MS as f64 / 3_600_000.0;
-    if !(args.hours > 0.0 && args.hours <= max_hours) {
+    if !(args.hours * 3_600_000.0 >= 1.0 && args.hours <= max_hours) {
         return Err(format!(
-            "--hours must be in (0, {max_hours}], not {}",
+            "--hours must be a millisecond to {max_hours} hours, not {}",
             args.hours
         ));
     }
@@ -233,7 +233,11 @@ fn config(args: &Args) -> Result<WorldConfig, String> {
     cfg.instances = in_range("instances", args.instances, world::MAX_INSTANCES)?;
     cfg.job_count = in_range("jobs", args.jobs, world::MAX_DRAWN_JOBS)?;
     cfg.duration_ms = (args.hours * 3_600_000.0) as u64;
-    cfg.max_items = in_range("max-items", args.max_items as usize, 10_000)? as u32;
+    cfg.max_items = in_range(
+        "max-items",
+        args.max_items as usize,
+        world::MAX_ITEMS as usize,
+    )? as u32;
     cfg.txn_limits = !args.no_txn_limits;
     if let Some(ms) = args.session_timeout_ms {
         let (lo, hi) = world::SESSION_TIMEOUTS;

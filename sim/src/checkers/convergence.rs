@@ -1,7 +1,8 @@
 //! Checker 4: after the heal, each job's plan covers `0..n-1`, every item is owned by exactly
 //! one live, registered, enabled instance, nothing is left beyond `n`, there is one leader and
 //! it is live, every running process is registered in each job it is meant to host
-//! ([`crate::cluster::Node::jobs`]), and no process dropped such a job by itself.
+//! ([`crate::cluster::Node::jobs`]) and in no other, and no process dropped such a job by
+//! itself.
 
 use std::collections::BTreeSet;
 
@@ -59,6 +60,17 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
         }) {
             if !live.contains(n.id.as_str()) {
                 fail(format!("{job}: running process {} is not registered", n.id));
+            }
+        }
+        // A process that left the job (or never hosted it) must not hold its place.
+        for n in c.nodes.iter().filter(|n| {
+            n.up && !n.crashed && !n.machine.is_stopped() && !n.jobs.contains(job.as_str())
+        }) {
+            if live.contains(n.id.as_str()) {
+                fail(format!(
+                    "{job}: process {} is registered but does not host it",
+                    n.id
+                ));
             }
         }
     }
