@@ -223,3 +223,34 @@ fn removing_a_leaving_job_again_does_not_extend_its_grace() {
     );
     assert!(!c.nodes[0].machine.job_names().any(|j| j == "slow"));
 }
+
+#[test]
+fn a_registration_whose_reply_was_lost_does_not_outlive_the_leave() {
+    let a = "10.0.0.1@-@1";
+    let mut yearly = job("pay");
+    yearly.cron = CronExpr::parse("0 0 0 1 1 ? 2099").ok();
+    let mut c = Cluster::new();
+    c.add_node(a, &[yearly]).unwrap();
+    // The node stops hearing while its first requests are on their way: it loads the job,
+    // and its registration applies, but the reply is lost.
+    c.deafen(0);
+    let registered = format!("/pay/instances/{a}");
+    c.run_until(2_500);
+    assert!(c.exists(&registered));
+    c.remove_job(0, "pay").unwrap();
+    c.run_until(8_000);
+    // Its view does not show the registration; it must not leave on that view.
+    assert!(c.exists(&registered));
+    c.heal(0);
+    c.run_until(12_000);
+    assert!(
+        !c.exists(&registered),
+        "the registration outlived the leave"
+    );
+    assert!(
+        c.nodes[0]
+            .events
+            .iter()
+            .any(|(_, e)| matches!(e, MachineEvent::JobLeft { .. }))
+    );
+}
