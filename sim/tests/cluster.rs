@@ -254,3 +254,39 @@ fn a_registration_whose_reply_was_lost_does_not_outlive_the_leave() {
             .any(|(_, e)| matches!(e, MachineEvent::JobLeft { .. }))
     );
 }
+
+#[test]
+fn a_claim_whose_reply_was_lost_does_not_hold_its_item_after_the_leave() {
+    let (a, b) = ("10.0.0.1@-@1", "10.0.0.2@-@2");
+    let mut c = Cluster::new();
+    c.add_node(a, &[job("pay")]).unwrap();
+    c.add_node(b, &[job("pay")]).unwrap();
+    c.run_until(2_600);
+    let theirs: Vec<u32> = c
+        .owners("pay")
+        .into_iter()
+        .filter(|(_, o)| o == a)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!theirs.is_empty(), "{:?}", c.owners("pay"));
+    // The claim of the fire at 3 s (sent a quarter second ahead) applies, its reply is lost.
+    c.deafen(0);
+    c.run_until(2_900);
+    c.remove_job(0, "pay").unwrap();
+    c.run_until(6_000);
+    c.heal(0);
+    c.run_until(12_000);
+    for item in theirs {
+        let marker = c.read(&format!("/pay/sharding/{item}/running"));
+        assert!(
+            marker.as_deref() != Some(a),
+            "item {item} still held: {marker:?}"
+        );
+        let late = c
+            .runs_of("pay")
+            .into_iter()
+            .filter(|r| r.item == item && r.start > 9_000)
+            .count();
+        assert!(late >= 2, "item {item} ran {late} times after the leave");
+    }
+}

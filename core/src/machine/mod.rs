@@ -1665,8 +1665,9 @@ impl Machine {
                 self.start_load(name, now);
                 return Action::Nothing;
             }
+            let limit = j.txn_limit(&self.opts);
             let ops = session
-                .map(|sid| leave_ops(j, view, &me, sid))
+                .map(|sid| leave_ops(j, view, &me, sid, limit))
                 .unwrap_or_default();
             if ops.len() <= 1 {
                 let name = name.to_owned();
@@ -2637,9 +2638,22 @@ fn leave_ops(
     view: &JobView,
     me: &InstanceId,
     sid: crate::registry::SessionId,
+    limit: Option<usize>,
 ) -> Vec<TxnOp> {
     let p = &j.paths;
     let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+    // Run markers of this session: by now no local run holds any, so they are claims whose
+    // reply was lost. Left, they would keep their items "running" for the session's life.
+    // Within the transaction limit; the next round deletes the rest.
+    let orphans = view.items.iter().filter_map(|(item, v)| {
+        let (holder, stat) = v.running.as_ref()?;
+        let ours = holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid);
+        (ours && !j.running.contains_key(item)).then(|| TxnOp::Delete {
+            path: p.item_running(*item),
+            expected: Some(stat.version),
+        })
+    });
+    ops.extend(orphans.take(limit.unwrap_or(usize::MAX)));
     if view.instances.contains(me) {
         ops.push(TxnOp::delete(p.instance(me)));
     }
