@@ -170,6 +170,21 @@ fn a_user_checks_their_own_rules_on_the_runs_a_world_reports() {
 }
 
 #[test]
+fn seeds_that_stalled_after_deploys_converge() {
+    // A removed job left on a view that missed what a write of unknown outcome created: its
+    // registration (170), a run marker (6001869) or a failover node (7016443) of the live
+    // session, which then held the job's items for the session's life.
+    holds(&small(170), "--instances 3 --jobs 4 --hours 0.0333");
+    for seed in [6_001_869, 7_016_443] {
+        let cfg = WorldConfig {
+            duration_ms: 108_000,
+            ..small(seed)
+        };
+        holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
+    }
+}
+
+#[test]
 fn jobs_removed_and_taken_back_by_deploys_hold_under_faults() {
     // Live processes stop hosting a job and take it back, sometimes while its runs finish
     // (the add is refused as still leaving, and tried again), or drop it for good; processes

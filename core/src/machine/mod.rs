@@ -2642,18 +2642,31 @@ fn leave_ops(
 ) -> Vec<TxnOp> {
     let p = &j.paths;
     let mut ops = vec![TxnOp::Check(Check::Session(sid))];
-    // Run markers of this session: by now no local run holds any, so they are claims whose
-    // reply was lost. Left, they would keep their items "running" for the session's life.
-    // Within the transaction limit; the next round deletes the rest.
-    let orphans = view.items.iter().filter_map(|(item, v)| {
-        let (holder, stat) = v.running.as_ref()?;
-        let ours = holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid);
-        (ours && !j.running.contains_key(item)).then(|| TxnOp::Delete {
-            path: p.item_running(*item),
-            expected: Some(stat.version),
-        })
-    });
-    ops.extend(orphans.take(limit.unwrap_or(usize::MAX)));
+    // Run markers and failover nodes of this session: by now no local run holds any, so they
+    // are claims whose reply was lost. Left, they would keep their items "running", or their
+    // failover taken, for the session's life; deleted, the fire is one whose attempt died.
+    // Within the transaction limit (in items); the next round deletes the rest.
+    let orphans = view
+        .items
+        .iter()
+        .filter(|(item, _)| !j.running.contains_key(item))
+        .filter_map(|(item, v)| {
+            let marker = v.running.as_ref().filter(|(holder, stat)| {
+                holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)
+            });
+            let failover = v.failover.filter(|stat| stat.ephemeral_owner == Some(sid));
+            let deletes: Vec<TxnOp> = marker
+                .map(|(_, stat)| (p.item_running(*item), stat.version))
+                .into_iter()
+                .chain(failover.map(|stat| (p.item_failover(*item), stat.version)))
+                .map(|(path, version)| TxnOp::Delete {
+                    path,
+                    expected: Some(version),
+                })
+                .collect();
+            (!deletes.is_empty()).then_some(deletes)
+        });
+    ops.extend(orphans.take(limit.unwrap_or(usize::MAX)).flatten());
     if view.instances.contains(me) {
         ops.push(TxnOp::delete(p.instance(me)));
     }
