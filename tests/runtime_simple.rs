@@ -97,6 +97,18 @@ fn runs_by_fire(seen: &[Seen]) -> BTreeMap<DateTime<Utc>, Vec<Seen>> {
     by
 }
 
+/// The fires more than 1.2 s after `t`, once a change of the plan at `t` has settled.
+fn fires_after(
+    by_fire: &BTreeMap<DateTime<Utc>, Vec<Seen>>,
+    t: DateTime<Utc>,
+) -> Vec<(&DateTime<Utc>, &Vec<Seen>)> {
+    let settled = t + chrono::Duration::milliseconds(1200);
+    by_fire
+        .iter()
+        .filter(|(fire, _)| **fire > settled)
+        .collect()
+}
+
 /// No (item, fire) ran twice; fencing tokens of an item grow with its fires.
 fn assert_no_duplicates(seen: &[Seen]) {
     let mut keys = BTreeSet::new();
@@ -238,10 +250,7 @@ async fn two_instances_share_items_and_shutdown_hands_over() {
     let seen = seen.lock().unwrap().clone();
     assert_no_duplicates(&seen);
     let by_fire = runs_by_fire(&seen);
-    let after: Vec<_> = by_fire
-        .iter()
-        .filter(|(fire, _)| **fire > left + chrono::Duration::milliseconds(1200))
-        .collect();
+    let after = fires_after(&by_fire, left);
     assert!(!after.is_empty(), "{by_fire:#?}");
     for (fire, runs) in after {
         let items: BTreeSet<u32> = runs.iter().map(|s| s.item).collect();
@@ -749,10 +758,7 @@ async fn a_custom_sharding_strategy_places_the_items() {
     let seen = seen.lock().unwrap().clone();
     assert_no_duplicates(&seen);
     let by_fire = runs_by_fire(&seen);
-    let after: Vec<_> = by_fire
-        .iter()
-        .filter(|(fire, _)| **fire > joined + chrono::Duration::milliseconds(1200))
-        .collect();
+    let after = fires_after(&by_fire, joined);
     assert!(after.len() >= 2, "{by_fire:#?}");
     for (fire, runs) in after {
         assert_eq!(runs.len(), 3, "fire {fire}: {runs:#?}");

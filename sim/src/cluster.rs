@@ -72,6 +72,22 @@ pub enum ClusterError {
     },
 }
 
+/// The spec of a simulated job: the machine sees it as a Simple job.
+fn simple_job(config: &JobConfig) -> JobSpec {
+    JobSpec {
+        config: config.clone(),
+        job_type: "SIMPLE".into(),
+    }
+}
+
+/// An operator's path, or why the registry cannot hold it.
+fn operator_path(path: &str) -> Result<NodePath, ClusterError> {
+    NodePath::new(path).map_err(|e| ClusterError::Path {
+        path: path.to_owned(),
+        why: e.to_string(),
+    })
+}
+
 /// One item run, as the cluster saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
@@ -343,10 +359,7 @@ impl Cluster {
         let n = self.nodes.len();
         let now = self.time();
         for config in jobs {
-            let spec = JobSpec {
-                config: config.clone(),
-                job_type: "SIMPLE".into(),
-            };
+            let spec = simple_job(config);
             machine
                 .add_job(spec, now)
                 .map_err(|error| ClusterError::Job {
@@ -580,10 +593,7 @@ impl Cluster {
     /// Adds a job to a live node's machine, as `SchedulerHandle::add_job` does.
     pub fn add_job(&mut self, n: usize, config: &JobConfig) -> Result<(), MachineError> {
         let t = self.time_of(n);
-        let spec = JobSpec {
-            config: config.clone(),
-            job_type: "SIMPLE".into(),
-        };
+        let spec = simple_job(config);
         let result = self.nodes[n].machine.add_job(spec, t);
         let job = &config.job_name;
         if result.is_ok() {
@@ -980,10 +990,7 @@ impl Cluster {
     /// does.
     pub fn operator_write(&mut self, path: &str, data: &[u8]) -> Result<(), ClusterError> {
         let now = self.store_now();
-        let path = NodePath::new(path).map_err(|e| ClusterError::Path {
-            path: path.to_owned(),
-            why: e.to_string(),
-        })?;
+        let path = operator_path(path)?;
         let session = self.operator_session(now);
         let result = match self.store.node(&path) {
             Some(_) => self
@@ -1017,10 +1024,7 @@ impl Cluster {
     /// is refused, as by [`Cluster::operator_write`].
     pub fn operator_delete(&mut self, path: &str) -> Result<(), ClusterError> {
         let now = self.store_now();
-        let path = NodePath::new(path).map_err(|e| ClusterError::Path {
-            path: path.to_owned(),
-            why: e.to_string(),
-        })?;
+        let path = operator_path(path)?;
         let session = self.operator_session(now);
         let result = self.store.delete(session, &path, None, now);
         self.disabled_since.remove(path.as_str());

@@ -20,7 +20,7 @@ use shardjob_core::registry::RegistryError;
 use shardjob_core::{CronExpr, InstanceId, JobConfig, ShardingStrategy};
 
 use crate::checkers::{self, Violation};
-use crate::cluster::{Cluster, RunRecord};
+use crate::cluster::{Cluster, ClusterError, RunRecord};
 
 /// The kinds of fault the nemesis can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -223,15 +223,15 @@ fn mix(a: u64, b: u64) -> u64 {
 
 /// Changes the options every node of the cluster gets (the defaults if none are set yet).
 fn edit_options(c: &mut Cluster, edit: impl FnOnce(&mut MachineOptions)) {
-    // Every node gets its own id; this one is a placeholder.
-    let base = c
-        .options
-        .take()
-        .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new));
-    c.options = base.map(|mut opts| {
+    c.options = c.options.take().or_else(default_options).map(|mut opts| {
         edit(&mut opts);
         opts
     });
+}
+
+/// The machines' default options. Every node gets its own id; this one is a placeholder.
+fn default_options() -> Option<MachineOptions> {
+    InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new)
 }
 
 /// The longest run a world accepts in [`WorldConfig::run_ms`]: a day.
@@ -314,8 +314,8 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
     }
     // The strategies go through the machine's own registration, whose refusals are the
     // problems.
-    if let Ok(id) = InstanceId::new("0.0.0.0@-@0") {
-        let mut machine = Machine::new(MachineOptions::new(id));
+    if let Some(opts) = default_options() {
+        let mut machine = Machine::new(opts);
         for strategy in &cfg.strategies {
             if let Err(e) = machine.add_strategy(Arc::clone(strategy)) {
                 out.push(problem(e.to_string()));
@@ -575,18 +575,12 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             .unwrap_or_else(|| jobs.clone())
     };
 
-    let mut next_pid = 100;
+    let mut next_pid: u32 = 100;
     let mut ips: Vec<String> = Vec::new();
     for k in 0..slots {
         let ip = format!("10.0.0.{}", k + 1);
         let hosted = slot_jobs.get(k).cloned().unwrap_or_default();
-        let joined = join(
-            &mut c,
-            &format!("{ip}@-@{next_pid}"),
-            &hosted,
-            &mut refusals,
-        );
-        next_pid += 1;
+        let joined = join(&mut c, &ip, &mut next_pid, &hosted, &mut refusals);
         ips.push(ip);
         if faults.contains(&Fault::Clock) {
             let skew = rng.between(0, 2_000) as i64 - 1_000;
@@ -607,7 +601,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let grace = c
         .options
         .clone()
-        .or_else(|| InstanceId::new("0.0.0.0@-@0").ok().map(MachineOptions::new))
+        .or_else(default_options)
         .map_or(30_000, |o| o.shutdown_grace.as_millis() as u64);
     let last_removal = heal_at.saturating_sub(grace.saturating_add(10_000));
     let mut deploys: Vec<(u64, Deploy)> = Vec::new();
@@ -628,14 +622,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         restarts.sort();
         while restarts.first().is_some_and(|(at, _)| *at <= c.now) {
             let (_, ip) = restarts.remove(0);
-            let hosted = jobs_on(&ips, &ip);
             join(
                 &mut c,
-                &format!("{ip}@-@{next_pid}"),
-                &hosted,
+                &ip,
+                &mut next_pid,
+                &jobs_on(&ips, &ip),
                 &mut refusals,
             );
-            next_pid += 1;
         }
         undo.sort();
         while undo.first().is_some_and(|(at, _, _)| *at <= c.now) {
@@ -716,20 +709,18 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         }
     }
     for (_, ip) in restarts.drain(..) {
-        let hosted = jobs_on(&ips, &ip);
         join(
             &mut c,
-            &format!("{ip}@-@{next_pid}"),
-            &hosted,
+            &ip,
+            &mut next_pid,
+            &jobs_on(&ips, &ip),
             &mut refusals,
         );
-        next_pid += 1;
     }
     let alive = c.nodes.iter().filter(|n| n.up && !n.crashed).count();
     for k in alive..2 {
         let ip = format!("10.0.1.{k}");
-        join(&mut c, &format!("{ip}@-@{next_pid}"), &jobs, &mut refusals);
-        next_pid += 1;
+        join(&mut c, &ip, &mut next_pid, &jobs, &mut refusals);
     }
     for j in &jobs {
         for ip in &ips {
@@ -826,48 +817,38 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     ));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
-    // Whatever the registry's limit, every transaction is split until it fits.
-    for node in &c.nodes {
-        for (time, e) in &node.events {
-            if let MachineEvent::RegistryFailed {
-                job,
-                purpose,
-                error,
-            } = e
-            {
-                if matches!(error.root_cause(), RegistryError::TooLarge(_)) {
-                    violations.push(Violation {
-                        checker: "txn-limit",
-                        time: *time,
-                        message: format!(
-                            "{}: {purpose} of job {job:?} refused as too large: {error}",
-                            node.id
-                        ),
-                    });
-                }
-            }
-        }
-    }
-    // A user's sharding strategy that breaks its contract: reported once per job.
+    // Whatever the registry's limit, every transaction is split until it fits; a user's
+    // sharding strategy that breaks its contract is reported once per job.
     let mut refused = BTreeSet::new();
     for node in &c.nodes {
         for (time, e) in &node.events {
-            if let MachineEvent::PlanRefused {
-                job,
-                strategy,
-                problem,
-            } = e
-            {
-                if refused.insert(job.clone()) {
-                    violations.push(Violation {
-                        checker: "strategy",
-                        time: *time,
-                        message: format!(
-                            "{job}: the plan of strategy {strategy:?} was refused: {problem}"
-                        ),
-                    });
-                }
-            }
+            let (checker, message) = match e {
+                MachineEvent::RegistryFailed {
+                    job,
+                    purpose,
+                    error,
+                } if matches!(error.root_cause(), RegistryError::TooLarge(_)) => (
+                    "txn-limit",
+                    format!(
+                        "{}: {purpose} of job {job:?} refused as too large: {error}",
+                        node.id
+                    ),
+                ),
+                MachineEvent::PlanRefused {
+                    job,
+                    strategy,
+                    problem,
+                } if refused.insert(job.clone()) => (
+                    "strategy",
+                    format!("{job}: the plan of strategy {strategy:?} was refused: {problem}"),
+                ),
+                _ => continue,
+            };
+            violations.push(Violation {
+                checker,
+                time: *time,
+                message,
+            });
         }
     }
     violations.extend(refusals);
@@ -1025,43 +1006,47 @@ impl DeployPlan<'_> {
 
 /// Adds a node. A node the cluster refuses is a `config` violation: the world checks the
 /// user's choices before it runs, so this would be one it missed.
+///
+/// The process on server `ip` takes the next pid.
 fn join(
     c: &mut Cluster,
-    id: &str,
+    ip: &str,
+    next_pid: &mut u32,
     jobs: &[JobConfig],
     refused: &mut Vec<Violation>,
 ) -> Option<usize> {
-    c.add_node(id, jobs)
-        .map_err(|e| {
-            refused.push(Violation {
-                checker: "config",
-                time: c.now,
-                message: e.to_string(),
-            })
-        })
-        .ok()
+    let result = c.add_node(&format!("{ip}@-@{next_pid}"), jobs);
+    *next_pid += 1;
+    refusal(c.now, result, refused)
 }
 
 /// An operator's delete. A path the cluster refuses is a `config` violation, as in [`join`].
 fn delete(c: &mut Cluster, path: &str, refused: &mut Vec<Violation>) {
-    if let Err(e) = c.operator_delete(path) {
-        refused.push(Violation {
-            checker: "config",
-            time: c.now,
-            message: e.to_string(),
-        });
-    }
+    let result = c.operator_delete(path);
+    refusal(c.now, result, refused);
 }
 
 /// An operator's write. A path the cluster refuses is a `config` violation, as in [`join`].
 fn write(c: &mut Cluster, path: &str, data: &[u8], refused: &mut Vec<Violation>) {
-    if let Err(e) = c.operator_write(path, data) {
-        refused.push(Violation {
-            checker: "config",
-            time: c.now,
-            message: e.to_string(),
-        });
-    }
+    let result = c.operator_write(path, data);
+    refusal(c.now, result, refused);
+}
+
+/// What the cluster did, or its refusal as a `config` violation at `now`.
+fn refusal<T>(
+    now: u64,
+    result: Result<T, ClusterError>,
+    refused: &mut Vec<Violation>,
+) -> Option<T> {
+    result
+        .map_err(|e| {
+            refused.push(Violation {
+                checker: "config",
+                time: now,
+                message: e.to_string(),
+            })
+        })
+        .ok()
 }
 
 /// What an operator acts on.

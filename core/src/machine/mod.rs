@@ -1860,12 +1860,9 @@ impl Machine {
             if j.running.contains_key(item) {
                 continue;
             }
-            let Some((holder, stat)) = &v.running else {
+            let Some(stat) = session_marker(v, me, sid) else {
                 continue;
             };
-            if holder.trim() != me.as_str() || stat.ephemeral_owner != Some(sid) {
-                continue;
-            }
             // Not while an operator has it disabled: it stays claimed, and starts once the
             // item is enabled again.
             if v.disabled && !planted!(self.opts, RunDisabledItems) {
@@ -2651,12 +2648,10 @@ fn leave_ops(
         .iter()
         .filter(|(item, _)| !j.running.contains_key(item))
         .filter_map(|(item, v)| {
-            let marker = v.running.as_ref().filter(|(holder, stat)| {
-                holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)
-            });
+            let marker = session_marker(v, me, sid);
             let failover = v.failover.filter(|stat| stat.ephemeral_owner == Some(sid));
             let deletes: Vec<TxnOp> = marker
-                .map(|(_, stat)| (p.item_running(*item), stat.version))
+                .map(|stat| (p.item_running(*item), stat.version))
                 .into_iter()
                 .chain(failover.map(|stat| (p.item_failover(*item), stat.version)))
                 .map(|(path, version)| TxnOp::Delete {
@@ -3374,12 +3369,19 @@ fn adoptable(
     sid: crate::registry::SessionId,
     running: &BTreeMap<u32, ExecutionId>,
 ) -> bool {
-    view.items.iter().any(|(item, v)| {
-        !running.contains_key(item)
-            && v.running.as_ref().is_some_and(|(holder, stat)| {
-                holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)
-            })
-    })
+    view.items
+        .iter()
+        .any(|(item, v)| !running.contains_key(item) && session_marker(v, me, sid).is_some())
+}
+
+/// The item's `running` marker, if this instance holds it under this session.
+fn session_marker<'a>(
+    v: &'a view::ItemView,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+) -> Option<&'a crate::registry::Stat> {
+    let (holder, stat) = v.running.as_ref()?;
+    (holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)).then_some(stat)
 }
 
 /// An item's execution record as cached, with its version, if it has one.
