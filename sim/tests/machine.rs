@@ -1029,3 +1029,42 @@ fn a_wall_clock_step_forward_moves_the_next_fire_with_it() {
     );
     c.assert_no_overlap();
 }
+
+#[test]
+fn a_trigger_ended_by_a_move_leaves_the_scheduled_fires_running() {
+    // A trigger split over several transactions (one item each) is under way when a second
+    // instance joins and the leader moves the trigger's unclaimed items to it. The trigger is
+    // then over here, and the evaluation that finds so must still schedule this instance's own
+    // items: without the safety sweep nothing else would wake the job again. Watches are slow,
+    // so each part waits for the last one to show; the join comes at every 5 ms of the
+    // trigger's first second, so that some move meets a part still waiting.
+    for offset in (0..1_000).step_by(5) {
+        let mut c = Cluster::new();
+        c.watch_delay = 200;
+        let mut opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
+        opts.max_txn_items = Some(1);
+        opts.safety_sweep = false;
+        c.options = Some(opts);
+        c.duration = Box::new(|_, _, _| 400);
+        let j = job("pay", "0/2 * * * * ?", 4);
+        c.add_node(A, std::slice::from_ref(&j)).unwrap();
+        c.run_until(3_000);
+        c.trigger(0, "pay");
+        c.run_until(3_000 + offset);
+        // Listed after A, so the newcomer gets the last items, which the trigger claims last.
+        c.add_node("10.0.0.0@-@9", std::slice::from_ref(&j))
+            .unwrap();
+        c.run_until(30_000);
+        c.assert_no_overlap();
+        // Every item, wherever it went, ran a fire of the last ten seconds.
+        for item in 0..4 {
+            assert!(
+                c.runs
+                    .iter()
+                    .any(|r| r.item == item && r.fire >= fire_at(&c, 20_000)),
+                "join {offset} ms after the trigger: item {item} stopped running; owners {:?}",
+                c.owners("pay")
+            );
+        }
+    }
+}

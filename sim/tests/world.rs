@@ -185,13 +185,12 @@ fn seeds_that_stalled_after_deploys_converge() {
 }
 
 #[test]
-#[ignore = "open bug: a job's wake is lost after a trigger run and a re-sharding (seed 8090533)"]
-fn a_forgotten_wake_after_a_trigger_and_a_reshard() {
-    // Found by the 100,000-seed sweep and not fixed yet. The world runs without the safety
-    // sweep, and job1 is hosted by two instances of three. Node 3 becomes the leader of job1
-    // at 76 s, runs a trigger of its items 0 and 1, and then re-shards, keeping item 1. From
-    // then on its job1 has no wake, and item 1 never runs again: the item is its own, enabled,
-    // with no marker, and the record done at 44 s. Run with `--ignored` to reproduce.
+fn a_trigger_whose_items_moved_away_does_not_lose_the_wake() {
+    // Found by the 100,000-seed sweep. The world runs without the safety sweep, and job1 is
+    // hosted by two instances of three. Node 3 becomes the leader of job1 at 76 s, starts a
+    // trigger of its items 0 and 1, and re-shards before item 0 is claimed, keeping item 1.
+    // The evaluation that found the trigger left with nothing to run ended it, but still
+    // skipped the scheduled fires, which set the job's wake: item 1 never ran again.
     let cfg = WorldConfig {
         duration_ms: 108_000,
         ..small(8_090_533)

@@ -3026,23 +3026,34 @@ fn claims(
     let skip_disabled = |i: &u32| {
         view.items.get(i).is_some_and(|v| v.disabled) && !planted!(opts, RunDisabledItems)
     };
+    // Items of the trigger being run that moved away or were disabled meanwhile are left out;
+    // a trigger left with nothing to run is over. Done first, so that a trigger ended here
+    // neither blocks the next one nor the scheduled fires below (which set the wake).
+    if let Some(run) = &mut j.trigger_run {
+        run.items.retain(|i| is_mine(i) && !skip_disabled(i));
+        if run.items.is_empty() {
+            j.trigger_run = None;
+        }
+    }
     if !j.triggers.is_empty() && planned && j.trigger_run.is_none() && !held {
         let busy = mine.iter().any(|i| {
             j.running.contains_key(i) || view.items.get(i).is_some_and(|v| v.running.is_some())
         });
         if !busy {
-            if let Some(parameter) = j.triggers.pop_front() {
+            let items: BTreeSet<u32> = mine.iter().copied().filter(|i| !skip_disabled(i)).collect();
+            if items.is_empty() {
+                // Nothing to run here: the triggers are consumed all the same.
+                j.triggers.clear();
+            } else if let Some(parameter) = j.triggers.pop_front() {
                 j.trigger_run = Some(TriggerRun {
                     parameter,
                     fire: now_ms,
-                    items: mine.iter().copied().filter(|i| !skip_disabled(i)).collect(),
+                    items,
                 });
             }
         }
     }
     if let Some(run) = &mut j.trigger_run {
-        // Items that moved away or were disabled meanwhile are left out.
-        run.items.retain(|i| is_mine(i) && !skip_disabled(i));
         trigger_param = Some(run.parameter.clone());
         for &i in &run.items {
             if held
@@ -3056,9 +3067,6 @@ fn claims(
                 .entry((run.fire, RunKind::Trigger))
                 .or_default()
                 .push((i, rec));
-        }
-        if run.items.is_empty() {
-            j.trigger_run = None;
         }
     }
 
