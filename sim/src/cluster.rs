@@ -26,8 +26,8 @@ use shardjob_backend_mem::{Store, WatchId};
 use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{
-    Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineError, MachineEvent,
-    MachineOptions, Now,
+    Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine, MachineError,
+    MachineEvent, MachineOptions, Now,
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
@@ -238,6 +238,12 @@ pub struct Cluster {
     pub protocol_errors: Vec<(u64, String)>,
     /// Runs announced with [`Command::Prepare`], and how many of them were discarded.
     pub prepared: (u64, u64),
+    /// Check every node's wake times about once a simulated second
+    /// ([`Machine::late_wakes`]); on by default.
+    pub wake_audit: bool,
+    /// Jobs whose wake came later than their decision wanted: (virtual time, node, finding).
+    pub late_wakes: Vec<(u64, usize, LateWake)>,
+    next_audit: u64,
     operator: Option<SessionId>,
 }
 
@@ -279,6 +285,9 @@ impl Cluster {
             disabled_runs: Vec::new(),
             protocol_errors: Vec::new(),
             prepared: (0, 0),
+            wake_audit: true,
+            late_wakes: Vec::new(),
+            next_audit: 0,
             operator: None,
         }
     }
@@ -798,6 +807,7 @@ impl Cluster {
     pub fn run_until(&mut self, until: u64) {
         loop {
             self.settle();
+            self.audit_wakes();
             match self.next_time() {
                 Some(t) if t <= until => self.now = t.max(self.now),
                 _ => {
@@ -805,6 +815,24 @@ impl Cluster {
                     self.settle();
                     return;
                 }
+            }
+        }
+    }
+
+    /// Checks the wake times of every running node, at most once a simulated second. Only
+    /// looks: the trace is the same with or without it.
+    fn audit_wakes(&mut self) {
+        if !self.wake_audit || self.now < self.next_audit {
+            return;
+        }
+        self.next_audit = self.now.saturating_add(1_000);
+        for n in 0..self.nodes.len() {
+            if !self.nodes[n].up || self.nodes[n].paused.is_some() {
+                continue;
+            }
+            let now = self.time_of(n);
+            for late in self.nodes[n].machine.late_wakes(now) {
+                self.late_wakes.push((self.now, n, late));
             }
         }
     }
@@ -1078,6 +1106,16 @@ impl Cluster {
             found.violations.is_empty(),
             "overlapping runs: {:#?}",
             found.violations
+        );
+    }
+
+    /// Panics if some job's wake came later than its own decision wanted (see
+    /// [`Cluster::wake_audit`]).
+    pub fn assert_no_late_wakes(&self) {
+        assert!(
+            self.late_wakes.is_empty(),
+            "late wakes (time, node, finding): {:#?}",
+            self.late_wakes
         );
     }
 

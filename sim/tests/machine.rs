@@ -503,6 +503,75 @@ fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
 }
 
 #[test]
+fn an_item_removed_while_it_runs_keeps_its_marker_until_the_run_ends() {
+    // Items 3..5 run for a minute; the total shrinks to 3 under them, then grows back to 6.
+    // Before, the leader removed the running items after its re-shard wait, markers and all,
+    // and the grown-back items started again while the old runs went on (found by the
+    // simulator at seed 9063755).
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, item, _| if item >= 3 { 60_000 } else { 100 });
+    let j = job("pay", "0/5 * * * * ?", 6);
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
+    c.run_until(6_000);
+    let total = |c: &Cluster, from: u32, to: u32| {
+        c.read("/pay/config").unwrap().replace(
+            &format!("shardingTotalCount: {from}"),
+            &format!("shardingTotalCount: {to}"),
+        )
+    };
+    let yaml = total(&c, 6, 3);
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.run_until(45_000);
+    // The removed items still run: their nodes stay, markers and all.
+    for item in 3..6 {
+        assert!(
+            c.exists(&format!("/pay/sharding/{item}/running")),
+            "item {item} lost its marker"
+        );
+    }
+    // The items that remain were not held meanwhile.
+    for item in 0..3 {
+        let fires = c
+            .runs
+            .iter()
+            .filter(|r| r.item == item && r.fire > fire_at(&c, 6_000))
+            .count();
+        assert!(fires >= 7, "item {item} ran {fires} fires after the shrink");
+    }
+    let yaml = total(&c, 3, 6);
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.run_until(80_000);
+    c.assert_no_overlap();
+    // The grown-back items wait for the old runs (until 65 s), then run again.
+    for item in 3..6 {
+        let starts: Vec<u64> = c
+            .runs
+            .iter()
+            .filter(|r| r.item == item && r.start > 6_000)
+            .map(|r| r.start)
+            .collect();
+        assert!(
+            starts.iter().all(|s| *s >= 65_000),
+            "item {item}: {starts:?}"
+        );
+        assert!(!starts.is_empty(), "item {item} never ran again");
+    }
+    // Shrunk again once the runs are short: removed at once.
+    c.duration = Box::new(|_, _, _| 100);
+    c.run_until(130_000);
+    let yaml = total(&c, 6, 3);
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.run_until(140_000);
+    for item in 3..6 {
+        assert!(
+            !c.exists(&format!("/pay/sharding/{item}")),
+            "item {item} left behind"
+        );
+    }
+}
+
+#[test]
 fn items_are_claimed_ahead_and_start_at_the_fire() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 300);
@@ -981,6 +1050,47 @@ fn items_of_a_busy_owner_move_within_a_run_not_after_the_whole_reshard_wait() {
 }
 
 #[test]
+fn a_clock_step_back_and_forth_between_timeouts_does_not_make_a_fire_late() {
+    // The wall clock steps back 30 s and returns before the instance's next timeout, while a
+    // change in the registry has it decide on the job in between. Steps were noticed only at
+    // timeouts, by which time the clock was back: the wake that decision took by the stepped
+    // clock stood, and the next fire came 30 s late (found by the simulator's wake audit at
+    // seed 146). Every input notices a step now.
+    let mut c = Cluster::new();
+    let id = shardjob_core::InstanceId::new(A).unwrap();
+    c.options = Some(shardjob_core::machine::MachineOptions {
+        safety_sweep: false,
+        ..shardjob_core::machine::MachineOptions::new(id)
+    });
+    c.add_node(A, &[job("minutely", "0 * * * * ?", 1)]).unwrap();
+    c.run_until(62_000);
+    assert_eq!(c.runs_of("minutely").len(), 1, "{:#?}", c.runs);
+    c.nodes[0].skew = -30_000;
+    // Any change in the job's tree has the instance decide on the job again.
+    c.operator_write("/minutely/servers/10.0.0.9", b"ENABLED")
+        .unwrap();
+    c.run_until(62_050);
+    c.nodes[0].skew = 0;
+    c.run_until(125_000);
+    let next = c
+        .runs
+        .iter()
+        .find(|r| r.fire == fire_at(&c, 120_000))
+        .unwrap_or_else(|| panic!("the fire at 120 s never ran: {:#?}", c.runs));
+    assert!(next.start <= 120_010, "started at {} ms", next.start);
+    let stepped: Vec<i64> = c.nodes[0]
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            MachineEvent::ClockStepped { by_ms } => Some(*by_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stepped, [-30_000, 30_000]);
+    c.assert_no_late_wakes();
+}
+
+#[test]
 fn a_wall_clock_step_forward_moves_the_next_fire_with_it() {
     // Wake times are monotonic times worked out from the wall clock. A step forward (an NTP
     // correction, a host resumed from suspend) must move the next fire with it, even on a
@@ -1056,6 +1166,7 @@ fn a_trigger_ended_by_a_move_leaves_the_scheduled_fires_running() {
             .unwrap();
         c.run_until(30_000);
         c.assert_no_overlap();
+        c.assert_no_late_wakes();
         // Every item, wherever it went, ran a fire of the last ten seconds.
         for item in 0..4 {
             assert!(

@@ -111,8 +111,8 @@ use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_or
 
 use record::{ItemRecord, RunKind, RunRecord};
 pub use types::{
-    CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec, MachineError,
-    MachineEvent, MachineOptions, Now,
+    CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec, LateWake,
+    MachineError, MachineEvent, MachineOptions, Now,
 };
 use view::{Cache, Dir, JobView};
 
@@ -394,7 +394,7 @@ struct Job {
 
 /// A trigger whose items are claimed in several transactions: the same fire and parameter for
 /// all of them.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct TriggerRun {
     parameter: String,
     fire: i64,
@@ -785,6 +785,7 @@ impl Machine {
         events: impl IntoIterator<Item = RegistryEvent>,
         now: Now,
     ) {
+        self.notice_clock(now);
         let mut touched: Vec<Touched> = Vec::new();
         for event in events {
             match event {
@@ -901,6 +902,7 @@ impl Machine {
 
     /// The reply to a [`Command::Registry`] request.
     pub fn handle_registry_reply(&mut self, id: RequestId, reply: RegistryReply, now: Now) {
+        self.notice_clock(now);
         let Some(p) = self.pending.remove(&id) else {
             return;
         };
@@ -1082,6 +1084,7 @@ impl Machine {
         now: Now,
     ) {
         let _ = outcomes; // Outcomes feed tracing and error handlers in the driver.
+        self.notice_clock(now);
         let Some(exec) = self.executions.get_mut(&id) else {
             return;
         };
@@ -1236,6 +1239,20 @@ impl Machine {
                     .push_back(Command::Event(MachineEvent::SessionInDoubt));
             }
             self.cancel_all(CancelReason::SessionInDoubt, now);
+        }
+    }
+
+    /// On an input other than a timeout: a wall-clock step seen here is acted on at once, as a
+    /// timeout would. The decisions this input leads to take their wake times from the new
+    /// clock; those taken before from the old one are made again. Noticed only at the next
+    /// timeout, a step back and forth between two timeouts would leave the wake times some
+    /// decisions took meanwhile late by the step.
+    fn notice_clock(&mut self, now: Now) {
+        if self.observe_clock(now) {
+            let names: Vec<String> = self.jobs.keys().cloned().collect();
+            for name in names {
+                self.evaluate(&name, now);
+            }
         }
     }
 
@@ -1836,6 +1853,95 @@ impl Machine {
         }
         j.wake = wake.into_iter().min();
         Action::Nothing
+    }
+
+    /// A self-check of the machine's wake times, for the simulator and for tests: the jobs that
+    /// would claim an item now, or want waking for one, earlier than their wake comes, while
+    /// nothing else under way evaluates them again (a request, a load, a clock step not yet
+    /// noticed). Such a job runs its items late, or never, unless the safety sweep or a change
+    /// in the registry comes by. Empty unless the machine has a bug.
+    ///
+    /// It takes the claim decision of every job whose wake is not within a second, without
+    /// acting on it: call it now and then, not on every event.
+    pub fn late_wakes(&mut self, now: Now) -> Vec<LateWake> {
+        let mut late = Vec::new();
+        let offset = now
+            .wall_ms()
+            .saturating_sub(i64::try_from(now.mono).unwrap_or(i64::MAX));
+        let stepped = self
+            .clock_offset
+            .is_none_or(|before| offset.saturating_sub(before).abs() > CLOCK_STEP_MS);
+        let Some(sid) = self.session_id() else {
+            return late;
+        };
+        if stepped || self.shutdown.is_some() || !matches!(self.session, Session::Live(_)) {
+            return late;
+        }
+        // A wake may come up to this much after the decision's time, as the wall clock drifts
+        // (under a step) against the monotonic one between the decision and this check.
+        let slack = CLOCK_STEP_MS.unsigned_abs() + 500;
+        let me = self.opts.instance_id.clone();
+        for (name, j) in &mut self.jobs {
+            if j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
+                || j.phase != Phase::Active
+                || j.leaving
+                || j.busy.is_some()
+                || j.loading.is_some()
+                || j.sync.is_some()
+                || j.retry_at.is_some()
+                || self.probe_waiters.contains(name)
+            {
+                continue;
+            }
+            let Some(config) = j.config.clone() else {
+                continue;
+            };
+            let view = Arc::clone(j.cache.view());
+            if !view.instances.contains(&me)
+                || !view.server_enabled(me.server_ip())
+                || view.leader.is_none()
+                || view.triggers.contains_key(&me)
+            {
+                continue;
+            }
+            // The decision's own state, put back afterwards: this only looks.
+            let kept = (
+                j.owned_since.clone(),
+                j.triggers.clone(),
+                j.trigger_run.clone(),
+                j.orphan_seen.clone(),
+                j.necessary_seen,
+            );
+            let mut wake = Vec::new();
+            let held = j.held_for_reshard(view.necessary.is_some(), &self.opts, now, &mut wake);
+            let claims_now = claims(
+                j, &view, &config, &me, sid, held, &self.opts, now, &mut wake,
+            );
+            (
+                j.owned_since,
+                j.triggers,
+                j.trigger_run,
+                j.orphan_seen,
+                j.necessary_seen,
+            ) = kept;
+            let wanted = if claims_now.is_some() {
+                Some(now.mono)
+            } else {
+                wake.into_iter().min()
+            };
+            if let Some(wanted) = wanted {
+                if j.wake
+                    .is_none_or(|w| w > wanted.max(now.mono).saturating_add(slack))
+                {
+                    late.push(LateWake {
+                        job: name.clone(),
+                        wake: j.wake,
+                        wanted,
+                    });
+                }
+            }
+        }
+        late
     }
 
     /// Starts executions for running markers this session created but holds no execution
@@ -2746,16 +2852,24 @@ fn reshard(
         }
         owners.insert(item, want);
     }
-    let removed: Vec<u32> = view
+    let is_running = |i: &u32| view.items.get(i).is_some_and(|v| v.running.is_some());
+    // Items beyond the count are removed, but not while they still run: their `running` marker
+    // is what keeps a later run of the same number (the count grown back meanwhile) from
+    // overlapping the old one. Nothing else waits for them, as no one claims an item beyond
+    // the count; they are removed once their run ends, which the leader watches for (the plan
+    // is not idle meanwhile).
+    let (lingering, removed): (Vec<u32>, Vec<u32>) = view
         .items
         .iter()
         .filter(|(i, v)| **i >= n && v.exists)
         .map(|(i, _)| *i)
-        .collect();
+        .partition(is_running);
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
         j.reshard_wanted = None;
         j.reshard_moved.clear();
-        j.reshard_idle = Some(j.cache.plan_version);
+        if lingering.is_empty() {
+            j.reshard_idle = Some(j.cache.plan_version);
+        }
         return Ok(None);
     }
     if waiting(&mut j.reshard_wanted, ms(opts.reshard_debounce), now, wake) {
@@ -2765,7 +2879,6 @@ fn reshard(
     // `running` marker keeps the new owner from starting them while the old run lasts, so
     // after the deadline they move anyway: waiting longer could starve a job whose runs
     // overlap forever. Items of owners that are gone, or that run a failover, move at once.
-    let is_running = |i: &u32| view.items.get(i).is_some_and(|v| v.running.is_some());
     let owner_live = |i: &u32| {
         view.items
             .get(i)
@@ -2777,7 +2890,6 @@ fn reshard(
         .copied()
         .filter(|i| is_running(i) && owner_live(i))
         .collect();
-    let removed_running: Vec<u32> = removed.iter().copied().filter(is_running).collect();
     // The debounce above started `reshard_wanted`: the wait for running items counts from it.
     let wanted = j.reshard_wanted.unwrap_or(now.mono);
     let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
@@ -2786,7 +2898,7 @@ fn reshard(
         TxnOp::Check(Check::Session(sid)),
         TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
     ];
-    if (!blocked.is_empty() || !removed_running.is_empty()) && now.mono < wait_end {
+    if !blocked.is_empty() && now.mono < wait_end {
         wake.push(wait_end);
         if view.necessary.is_none() {
             ops.push(TxnOp::create(p.sharding_necessary(), Vec::<u8>::new()));

@@ -399,3 +399,17 @@ pub enum MachineError {
         why: &'static str,
     },
 }
+
+/// A job whose wake comes later than its own decision wants (see [`Machine::late_wakes`]):
+/// a bug of the machine's, which would run the job's items late, or never.
+///
+/// [`Machine::late_wakes`]: super::Machine::late_wakes
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LateWake {
+    /// The job.
+    pub job: String,
+    /// The job's wake (monotonic ms), if any.
+    pub wake: Option<u64>,
+    /// When its decision wants it evaluated (monotonic ms; now if it would claim at once).
+    pub wanted: u64,
+}
