@@ -290,3 +290,37 @@ fn a_claim_whose_reply_was_lost_does_not_hold_its_item_after_the_leave() {
         assert!(late >= 2, "item {item} ran {late} times after the leave");
     }
 }
+
+#[test]
+fn the_wake_audit_only_looks() {
+    // The audit takes every job's claim decision without acting on it: a cluster with it and
+    // one without go through the same trace, crash, cut-off and clock step included.
+    let run = |audit: bool| {
+        let mut c = Cluster::new();
+        c.wake_audit = audit;
+        c.duration = Box::new(|_, item, fire| 300 + 170 * u64::from(item) + (fire % 7) * 90);
+        let mut slow = job("report");
+        slow.cron = CronExpr::parse("0/15 * * * * ?").ok();
+        slow.sharding_total_count = 5;
+        for k in 1..=3 {
+            c.add_node(&format!("10.0.0.{k}@-@{k}"), &[job("pay"), slow.clone()])
+                .unwrap();
+        }
+        c.run_until(10_000);
+        c.crash(0);
+        c.nodes[1].skew = 20_000;
+        c.run_until(25_000);
+        c.partition(2);
+        c.run_until(32_000);
+        c.heal(2);
+        c.trigger(1, "report");
+        c.run_until(60_000);
+        (c.trace_hash(), c.runs.len(), c.late_wakes.len())
+    };
+    let (with, runs, late) = run(true);
+    let (without, runs_without, _) = run(false);
+    assert_eq!(with, without);
+    assert_eq!(runs, runs_without);
+    assert!(runs > 100, "{runs} runs");
+    assert_eq!(late, 0);
+}
