@@ -821,26 +821,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     ));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
-    // A job whose wake comes later than its own decision wants it: once per node and job.
-    let mut late = BTreeSet::new();
-    for (time, n, w) in &c.late_wakes {
-        if late.insert((*n, w.job.clone())) {
-            let wake = w.wake.map_or_else(
-                || "never".to_owned(),
-                |t| format!("at {:.3}s", t as f64 / 1e3),
-            );
-            violations.push(Violation {
-                checker: "wake",
-                time: *time,
-                message: format!(
-                    "node {n} ({}): {} wakes {wake}, but its decision wants it at {:.3}s",
-                    c.nodes[*n].id,
-                    w.job,
-                    w.wanted as f64 / 1e3
-                ),
-            });
-        }
-    }
+    violations.extend(checkers::wake::check(&c));
     // Whatever the registry's limit, every transaction is split until it fits; a user's
     // sharding strategy that breaks its contract is reported once per job.
     let mut refused = BTreeSet::new();
