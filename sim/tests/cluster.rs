@@ -294,7 +294,8 @@ fn a_claim_whose_reply_was_lost_does_not_hold_its_item_after_the_leave() {
 #[test]
 fn the_wake_audit_only_looks() {
     // The audit takes every job's claim decision without acting on it: a cluster with it and
-    // one without go through the same trace, crash, cut-off and clock step included.
+    // one without go through the same trace, crash, cut-off and clock step included, and a
+    // machine is the same after an audit as before.
     let run = |audit: bool| {
         let mut c = Cluster::new();
         c.wake_audit = audit;
@@ -306,15 +307,36 @@ fn the_wake_audit_only_looks() {
             c.add_node(&format!("10.0.0.{k}@-@{k}"), &[job("pay"), slow.clone()])
                 .unwrap();
         }
-        c.run_until(10_000);
+        // With the audit on, each second every machine is audited once more by hand, and
+        // must be left exactly as it was.
+        let step = |c: &mut Cluster, until: u64| {
+            while c.now < until {
+                let next = (c.now + 1_000).min(until);
+                c.run_until(next);
+                if !audit {
+                    continue;
+                }
+                for n in 0..c.nodes.len() {
+                    let now = c.time_of(n);
+                    let before = format!("{:?}", c.nodes[n].machine);
+                    let _ = c.nodes[n].machine.late_wakes(now);
+                    assert_eq!(
+                        before,
+                        format!("{:?}", c.nodes[n].machine),
+                        "node {n} at {next}"
+                    );
+                }
+            }
+        };
+        step(&mut c, 10_000);
         c.crash(0);
         c.nodes[1].skew = 20_000;
-        c.run_until(25_000);
+        step(&mut c, 25_000);
         c.partition(2);
-        c.run_until(32_000);
+        step(&mut c, 32_000);
         c.heal(2);
         c.trigger(1, "report");
-        c.run_until(60_000);
+        step(&mut c, 60_000);
         (c.trace_hash(), c.runs.len(), c.late_wakes.len())
     };
     let (with, runs, late) = run(true);
@@ -323,4 +345,57 @@ fn the_wake_audit_only_looks() {
     assert_eq!(runs, runs_without);
     assert!(runs > 100, "{runs} runs");
     assert_eq!(late, 0);
+}
+
+#[test]
+fn a_claim_whose_reply_was_lost_is_not_started_once_its_item_is_beyond_the_count() {
+    // The claim applies but its reply is lost; the count shrinks under the item before the
+    // instance hears again. Its marker stays (the item is not removed under it), and when
+    // the instance finds the claim it records it as ended instead of starting it: the item's
+    // work belongs to other items by the new count. Then the item is removed.
+    let (a, b) = ("10.0.0.1@-@1", "10.0.0.2@-@2");
+    let mut pay = job("pay");
+    pay.sharding_total_count = 4;
+    let mut c = Cluster::new();
+    c.add_node(a, std::slice::from_ref(&pay)).unwrap();
+    c.add_node(b, std::slice::from_ref(&pay)).unwrap();
+    c.run_until(2_600);
+    let owners = c.owners("pay");
+    // The items of the instance listed first go beyond a count of 2.
+    let theirs: Vec<u32> = owners
+        .iter()
+        .filter(|(_, o)| *o == a)
+        .map(|(i, _)| *i)
+        .collect();
+    assert!(theirs.iter().all(|i| *i >= 2), "{owners:?}");
+    // The claim of the fire at 3 s (sent a quarter second ahead) applies, its reply is lost.
+    c.deafen(0);
+    c.run_until(2_900);
+    let yaml = c
+        .read("/pay/config")
+        .unwrap()
+        .replace("shardingTotalCount: 4", "shardingTotalCount: 2");
+    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.run_until(3_500);
+    for item in &theirs {
+        assert!(
+            c.exists(&format!("/pay/sharding/{item}/running")),
+            "item {item}: the marker of the lost claim went before its instance heard again"
+        );
+    }
+    c.heal(0);
+    c.run_until(12_000);
+    let started: Vec<(u32, u64)> = c
+        .runs_of("pay")
+        .iter()
+        .filter(|r| r.item >= 2 && r.start >= 2_900)
+        .map(|r| (r.item, r.start))
+        .collect();
+    assert_eq!(started, [], "items beyond the count started");
+    for item in theirs {
+        assert!(
+            !c.exists(&format!("/pay/sharding/{item}")),
+            "item {item} left behind"
+        );
+    }
 }

@@ -45,7 +45,8 @@
 //!   meanwhile, so the runs drain); then they move anyway, since their
 //!   `running` marker keeps the new owner from starting before the old run ends. Items of
 //!   owners that are gone move at once. Items beyond a reduced total are deleted with their
-//!   state.
+//!   state once their runs end (their `running` markers keep a later run of the same number
+//!   from overlapping, should the total grow back meanwhile), holding nothing meanwhile.
 //! - **Fenced execution**: at a fire, an instance claims all its due items of a job in one
 //!   transaction: its session, ownership of every item, and the creation of session-bound
 //!   `running` markers; the markers' creation revision is the items' fencing token. The end
@@ -187,6 +188,8 @@ pub struct Machine {
     /// The wall clock's lead on the monotonic one (ms) when it last stepped, or at the first
     /// timeout.
     clock_offset: Option<i64>,
+    /// The wall clock's offset at the last input, step or not (for [`Machine::late_wakes`]).
+    clock_last: Option<i64>,
     /// When the machine last compared the clocks (monotonic ms).
     clock_seen: u64,
     /// The last job the rolling sweep evaluated.
@@ -413,7 +416,7 @@ struct Touched {
 
 /// Remembers a few `next fire after t` answers of one configuration: the items of a job
 /// mostly share their last fire, and croner's search is the costly part of a decision.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct FireMemo {
     config: Option<Arc<JobConfig>>,
     answers: Vec<(i64, Option<i64>)>,
@@ -521,6 +524,7 @@ impl Machine {
             stopped: false,
             last_sweep: 0,
             clock_offset: None,
+            clock_last: None,
             clock_seen: 0,
             sweep_cursor: None,
             sweep_left: 0,
@@ -688,7 +692,7 @@ impl Machine {
         if !j.leaving {
             j.leaving = true;
             j.leave_deadline = Some(now.mono.saturating_add(ms(self.opts.shutdown_grace)));
-            self.evaluate(job, now);
+            self.noticing_clock(now, |m| m.evaluate(job, now));
         }
         Ok(())
     }
@@ -709,7 +713,7 @@ impl Machine {
             .get_mut(job)
             .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
         j.triggers.push_back(parameter.unwrap_or_default());
-        self.evaluate(job, now);
+        self.noticing_clock(now, |m| m.evaluate(job, now));
         Ok(())
     }
 
@@ -723,6 +727,8 @@ impl Machine {
         for job in self.jobs.values_mut() {
             job.leaving = true;
         }
+        // Every job is decided on below: a step is acted on by that alone.
+        self.observe_clock(now);
         self.evaluate_all(now);
     }
 
@@ -785,7 +791,10 @@ impl Machine {
         events: impl IntoIterator<Item = RegistryEvent>,
         now: Now,
     ) {
-        self.notice_clock(now);
+        self.noticing_clock(now, |m| m.apply_registry_events(events, now));
+    }
+
+    fn apply_registry_events(&mut self, events: impl IntoIterator<Item = RegistryEvent>, now: Now) {
         let mut touched: Vec<Touched> = Vec::new();
         for event in events {
             match event {
@@ -809,6 +818,12 @@ impl Machine {
         for t in touched {
             if t.others || t.items.iter().any(|i| self.bears_on_me(&t.job, *i)) {
                 self.evaluate(&t.job, now);
+                if planted!(self.opts, ForgetWakes) {
+                    if let Some(j) = self.jobs.get_mut(&t.job) {
+                        j.wake = None;
+                    }
+                    self.index_wake(&t.job);
+                }
             }
         }
     }
@@ -816,8 +831,8 @@ impl Machine {
     /// Whether item `i` of job `name`, whose run marker or record changed, bears on what this
     /// instance decides. It does not when the job is active here and led by another instance,
     /// nothing of ours waits on the registry or on an orphan, and the item is neither ours
-    /// (owned, run or recorded as run here) nor an orphan: a decision on it would be the one
-    /// taken before, and the wake it set still stands.
+    /// (owned, run or recorded as run here) nor an orphan, nor, for the leader, beyond the count:
+    /// a decision on it would be the one taken before, and the wake it set still stands.
     fn bears_on_me(&self, name: &str, i: u32) -> bool {
         let Some(j) = self.jobs.get(name) else {
             return false;
@@ -837,6 +852,14 @@ impl Machine {
                 .as_deref()
                 .is_none_or(|l| l == me.as_str() && j.reshard_idle != Some(j.cache.plan_version))
         {
+            return true;
+        }
+        // The leader removes an item beyond the count once its run ends.
+        let beyond = j
+            .config
+            .as_ref()
+            .is_some_and(|c| i >= c.sharding_total_count);
+        if beyond && view.leader.as_deref() == Some(me.as_str()) {
             return true;
         }
         let Some(v) = view.items.get(&i) else {
@@ -902,7 +925,10 @@ impl Machine {
 
     /// The reply to a [`Command::Registry`] request.
     pub fn handle_registry_reply(&mut self, id: RequestId, reply: RegistryReply, now: Now) {
-        self.notice_clock(now);
+        self.noticing_clock(now, |m| m.apply_registry_reply(id, reply, now));
+    }
+
+    fn apply_registry_reply(&mut self, id: RequestId, reply: RegistryReply, now: Now) {
         let Some(p) = self.pending.remove(&id) else {
             return;
         };
@@ -955,9 +981,27 @@ impl Machine {
                 let name = p.job.clone().unwrap_or_default();
                 match reply {
                     RegistryReply::Transacted(_) if self.lease_valid(now) => {
+                        let total = self
+                            .jobs
+                            .get(&name)
+                            .and_then(|j| j.config.as_ref())
+                            .map(|c| c.sharding_total_count);
                         for ((fire, kind), items) in groups {
-                            let counts = kind != RunKind::Trigger;
-                            self.start_execution(&name, fire, kind, counts, None, items, now);
+                            // Claimed before the count shrank under it: not started now (the
+                            // item's work belongs to others by the new count), but recorded
+                            // as ended, so that its marker goes and the item can be removed.
+                            let (gone, items): (Vec<_>, Vec<_>) = items
+                                .into_iter()
+                                .partition(|(it, _)| total.is_some_and(|n| it.item >= n));
+                            if !gone.is_empty() {
+                                let gone = gone.into_iter().map(|(it, _)| it).collect();
+                                let id = self.insert_execution(&name, fire, false, gone, true);
+                                self.send_completion(id, now);
+                            }
+                            if !items.is_empty() {
+                                let counts = kind != RunKind::Trigger;
+                                self.start_execution(&name, fire, kind, counts, None, items, now);
+                            }
                         }
                     }
                     RegistryReply::Failed(error) => {
@@ -1084,7 +1128,10 @@ impl Machine {
         now: Now,
     ) {
         let _ = outcomes; // Outcomes feed tracing and error handlers in the driver.
-        self.notice_clock(now);
+        self.noticing_clock(now, |m| m.execution_finished(id, now));
+    }
+
+    fn execution_finished(&mut self, id: ExecutionId, now: Now) {
         let Some(exec) = self.executions.get_mut(&id) else {
             return;
         };
@@ -1242,18 +1289,18 @@ impl Machine {
         }
     }
 
-    /// On an input other than a timeout: a wall-clock step seen here is acted on at once, as a
-    /// timeout would. The decisions this input leads to take their wake times from the new
-    /// clock; those taken before from the old one are made again. Noticed only at the next
-    /// timeout, a step back and forth between two timeouts would leave the wake times some
+    /// Handles an input other than a timeout with an eye on the wall clock: a step seen here
+    /// is acted on as a timeout would, once the input is applied, by deciding on every job
+    /// again (their wake times were taken from the old clock). Noticed only at the next
+    /// timeout, a step back and forth between two timeouts would leave the wake times that
     /// decisions took meanwhile late by the step.
-    fn notice_clock(&mut self, now: Now) {
-        if self.observe_clock(now) {
-            let names: Vec<String> = self.jobs.keys().cloned().collect();
-            for name in names {
-                self.evaluate(&name, now);
-            }
+    fn noticing_clock<T>(&mut self, now: Now, input: impl FnOnce(&mut Self) -> T) -> T {
+        let stepped = self.observe_clock(now);
+        let out = input(self);
+        if stepped {
+            self.evaluate_all(now);
         }
+        out
     }
 
     /// Compares the wall clock with the monotonic one. When the wall clock has stepped (by
@@ -1262,9 +1309,8 @@ impl Machine {
     /// their wake times were taken from the old one.
     fn observe_clock(&mut self, now: Now) -> bool {
         self.clock_seen = now.mono;
-        let offset = now
-            .wall_ms()
-            .saturating_sub(i64::try_from(now.mono).unwrap_or(i64::MAX));
+        let offset = wall_offset(now);
+        self.clock_last = Some(offset);
         let Some(before) = self.clock_offset else {
             self.clock_offset = Some(offset);
             return false;
@@ -1865,12 +1911,10 @@ impl Machine {
     /// acting on it: call it now and then, not on every event.
     pub fn late_wakes(&mut self, now: Now) -> Vec<LateWake> {
         let mut late = Vec::new();
-        let offset = now
-            .wall_ms()
-            .saturating_sub(i64::try_from(now.mono).unwrap_or(i64::MAX));
+        // A step since the last input is for the machine to notice at its next one.
         let stepped = self
-            .clock_offset
-            .is_none_or(|before| offset.saturating_sub(before).abs() > CLOCK_STEP_MS);
+            .clock_last
+            .is_none_or(|before| wall_offset(now).saturating_sub(before).abs() > CLOCK_STEP_MS);
         let Some(sid) = self.session_id() else {
             return late;
         };
@@ -1911,6 +1955,7 @@ impl Machine {
                 j.trigger_run.clone(),
                 j.orphan_seen.clone(),
                 j.necessary_seen,
+                j.fires.clone(),
             );
             let mut wake = Vec::new();
             let held = j.held_for_reshard(view.necessary.is_some(), &self.opts, now, &mut wake);
@@ -1923,6 +1968,7 @@ impl Machine {
                 j.trigger_run,
                 j.orphan_seen,
                 j.necessary_seen,
+                j.fires,
             ) = kept;
             let wanted = if claims_now.is_some() {
                 Some(now.mono)
@@ -2811,16 +2857,21 @@ fn reshard(
     now: Now,
     wake: &mut Vec<u64>,
 ) -> Result<Option<Action>, String> {
+    let n = config.sharding_total_count;
     // Fires change only the items' run markers and records: the plan needs nothing then, and
-    // working out the target assignment again would cost every evaluation of the leader.
-    if j.reshard_idle == Some(j.cache.plan_version) {
+    // working out the target assignment again would cost every evaluation of the leader. The
+    // one exception: an item beyond the count whose run has ended can now be removed.
+    let removable = view
+        .items
+        .range(n..)
+        .any(|(_, v)| v.exists && v.running.is_none());
+    if j.reshard_idle == Some(j.cache.plan_version) && !removable {
         return Ok(None);
     }
     let candidates = registry_order(view.eligible());
     if candidates.is_empty() {
         return Ok(None);
     }
-    let n = config.sharding_total_count;
     let live: BTreeSet<&InstanceId> = candidates.iter().collect();
     let target: Assignment = match custom {
         Some(s) => s.shard(&candidates, j.name(), n),
@@ -2856,20 +2907,18 @@ fn reshard(
     // Items beyond the count are removed, but not while they still run: their `running` marker
     // is what keeps a later run of the same number (the count grown back meanwhile) from
     // overlapping the old one. Nothing else waits for them, as no one claims an item beyond
-    // the count; they are removed once their run ends, which the leader watches for (the plan
-    // is not idle meanwhile).
-    let (lingering, removed): (Vec<u32>, Vec<u32>) = view
+    // the count; they are removed once their run ends, which the leader watches for (see
+    // [`Machine::bears_on_me`]).
+    let removed: Vec<u32> = view
         .items
-        .iter()
-        .filter(|(i, v)| **i >= n && v.exists)
+        .range(n..)
+        .filter(|(i, v)| v.exists && !is_running(i))
         .map(|(i, _)| *i)
-        .partition(is_running);
+        .collect();
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
         j.reshard_wanted = None;
         j.reshard_moved.clear();
-        if lingering.is_empty() {
-            j.reshard_idle = Some(j.cache.plan_version);
-        }
+        j.reshard_idle = Some(j.cache.plan_version);
         return Ok(None);
     }
     if waiting(&mut j.reshard_wanted, ms(opts.reshard_debounce), now, wake) {
@@ -3083,6 +3132,12 @@ fn housekeeping(
     Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
 }
 
+/// How far the wall clock (epoch ms) is ahead of the monotonic one.
+fn wall_offset(now: Now) -> i64 {
+    now.wall_ms()
+        .saturating_sub(i64::try_from(now.mono).unwrap_or(i64::MAX))
+}
+
 /// Whether a wait of `wait` ms that started at `since` (now, if it has not started yet) is
 /// still on; if so, `wake` gets its end.
 fn waiting(since: &mut Option<u64>, wait: u64, now: Now, wake: &mut Vec<u64>) -> bool {
@@ -3154,7 +3209,8 @@ fn claims(
         if !busy {
             let items: BTreeSet<u32> = mine.iter().copied().filter(|i| !skip_disabled(i)).collect();
             if items.is_empty() {
-                // Nothing to run here: the triggers are consumed all the same.
+                // Nothing to run here: every trigger queued is consumed all the same (they
+                // would each find the same nothing).
                 j.triggers.clear();
             } else if let Some(parameter) = j.triggers.pop_front() {
                 j.trigger_run = Some(TriggerRun {
@@ -3356,7 +3412,6 @@ fn claims(
     }
 
     if groups.is_empty() && failover_items.is_empty() {
-        // A trigger with nothing to run here is consumed all the same.
         return None;
     }
 

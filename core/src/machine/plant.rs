@@ -32,11 +32,14 @@ pub enum Plant {
     IgnoreClockSteps,
     /// Leave a removed job at once, while its items still run here.
     LeaveWhileRunning,
+    /// Keep no wake for a job decided on a registry event: only another event, or the safety
+    /// sweep, decides on it again.
+    ForgetWakes,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 12] = [
+    pub const ALL: [Plant; 13] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -49,6 +52,7 @@ impl Plant {
         Plant::PersistentRunningMarkers,
         Plant::IgnoreClockSteps,
         Plant::LeaveWhileRunning,
+        Plant::ForgetWakes,
     ];
 
     /// The name used on the command line.
@@ -66,6 +70,7 @@ impl Plant {
             Plant::PersistentRunningMarkers => "persistent-running-markers",
             Plant::IgnoreClockSteps => "ignore-clock-steps",
             Plant::LeaveWhileRunning => "leave-while-running",
+            Plant::ForgetWakes => "forget-wakes",
         }
     }
 }

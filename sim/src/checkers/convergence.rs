@@ -48,9 +48,14 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             }
         }
         // An item beyond the total stays while its run goes on (the total shrank under it):
-        // its marker keeps a later run of that number from overlapping it.
+        // its marker keeps a later run of that number from overlapping it. A marker that no
+        // running process's run holds is stuck, and reported.
         for item in owners.keys().filter(|i| **i >= *total) {
-            if c.exists(&format!("/{job}/sharding/{item}/running")) {
+            let runs = c
+                .nodes
+                .iter()
+                .any(|n| n.up && n.machine.running_items(job).contains(item));
+            if runs && c.exists(&format!("/{job}/sharding/{item}/running")) {
                 continue;
             }
             fail(format!("{job}/{item} is left beyond the total {total}"));
