@@ -26,8 +26,8 @@ use shardjob_backend_mem::{Store, WatchId};
 use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{
-    Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine, MachineError,
-    MachineEvent, MachineOptions, Now,
+    AuditMark, Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine,
+    MachineError, MachineEvent, MachineOptions, Now,
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
@@ -163,6 +163,8 @@ pub struct Node {
     prepared: BTreeMap<ExecutionId, Execution>,
     /// Events the machine reported, with their virtual time.
     pub events: Vec<(u64, MachineEvent)>,
+    /// Where the last wake audit of the machine left off.
+    audit: AuditMark,
 }
 
 impl Node {
@@ -399,6 +401,7 @@ impl Cluster {
             running: BTreeMap::new(),
             prepared: BTreeMap::new(),
             events: Vec::new(),
+            audit: AuditMark::default(),
         });
         self.requests.push(0);
         self.transactions.push(0);
@@ -831,7 +834,8 @@ impl Cluster {
                 continue;
             }
             let now = self.time_of(n);
-            for late in self.nodes[n].machine.late_wakes(now) {
+            let node = &mut self.nodes[n];
+            for late in node.machine.late_wakes(now, &mut node.audit) {
                 self.late_wakes.push((self.now, n, late));
             }
         }

@@ -319,7 +319,8 @@ fn the_wake_audit_only_looks() {
                 for n in 0..c.nodes.len() {
                     let now = c.time_of(n);
                     let before = format!("{:?}", c.nodes[n].machine);
-                    let _ = c.nodes[n].machine.late_wakes(now);
+                    let mut mark = shardjob_core::machine::AuditMark::default();
+                    let _ = c.nodes[n].machine.late_wakes(now, &mut mark);
                     assert_eq!(
                         before,
                         format!("{:?}", c.nodes[n].machine),

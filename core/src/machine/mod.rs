@@ -112,8 +112,8 @@ use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_or
 
 use record::{ItemRecord, RunKind, RunRecord};
 pub use types::{
-    CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec, LateWake,
-    MachineError, MachineEvent, MachineOptions, Now,
+    AuditMark, CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec,
+    LateWake, MachineError, MachineEvent, MachineOptions, Now,
 };
 use view::{Cache, Dir, JobView};
 
@@ -190,6 +190,9 @@ pub struct Machine {
     clock_offset: Option<i64>,
     /// The wall clock's offset at the last input, step or not (for [`Machine::late_wakes`]).
     clock_last: Option<i64>,
+    /// Counts the changes to jobs' views and the decisions on them; [`Job::changed`] holds
+    /// the count at each job's last one (so that an audit can skip the jobs it saw as they are).
+    changes: u64,
     /// When the machine last compared the clocks (monotonic ms).
     clock_seen: u64,
     /// The last job the rolling sweep evaluated.
@@ -393,6 +396,8 @@ struct Job {
     loading: Option<RequestId>,
     /// Next fires already computed.
     fires: FireMemo,
+    /// [`Machine::changes`] at the last change to the job's view or decision on it.
+    changed: u64,
 }
 
 /// A trigger whose items are claimed in several transactions: the same fire and parameter for
@@ -525,6 +530,7 @@ impl Machine {
             last_sweep: 0,
             clock_offset: None,
             clock_last: None,
+            changes: 0,
             clock_seen: 0,
             sweep_cursor: None,
             sweep_left: 0,
@@ -670,6 +676,7 @@ impl Machine {
             wake: None,
             wake_indexed: None,
             fires: FireMemo::default(),
+            changed: 0,
         };
         self.jobs.insert(name.clone(), Box::new(job));
         if matches!(self.session, Session::Live(_)) {
@@ -917,6 +924,8 @@ impl Machine {
             None => t.others = true,
         }
         j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
+        self.changes += 1;
+        j.changed = self.changes;
         if config {
             let name = touched[k].job.clone();
             self.refresh_config(&name);
@@ -1074,12 +1083,13 @@ impl Machine {
             self.evaluate_all(now);
             return;
         }
-        let mut due: Vec<String> = self
+        let due: Vec<String> = self
             .wakes
             .iter()
             .take_while(|(t, _)| *t <= now.mono)
             .map(|(_, name)| name.clone())
             .collect();
+        let mut swept: Vec<String> = Vec::new();
         if self.opts.safety_sweep && now.mono >= self.last_sweep.saturating_add(SWEEP_MS / 10) {
             self.last_sweep = now.mono;
             self.sweep_left = self.jobs.len().div_ceil(10).max(1);
@@ -1111,10 +1121,13 @@ impl Machine {
             self.sweep_cursor = next.last().cloned();
             // A job both due and swept is evaluated once.
             next.retain(|n| !due.contains(n));
-            due.extend(next);
+            swept = next;
         }
         for name in due {
             self.evaluate(&name, now);
+        }
+        for name in swept {
+            self.evaluate_swept(&name, now);
         }
         self.maybe_probe(now);
         self.finish_shutdown_if_done();
@@ -1570,6 +1583,28 @@ impl Machine {
     fn evaluate(&mut self, name: &str, now: Now) {
         self.evaluate_job(name, now);
         self.index_wake(name);
+        self.note_change(name);
+    }
+
+    /// An evaluation by the safety sweep of a job that is not due: its decision should be
+    /// the one taken before, and counts as a change (see [`Machine::late_wakes`]) only if it
+    /// is not.
+    fn evaluate_swept(&mut self, name: &str, now: Now) {
+        let state = |m: &Self| m.jobs.get(name).map(|j| (j.wake, j.busy, j.loading));
+        let before = state(self);
+        self.evaluate_job(name, now);
+        self.index_wake(name);
+        if state(self) != before {
+            self.note_change(name);
+        }
+    }
+
+    /// Counts a change to the job's view or decision (see [`Machine::changes`]).
+    fn note_change(&mut self, name: &str) {
+        self.changes += 1;
+        if let Some(j) = self.jobs.get_mut(name) {
+            j.changed = self.changes;
+        }
     }
 
     /// Enters the job's `wake` in the ordered index (and drops a job that is gone).
@@ -1907,9 +1942,12 @@ impl Machine {
     /// noticed). Such a job runs its items late, or never, unless the safety sweep or a change
     /// in the registry comes by. Empty unless the machine has a bug.
     ///
-    /// It takes the claim decision of every job whose wake is not within a second, without
-    /// acting on it: call it now and then, not on every event.
-    pub fn late_wakes(&mut self, now: Now) -> Vec<LateWake> {
+    /// It takes the claim decision of each job whose wake is not within a second, without
+    /// acting on it, but only of the jobs whose view changed or that were decided on since
+    /// the audit that left `mark` (all of them when the wall clock moved meanwhile): a
+    /// decision on a job that did not change would be the one taken before. Call it now and
+    /// then with the same mark, not on every event.
+    pub fn late_wakes(&mut self, now: Now, mark: &mut AuditMark) -> Vec<LateWake> {
         let mut late = Vec::new();
         // A step since the last input is for the machine to notice at its next one.
         let stepped = self
@@ -1921,12 +1959,22 @@ impl Machine {
         if stepped || self.shutdown.is_some() || !matches!(self.session, Session::Live(_)) {
             return late;
         }
+        let since = if mark.clock == self.clock_last {
+            mark.changes
+        } else {
+            0
+        };
+        *mark = AuditMark {
+            changes: self.changes,
+            clock: self.clock_last,
+        };
         // A wake may come up to this much after the decision's time, as the wall clock drifts
         // (under a step) against the monotonic one between the decision and this check.
         let slack = CLOCK_STEP_MS.unsigned_abs() + 500;
         let me = self.opts.instance_id.clone();
         for (name, j) in &mut self.jobs {
-            if j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
+            if j.changed <= since
+                || j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
                 || j.phase != Phase::Active
                 || j.leaving
                 || j.busy.is_some()

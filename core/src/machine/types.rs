@@ -413,3 +413,13 @@ pub struct LateWake {
     /// When its decision wants it evaluated (monotonic ms; now if it would claim at once).
     pub wanted: u64,
 }
+
+/// Where a [`Machine::late_wakes`] audit left off, so that the next one can skip the jobs
+/// that did not change since. Start with the default; keep one per machine.
+///
+/// [`Machine::late_wakes`]: super::Machine::late_wakes
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AuditMark {
+    pub(super) changes: u64,
+    pub(super) clock: Option<i64>,
+}
