@@ -1944,9 +1944,10 @@ impl Machine {
     ///
     /// It takes the claim decision of each job whose wake is not within a second, without
     /// acting on it, but only of the jobs whose view changed or that were decided on since
-    /// the audit that left `mark` (all of them when the wall clock moved meanwhile): a
-    /// decision on a job that did not change would be the one taken before. Call it now and
-    /// then with the same mark, not on every event.
+    /// the audit that left `mark`, or that it passed over while something was under way for
+    /// them (all of them when the wall clock moved meanwhile): a decision on a job that did
+    /// not change would be the one taken before. Call it now and then with the same mark, not
+    /// on every event.
     pub fn late_wakes(&mut self, now: Now, mark: &mut AuditMark) -> Vec<LateWake> {
         let mut late = Vec::new();
         // A step since the last input is for the machine to notice at its next one.
@@ -1964,25 +1965,30 @@ impl Machine {
         } else {
             0
         };
-        *mark = AuditMark {
-            changes: self.changes,
-            clock: self.clock_last,
-        };
+        let recheck = std::mem::take(&mut mark.recheck);
+        mark.changes = self.changes;
+        mark.clock = self.clock_last;
         // A wake may come up to this much after the decision's time, as the wall clock drifts
         // (under a step) against the monotonic one between the decision and this check.
         let slack = CLOCK_STEP_MS.unsigned_abs() + 500;
         let me = self.opts.instance_id.clone();
         for (name, j) in &mut self.jobs {
-            if j.changed <= since
-                || j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
-                || j.phase != Phase::Active
-                || j.leaving
+            if j.changed <= since && !recheck.contains(name) {
+                continue;
+            }
+            // Something under way decides on the job again soon: looked at again next time,
+            // in case it does not.
+            if j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
                 || j.busy.is_some()
                 || j.loading.is_some()
                 || j.sync.is_some()
                 || j.retry_at.is_some()
                 || self.probe_waiters.contains(name)
             {
+                mark.recheck.insert(name.clone());
+                continue;
+            }
+            if j.phase != Phase::Active || j.leaving {
                 continue;
             }
             let Some(config) = j.config.clone() else {

@@ -418,8 +418,12 @@ pub struct LateWake {
 /// that did not change since. Start with the default; keep one per machine.
 ///
 /// [`Machine::late_wakes`]: super::Machine::late_wakes
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditMark {
+    /// `Machine::changes` at the last audit.
     pub(super) changes: u64,
+    /// The wall clock's offset at the machine's last input before the last audit.
     pub(super) clock: Option<i64>,
+    /// Jobs the last audit passed over while something was under way for them.
+    pub(super) recheck: std::collections::BTreeSet<String>,
 }
