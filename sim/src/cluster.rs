@@ -159,6 +159,9 @@ pub struct Node {
     pub jobs: BTreeSet<String>,
     replies: Vec<(u64, RequestId, RegistryReply)>,
     running: BTreeMap<ExecutionId, Running>,
+    /// The earliest end of the runs in `running`, kept with it (see [`Node::ends_changed`]):
+    /// each step of time asks, and most steps end nothing.
+    first_end: Option<u64>,
     /// Runs announced with [`Command::Prepare`] and not started or discarded yet.
     prepared: BTreeMap<ExecutionId, Execution>,
     /// Events the machine reported, with their virtual time.
@@ -168,6 +171,11 @@ pub struct Node {
 }
 
 impl Node {
+    /// Works `first_end` out again after `running` changed.
+    fn ends_changed(&mut self) {
+        self.first_end = self.running.values().map(|r| r.ends).min();
+    }
+
     /// When the machine wants [`Machine::handle_timeout`] next. Its timers change only when it
     /// is handed something (every input is followed by [`Cluster::pump`], which forgets the
     /// answer), so it is asked once per input instead of at every step of time.
@@ -399,6 +407,7 @@ impl Cluster {
             jobs: jobs.iter().map(|j| j.job_name.clone()).collect(),
             replies: Vec::new(),
             running: BTreeMap::new(),
+            first_end: None,
             prepared: BTreeMap::new(),
             events: Vec::new(),
             audit: AuditMark::default(),
@@ -441,6 +450,7 @@ impl Cluster {
         node.replies.clear();
         node.prepared.clear();
         let gone: Vec<Running> = std::mem::take(&mut node.running).into_values().collect();
+        node.first_end = None;
         for r in gone {
             for i in r.runs {
                 self.runs[i].end = Some(self.now);
@@ -531,6 +541,7 @@ impl Cluster {
                 self.runs[i].resumed = Some(resumed);
             }
         }
+        self.nodes[n].ends_changed();
         for reply in &mut self.nodes[n].replies {
             reply.0 = reply.0.max(resumed);
         }
@@ -711,6 +722,7 @@ impl Cluster {
                             r.cancelled = true;
                             r.ends = r.ends.min(now + delay);
                         }
+                        self.nodes[n].ends_changed();
                     }
                 }
                 Command::CloseSession => {
@@ -787,6 +799,7 @@ impl Cluster {
                 runs,
             },
         );
+        self.nodes[n].ends_changed();
     }
 
     fn execute(&mut self, n: usize, op: RegistryOp) -> RegistryReply {
@@ -893,17 +906,22 @@ impl Cluster {
             }
         }
         // Runs that end.
-        let ended: Vec<ExecutionId> = self.nodes[n]
-            .running
-            .iter()
-            .filter(|(_, r)| r.ends <= now)
-            .map(|(id, _)| *id)
-            .collect();
+        let ended: Vec<ExecutionId> = if self.nodes[n].first_end.is_some_and(|t| t <= now) {
+            self.nodes[n]
+                .running
+                .iter()
+                .filter(|(_, r)| r.ends <= now)
+                .map(|(id, _)| *id)
+                .collect()
+        } else {
+            Vec::new()
+        };
         for id in ended {
             progressed = true;
             let Some(r) = self.nodes[n].running.remove(&id) else {
                 continue;
             };
+            self.nodes[n].ends_changed();
             let mut outcomes = BTreeMap::new();
             let job_name = &r.exec.job_name;
             for (k, item) in r.exec.items.iter().enumerate() {
@@ -999,8 +1017,8 @@ impl Cluster {
             for r in &node.replies {
                 at(r.0.max(self.now + 1));
             }
-            for r in node.running.values() {
-                at(r.ends.max(self.now + 1));
+            if let Some(t) = node.first_end {
+                at(t.max(self.now + 1));
             }
         }
         if let Some(d) = self.store.next_deadline() {
