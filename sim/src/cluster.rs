@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use shardjob_backend_mem::{Store, WatchId};
+use shardjob_core::config::{KnownTypes, Strictness};
 use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{
@@ -72,6 +73,19 @@ pub enum ClusterError {
         /// What is wrong with it.
         why: String,
     },
+    /// An operator's edit named a job with no readable configuration in the registry.
+    #[error("job {job:?} has no readable configuration in the registry")]
+    NoConfig {
+        /// The job's name.
+        job: String,
+    },
+}
+
+/// The type names the instances accept: the built-in ones and `strategies`.
+pub(crate) fn known_types(strategies: &[Arc<dyn ShardingStrategy>]) -> KnownTypes {
+    KnownTypes {
+        strategies: strategies.iter().map(|s| s.name().to_owned()).collect(),
+    }
 }
 
 /// The spec of a simulated job: the machine sees it as a Simple job.
@@ -1036,6 +1050,32 @@ impl Cluster {
                 .open_session(Duration::from_secs(1 << 30), now)
                 .id
         })
+    }
+
+    /// The configuration of `job` as the registry holds it now, read as the instances read it
+    /// (leniently, with [`Cluster::strategies`] among the known types); `None` if there is
+    /// none, or it cannot be read.
+    pub fn config_of(&self, job: &str) -> Option<JobConfig> {
+        let text = self.read(&format!("/{job}/config"))?;
+        JobConfig::from_yaml_with(&text, Strictness::Lenient, &known_types(&self.strategies)).ok()
+    }
+
+    /// Changes `job`'s configuration in the registry as an operator would with ElasticJob's
+    /// console (the item count, the cron, the failover and misfire flags...): reads it, edits
+    /// it, writes it back with [`Cluster::operator_write`]. Item parameters beyond the new
+    /// count are dropped, as the console does.
+    pub fn operator_edit_config(
+        &mut self,
+        job: &str,
+        edit: impl FnOnce(&mut JobConfig),
+    ) -> Result<(), ClusterError> {
+        let mut config = self.config_of(job).ok_or_else(|| ClusterError::NoConfig {
+            job: job.to_owned(),
+        })?;
+        edit(&mut config);
+        let total = config.sharding_total_count;
+        config.sharding_item_parameters.retain(|i, _| *i < total);
+        self.operator_write(&format!("/{job}/config"), config.to_yaml().as_bytes())
     }
 
     /// Writes a node as an operator would (creating it if missing), from a session of its own.

@@ -14,7 +14,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{RngCore, SeedableRng};
-use shardjob_core::config::{KnownTypes, Strictness};
 use shardjob_core::machine::{Machine, MachineError, MachineEvent, MachineOptions};
 use shardjob_core::registry::RegistryError;
 use shardjob_core::{CronExpr, InstanceId, JobConfig, ShardingStrategy};
@@ -380,7 +379,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
 
     // Jobs. A user's job that is not valid is reported, not run (nothing panics on input).
     let mut names = BTreeSet::new();
-    let known = known_types(&cfg.strategies);
+    let known = crate::cluster::known_types(&cfg.strategies);
     let mut invalid: Vec<Violation> = cfg
         .jobs
         .iter()
@@ -733,7 +732,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 write(&mut c, &path, b"ENABLED", &mut refusals);
             }
         }
-        let total = current_config(&c, &j.job_name)
+        let total = c
+            .config_of(&j.job_name)
             .map_or(j.sharding_total_count, |cfg| cfg.sharding_total_count);
         for item in 0..total.max(j.sharding_total_count) {
             let path = format!("/{}/sharding/{item}/disabled", j.job_name);
@@ -781,7 +781,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         .max()
         .unwrap_or(0);
     for j in &jobs {
-        let Some(config) = current_config(&c, &j.job_name) else {
+        let Some(config) = c.config_of(&j.job_name) else {
             violations.push(Violation {
                 checker: "convergence",
                 time: end,
@@ -883,19 +883,6 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         session_timeout: c.session_timeout,
         hosts,
         log: std::mem::take(&mut c.log),
-    }
-}
-
-/// The configuration of a job as the registry holds it now.
-fn current_config(c: &Cluster, job: &str) -> Option<JobConfig> {
-    let text = c.read(&format!("/{job}/config"))?;
-    JobConfig::from_yaml_with(&text, Strictness::Lenient, &known_types(&c.strategies)).ok()
-}
-
-/// The type names the instances accept: the built-in ones and `strategies`.
-fn known_types(strategies: &[Arc<dyn ShardingStrategy>]) -> KnownTypes {
-    KnownTypes {
-        strategies: strategies.iter().map(|s| s.name().to_owned()).collect(),
     }
 }
 
@@ -1121,7 +1108,7 @@ fn operator(
             }
         }
         k => {
-            let Some(mut config) = current_config(c, &job) else {
+            let Some(mut config) = c.config_of(&job) else {
                 return;
             };
             match k {

@@ -112,6 +112,32 @@ fn an_operators_write_to_a_path_the_registry_cannot_hold_is_refused() {
     c.operator_write("/pay/servers/10.0.0.1", b"DISABLED")
         .unwrap();
     assert_eq!(c.read("/pay/servers/10.0.0.1").as_deref(), Some("DISABLED"));
+    // An edit of a job the registry has no readable configuration of is refused; one of a
+    // job it has goes through, dropping item parameters beyond the new count.
+    let err = c
+        .operator_edit_config("mail", |j| j.misfire = false)
+        .unwrap_err();
+    assert!(
+        matches!(err, ClusterError::NoConfig { ref job } if job == "mail"),
+        "{err}"
+    );
+    c.operator_write("/mail/config", b"shardingTotalCount: [")
+        .unwrap();
+    let err = c
+        .operator_edit_config("mail", |j| j.misfire = false)
+        .unwrap_err();
+    assert!(matches!(err, ClusterError::NoConfig { .. }), "{err}");
+    c.operator_edit_config("pay", |j| {
+        j.sharding_item_parameters = [(0, "a".to_owned()), (4, "e".to_owned())].into();
+        j.sharding_total_count = 3;
+    })
+    .unwrap();
+    let config = c.config_of("pay").unwrap();
+    assert_eq!(config.sharding_total_count, 3);
+    assert_eq!(
+        config.sharding_item_parameters,
+        [(0, "a".to_owned())].into()
+    );
 }
 
 #[test]
@@ -372,11 +398,8 @@ fn a_claim_whose_reply_was_lost_is_not_started_once_its_item_is_beyond_the_count
     // The claim of the fire at 3 s (sent a quarter second ahead) applies, its reply is lost.
     c.deafen(0);
     c.run_until(2_900);
-    let yaml = c
-        .read("/pay/config")
-        .unwrap()
-        .replace("shardingTotalCount: 4", "shardingTotalCount: 2");
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.operator_edit_config("pay", |j| j.sharding_total_count = 2)
+        .unwrap();
     c.run_until(3_500);
     for item in &theirs {
         assert!(

@@ -463,11 +463,8 @@ fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
     c.add_node(B, &[job("pay", "* * * * * ?", 6)]).unwrap();
     c.run_until(2_500);
     assert!(c.exists("/pay/sharding/5/execution"));
-    let yaml = c
-        .read("/pay/config")
-        .unwrap()
-        .replace("shardingTotalCount: 6", "shardingTotalCount: 3");
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.operator_edit_config("pay", |j| j.sharding_total_count = 3)
+        .unwrap();
     c.run_until(5_500);
     assert_eq!(
         c.owners("pay").keys().copied().collect::<Vec<_>>(),
@@ -486,11 +483,8 @@ fn shrinking_the_total_count_cleans_the_items_that_are_gone() {
             .all(|r| r.item < 3)
     );
     // Growing it again adds items.
-    let yaml = c
-        .read("/pay/config")
-        .unwrap()
-        .replace("shardingTotalCount: 3", "shardingTotalCount: 5");
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.operator_edit_config("pay", |j| j.sharding_total_count = 5)
+        .unwrap();
     c.run_until(8_500);
     assert_eq!(c.owners("pay").len(), 5);
     assert_eq!(
@@ -514,14 +508,11 @@ fn an_item_removed_while_it_runs_keeps_its_marker_until_the_run_ends() {
     c.add_node(A, std::slice::from_ref(&j)).unwrap();
     c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(6_000);
-    let total = |c: &Cluster, from: u32, to: u32| {
-        c.read("/pay/config").unwrap().replace(
-            &format!("shardingTotalCount: {from}"),
-            &format!("shardingTotalCount: {to}"),
-        )
+    let total = |c: &mut Cluster, to: u32| {
+        c.operator_edit_config("pay", |j| j.sharding_total_count = to)
+            .unwrap();
     };
-    let yaml = total(&c, 6, 3);
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    total(&mut c, 3);
     c.run_until(45_000);
     // The removed items still run: their nodes stay, markers and all.
     for item in 3..6 {
@@ -539,8 +530,7 @@ fn an_item_removed_while_it_runs_keeps_its_marker_until_the_run_ends() {
             .count();
         assert!(fires >= 7, "item {item} ran {fires} fires after the shrink");
     }
-    let yaml = total(&c, 3, 6);
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    total(&mut c, 6);
     c.run_until(80_000);
     c.assert_no_overlap();
     // The grown-back items wait for the old runs (until 65 s), then run again.
@@ -560,8 +550,7 @@ fn an_item_removed_while_it_runs_keeps_its_marker_until_the_run_ends() {
     // Shrunk again once the runs are short: removed at once.
     c.duration = Box::new(|_, _, _| 100);
     c.run_until(130_000);
-    let yaml = total(&c, 6, 3);
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    total(&mut c, 3);
     c.run_until(140_000);
     for item in 3..6 {
         assert!(
@@ -892,11 +881,8 @@ fn shrinking_and_growing_a_large_job_under_a_registry_limit() {
     c.add_node(B, std::slice::from_ref(&j)).unwrap();
     c.run_until(2_500);
     assert_eq!(c.owners("pay").len(), 60);
-    let yaml = c
-        .read("/pay/config")
-        .unwrap()
-        .replace("shardingTotalCount: 60", "shardingTotalCount: 10");
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.operator_edit_config("pay", |j| j.sharding_total_count = 10)
+        .unwrap();
     c.run_until(6_500);
     assert_eq!(
         c.owners("pay").keys().copied().collect::<Vec<_>>(),
@@ -910,11 +896,8 @@ fn shrinking_and_growing_a_large_job_under_a_registry_limit() {
     }
     assert!(!c.exists("/pay/leader/sharding/necessary"));
     assert_each_item_once(&c, "pay", 10, fire_at(&c, 6_000));
-    let yaml = c
-        .read("/pay/config")
-        .unwrap()
-        .replace("shardingTotalCount: 10", "shardingTotalCount: 80");
-    c.operator_write("/pay/config", yaml.as_bytes()).unwrap();
+    c.operator_edit_config("pay", |j| j.sharding_total_count = 80)
+        .unwrap();
     c.run_until(10_500);
     let owners = c.owners("pay");
     assert_eq!(owners.len(), 80);
@@ -1049,13 +1032,8 @@ fn items_of_a_busy_owner_move_within_a_run_not_after_the_whole_reshard_wait() {
     c.assert_no_overlap();
 }
 
-#[test]
-fn a_clock_step_back_and_forth_between_timeouts_does_not_make_a_fire_late() {
-    // The wall clock steps back 30 s and returns before the instance's next timeout, while a
-    // change in the registry has it decide on the job in between. Steps were noticed only at
-    // timeouts, by which time the clock was back: the wake that decision took by the stepped
-    // clock stood, and the next fire came 30 s late (found by the simulator's wake audit at
-    // seed 146). Every input notices a step now.
+/// One instance, without its safety sweep, hosting a job that fires every minute.
+fn minutely_without_sweep() -> Cluster {
     let mut c = Cluster::new();
     let id = shardjob_core::InstanceId::new(A).unwrap();
     c.options = Some(shardjob_core::machine::MachineOptions {
@@ -1063,6 +1041,29 @@ fn a_clock_step_back_and_forth_between_timeouts_does_not_make_a_fire_late() {
         ..shardjob_core::machine::MachineOptions::new(id)
     });
     c.add_node(A, &[job("minutely", "0 * * * * ?", 1)]).unwrap();
+    c
+}
+
+/// The wall-clock steps the first node noticed.
+fn clock_steps(c: &Cluster) -> Vec<i64> {
+    c.nodes[0]
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            MachineEvent::ClockStepped { by_ms } => Some(*by_ms),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_clock_step_back_and_forth_between_timeouts_does_not_make_a_fire_late() {
+    // The wall clock steps back 30 s and returns before the instance's next timeout, while a
+    // change in the registry has it decide on the job in between. Steps were noticed only at
+    // timeouts, by which time the clock was back: the wake that decision took by the stepped
+    // clock stood, and the next fire came 30 s late (found by the simulator's wake audit at
+    // seed 146). Every input notices a step now.
+    let mut c = minutely_without_sweep();
     c.run_until(62_000);
     assert_eq!(c.runs_of("minutely").len(), 1, "{:#?}", c.runs);
     c.nodes[0].skew = -30_000;
@@ -1078,14 +1079,7 @@ fn a_clock_step_back_and_forth_between_timeouts_does_not_make_a_fire_late() {
         .find(|r| r.fire == fire_at(&c, 120_000))
         .unwrap_or_else(|| panic!("the fire at 120 s never ran: {:#?}", c.runs));
     assert!(next.start <= 120_010, "started at {} ms", next.start);
-    let stepped: Vec<i64> = c.nodes[0]
-        .events
-        .iter()
-        .filter_map(|(_, e)| match e {
-            MachineEvent::ClockStepped { by_ms } => Some(*by_ms),
-            _ => None,
-        })
-        .collect();
+    let stepped = clock_steps(&c);
     assert_eq!(stepped, [-30_000, 30_000]);
     c.assert_no_late_wakes();
 }
@@ -1095,13 +1089,7 @@ fn a_wall_clock_step_forward_moves_the_next_fire_with_it() {
     // Wake times are monotonic times worked out from the wall clock. A step forward (an NTP
     // correction, a host resumed from suspend) must move the next fire with it, even on a
     // quiet instance and without the safety sweep; before, the fire came late by the step.
-    let mut c = Cluster::new();
-    let id = shardjob_core::InstanceId::new(A).unwrap();
-    c.options = Some(shardjob_core::machine::MachineOptions {
-        safety_sweep: false,
-        ..shardjob_core::machine::MachineOptions::new(id)
-    });
-    c.add_node(A, &[job("minutely", "0 * * * * ?", 1)]).unwrap();
+    let mut c = minutely_without_sweep();
     c.run_until(61_000);
     assert_eq!(c.runs_of("minutely").len(), 1, "{:#?}", c.runs);
     // The wall clock jumps 40 s ahead: its next minute comes at virtual 80 s, not 120 s.
@@ -1114,14 +1102,7 @@ fn a_wall_clock_step_forward_moves_the_next_fire_with_it() {
         .unwrap_or_else(|| panic!("the fire after the step never ran: {:#?}", c.runs));
     assert_eq!(next.kind, RunKind::Scheduled, "{next:#?}");
     assert!(next.start <= 80_010, "started at {} ms", next.start);
-    let stepped: Vec<i64> = c.nodes[0]
-        .events
-        .iter()
-        .filter_map(|(_, e)| match e {
-            MachineEvent::ClockStepped { by_ms } => Some(*by_ms),
-            _ => None,
-        })
-        .collect();
+    let stepped = clock_steps(&c);
     assert_eq!(stepped, [40_000]);
     // Back again: the fire after it is at virtual 140 s by the restored clock, and the one
     // claimed ahead by the old clock (if any) does not start early.
