@@ -503,6 +503,57 @@ enum Action {
     Nothing,
 }
 
+/// An active job's instance as its view shows it: registered, on an enabled server, leading.
+struct Standing {
+    registered: bool,
+    enabled: bool,
+    i_lead: bool,
+}
+
+/// What a decision on an active job does before it looks at the job's items; each comes
+/// before the next. Shared by the decision and its audit ([`Machine::late_wakes`]), so the
+/// audit asks for claims exactly where the decision would make them.
+enum Gate<'v> {
+    /// This instance's node is gone: register again.
+    Register,
+    /// No leader, and this server is enabled: stand for election.
+    Elect,
+    /// Leading from a disabled server: step down.
+    Abdicate,
+    /// A trigger addressed to this instance, with its parameter: consume it.
+    Trigger(&'v str),
+    /// On to the items (the leader's duties, adoption, claims).
+    Items,
+}
+
+impl Standing {
+    fn of(j: &Job, view: &JobView, me: &InstanceId, sid: crate::registry::SessionId) -> Self {
+        let i_lead = view.leader.as_deref() == Some(me.as_str())
+            && j.cache
+                .leader()
+                .is_some_and(|s| s.ephemeral_owner.is_none_or(|o| o == sid));
+        Self {
+            registered: view.instances.contains(me),
+            enabled: view.server_enabled(me.server_ip()),
+            i_lead,
+        }
+    }
+
+    fn gate<'v>(&self, view: &'v JobView, me: &InstanceId) -> Gate<'v> {
+        if !self.registered {
+            Gate::Register
+        } else if view.leader.is_none() && self.enabled {
+            Gate::Elect
+        } else if self.i_lead && !self.enabled {
+            Gate::Abdicate
+        } else if let Some(param) = view.triggers.get(me) {
+            Gate::Trigger(param)
+        } else {
+            Gate::Items
+        }
+    }
+}
+
 impl Machine {
     /// A machine for one instance, with no jobs yet.
     pub fn new(opts: MachineOptions) -> Self {
@@ -1805,7 +1856,9 @@ impl Machine {
         let Some(config) = j.config.clone() else {
             return Action::Nothing;
         };
-        if !view.instances.contains(&me) {
+        let standing = Standing::of(j, view, &me, sid);
+        let gate = standing.gate(view, &me);
+        if let Gate::Register = gate {
             // Our instance node is gone (deleted by an operator, or not yet visible): register
             // again.
             j.phase = Phase::Loaded;
@@ -1814,10 +1867,9 @@ impl Machine {
                 Err(_) => Action::Nothing,
             };
         }
-        let enabled = view.server_enabled(me.server_ip());
-        let leader_stat = j.cache.leader();
-        let i_lead = view.leader.as_deref() == Some(me.as_str())
-            && leader_stat.is_some_and(|s| s.ephemeral_owner.is_none_or(|o| o == sid));
+        let Standing {
+            enabled, i_lead, ..
+        } = standing;
         if i_lead && !j.was_leader {
             self.out
                 .push_back(Command::Event(MachineEvent::BecameLeader {
@@ -1826,35 +1878,35 @@ impl Machine {
         }
         j.was_leader = i_lead;
 
-        // Election and abdication.
-        if view.leader.is_none() && enabled {
-            let ops = vec![
-                TxnOp::Check(Check::Session(sid)),
-                TxnOp::create_ephemeral(j.paths.leader_instance(), me.as_str()),
-            ];
-            return Action::Txn(Purpose::Elect, ops);
-        }
-        if i_lead && !enabled {
-            let ops = vec![
-                TxnOp::Check(Check::Session(sid)),
-                TxnOp::Check(Check::Value(j.paths.leader_instance(), me.as_str().into())),
-                TxnOp::delete(j.paths.leader_instance()),
-            ];
-            return Action::Txn(Purpose::Abdicate, ops);
-        }
-
-        // Triggers addressed to this instance.
-        if let Some(param) = view.triggers.get(&me) {
-            let ops = vec![
-                TxnOp::Check(Check::Session(sid)),
-                TxnOp::delete(j.paths.trigger(&me)),
-            ];
-            return Action::Txn(
-                Purpose::ConsumeTrigger {
-                    parameter: param.clone(),
-                },
-                ops,
-            );
+        match gate {
+            Gate::Register | Gate::Items => {}
+            Gate::Elect => {
+                let ops = vec![
+                    TxnOp::Check(Check::Session(sid)),
+                    TxnOp::create_ephemeral(j.paths.leader_instance(), me.as_str()),
+                ];
+                return Action::Txn(Purpose::Elect, ops);
+            }
+            Gate::Abdicate => {
+                let ops = vec![
+                    TxnOp::Check(Check::Session(sid)),
+                    TxnOp::Check(Check::Value(j.paths.leader_instance(), me.as_str().into())),
+                    TxnOp::delete(j.paths.leader_instance()),
+                ];
+                return Action::Txn(Purpose::Abdicate, ops);
+            }
+            Gate::Trigger(param) => {
+                let ops = vec![
+                    TxnOp::Check(Check::Session(sid)),
+                    TxnOp::delete(j.paths.trigger(&me)),
+                ];
+                return Action::Txn(
+                    Purpose::ConsumeTrigger {
+                        parameter: param.to_owned(),
+                    },
+                    ops,
+                );
+            }
         }
 
         let mut wake: Vec<u64> = Vec::new();
@@ -1995,11 +2047,9 @@ impl Machine {
                 continue;
             };
             let view = Arc::clone(j.cache.view());
-            if !view.instances.contains(&me)
-                || !view.server_enabled(me.server_ip())
-                || view.leader.is_none()
-                || view.triggers.contains_key(&me)
-            {
+            // Only where the decision would come to the items, and claim from this server.
+            let standing = Standing::of(j, &view, &me, sid);
+            if !standing.enabled || !matches!(standing.gate(&view, &me), Gate::Items) {
                 continue;
             }
             // The decision's own state, put back afterwards: this only looks.
