@@ -1108,10 +1108,7 @@ fn operator(
             }
         }
         k => {
-            let Some(mut config) = c.config_of(&job) else {
-                return;
-            };
-            match k {
+            let edit = |config: &mut JobConfig| match k {
                 6 => config.sharding_total_count = rng.between(1, max_items) as u32,
                 7 => {
                     let (cron, _) = *rng.pick(&CRONS[..5]).unwrap_or(&CRONS[0]);
@@ -1124,16 +1121,14 @@ fn operator(
                         config.misfire = !config.misfire;
                     }
                 }
+            };
+            match c.operator_edit_config(&job, edit) {
+                // No configuration to edit now (a registry that lost it): the operator waits.
+                Err(ClusterError::NoConfig { .. }) => {}
+                result => {
+                    refusal(c.now, result, refused);
+                }
             }
-            config
-                .sharding_item_parameters
-                .retain(|i, _| *i < config.sharding_total_count);
-            write(
-                c,
-                &format!("/{job}/config"),
-                config.to_yaml().as_bytes(),
-                refused,
-            );
         }
     }
 }
