@@ -837,6 +837,10 @@ impl Store {
         }
         // Counted first, so the batch is allocated once at its size.
         let due = w.queue.iter().take_while(|q| q.at <= now).count();
+        if due == 0 {
+            // Most polls find nothing: no drain to set up and tear down.
+            return Vec::new();
+        }
         w.queue.drain(..due).map(|q| q.event).collect()
     }
 
@@ -939,7 +943,7 @@ impl Store {
         // Path order puts `a-b` (and other names with a byte below `/`) between `a` and
         // `a/x`; ordering by segments gives parents before children and siblings by name.
         // The input is nearly sorted, which the sort takes in about linear time.
-        below.sort_by(|a, b| a.0.segments().cmp(b.0.segments()));
+        below.sort_by(|a, b| a.0.cmp_segments(b.0));
         let mut out = Vec::with_capacity(below.len() + 1);
         out.push(top.node(root.clone()));
         out.extend(below.into_iter().map(|(path, n)| n.node(path.clone())));
