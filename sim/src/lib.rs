@@ -71,7 +71,10 @@
 //! machine takes its own decisions on them. On one core of a shared machine, the standard world
 //! (5 instances, 20 jobs from every second to hourly, an hour of faults, some 95,000 item runs)
 //! runs at about 1,500 times real time; the same world with crons from every minute to hourly
-//! (about 2,200 item runs an hour; `examples/minute_world.rs`) at about 20,000 times. Worlds
+//! (about 2,200 item runs an hour; `examples/minute_world.rs`) at about 20,000 times. A busy
+//! world's wall time follows its item runs (the binary's second summary line counts them): the
+//! standard world's seeds draw from 14,000 to 185,000 item runs an hour, at 19 to 48 µs of one
+//! core each (median 28 µs, seeds 7000 to 7099). Worlds
 //! allocate for every event they deliver: a test binary that runs many seeds gains about a
 //! fifth from a faster global allocator, as the `shardjob-sim` binary does with `mimalloc`.
 //!

@@ -81,7 +81,7 @@ fn main() -> ExitCode {
     let mut violations = 0u64;
     let mut sim_ms = 0u64;
     let mut ran = 0u64;
-    let (mut retries, mut ignored, mut fenced) = (0, 0, 0);
+    let (mut retries, mut ignored, mut fenced, mut runs) = (0, 0, 0, 0);
     for seed in from..from.saturating_add(count) {
         let mut cfg = base.clone();
         cfg.seed = seed;
@@ -92,6 +92,7 @@ fn main() -> ExitCode {
         retries += report.retries;
         ignored += report.ignored_cancel;
         fenced += report.fenced_after_pause;
+        runs += report.runs;
         if args.determinism_every > 0 && seed % args.determinism_every == 0 {
             let again = world::run(&cfg);
             if again.trace_hash != report.trace_hash {
@@ -128,8 +129,9 @@ fn main() -> ExitCode {
     println!(
         "seeds={ran} violations={violations} sim_hours={hours:.2} wall_s={wall:.2} compression={compression:.0}x"
     );
+    // What a simulated hour costs depends mostly on how many item runs the seeds drew.
     println!(
-        "(retries={retries} overlaps_of_jobs_ignoring_cancel={ignored} fenced_after_pause={fenced})"
+        "(item_runs={runs} retries={retries} overlaps_of_jobs_ignoring_cancel={ignored} fenced_after_pause={fenced})"
     );
     if args.plant.is_some() {
         return if violations > 0 {
