@@ -161,6 +161,10 @@ pub struct Node {
     pub partitioned: bool,
     /// Whether its requests reach the registry but nothing comes back.
     pub deaf: bool,
+    /// How many of its next requests lose their reply: each reaches the registry and applies,
+    /// and the node hears a timeout after [`Cluster::request_timeout`] instead (a connection
+    /// that drops between a request and its reply). Events still reach it.
+    pub lose_replies: u32,
     /// Since when the whole process is paused, if it is.
     pub paused: Option<u64>,
     /// Milliseconds its wall clock is ahead of true time (negative: behind).
@@ -415,6 +419,7 @@ impl Cluster {
             crashed: false,
             partitioned: false,
             deaf: false,
+            lose_replies: 0,
             paused: None,
             skew: 0,
             shutdown_requested: false,
@@ -670,7 +675,11 @@ impl Cluster {
                         self.transactions[n] += 1;
                     }
                     let reply = self.execute(n, op);
-                    let (at, reply) = if self.nodes[n].deaf {
+                    let lost = self.nodes[n].lose_replies > 0;
+                    if lost {
+                        self.nodes[n].lose_replies -= 1;
+                    }
+                    let (at, reply) = if self.nodes[n].deaf || lost {
                         (
                             self.now + self.request_timeout,
                             RegistryReply::Failed(RegistryError::Timeout),

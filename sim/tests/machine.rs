@@ -1160,3 +1160,52 @@ fn a_trigger_ended_by_a_move_leaves_the_scheduled_fires_running() {
         }
     }
 }
+
+#[test]
+fn an_adoption_waiting_on_a_lost_probe_probes_again() {
+    // One instance, without its safety sweep, idle between fires, so its lease has lapsed when
+    // it claims the next fire. The claim applies but its reply is lost; the instance sees its
+    // own markers and, before it adopts them, must confirm its session. That probe's reply is
+    // lost too. Nothing else is under way: no run, no doubt (nothing ran when the lease
+    // lapsed), no failed request left to retry. The adoption still waits for a confirmation,
+    // so the machine must probe again by itself; if it does not, the job stalls for good
+    // (its later fires wait behind the markers too).
+    let mut c = Cluster::new();
+    let id = shardjob_core::InstanceId::new(A).unwrap();
+    c.options = Some(shardjob_core::machine::MachineOptions {
+        safety_sweep: false,
+        ..shardjob_core::machine::MachineOptions::new(id)
+    });
+    c.add_node(A, &[job("pay", "0/10 * * * * ?", 2)]).unwrap();
+    c.run_until(15_000);
+    let before = c.requests[0];
+    // The claim of the fire at 20 s (sent at 19.75 s) and the probe after it.
+    c.nodes[0].lose_replies = 2;
+    c.run_until(35_000);
+    assert_eq!(c.nodes[0].lose_replies, 0);
+    assert!(
+        c.requests[0] - before > 2,
+        "no request after the lost probe"
+    );
+    let fire = fire_at(&c, 20_000);
+    let runs: Vec<_> = c.runs.iter().filter(|r| r.fire == fire).collect();
+    assert_eq!(
+        runs.iter().map(|r| r.item).collect::<BTreeSet<_>>(),
+        BTreeSet::from([0, 1]),
+        "{runs:#?}"
+    );
+    assert_eq!(runs.len(), 2, "{runs:#?}");
+    // Two lost replies (2 s each) and a probe after a quarter session timeout: not the
+    // reconcile interval's ten minutes.
+    assert!(runs.iter().all(|r| r.start < 25_000), "{runs:#?}");
+    // The next fire is on time again.
+    let next = fire_at(&c, 30_000);
+    assert_eq!(
+        c.runs
+            .iter()
+            .filter(|r| r.fire == next && r.start == 30_000)
+            .count(),
+        2
+    );
+    c.assert_no_overlap();
+}
