@@ -55,6 +55,8 @@ fn seeds_where_a_lost_probe_once_stalled_a_job_converge() {
     // In these worlds an instance that was deaf to the registry had a claim apply unseen and
     // then lost the probe meant to confirm its session before adopting that claim; with no
     // other wake it waited for the reconcile interval, and the liveness checker caught it.
+    // (`machine.rs`, `an_adoption_waiting_on_a_lost_probe_probes_again`, builds the case by
+    // hand, so it does not depend on these traces staying as they are.)
     for seed in [109_258, 159_351] {
         let cfg = WorldConfig {
             duration_ms: 108_000,
