@@ -1032,16 +1032,21 @@ fn items_of_a_busy_owner_move_within_a_run_not_after_the_whole_reshard_wait() {
     c.assert_no_overlap();
 }
 
-/// One instance, without its safety sweep, hosting a job that fires every minute.
-fn minutely_without_sweep() -> Cluster {
+/// One instance, without its safety sweep, hosting `job`.
+fn alone_without_sweep(job: JobConfig) -> Cluster {
     let mut c = Cluster::new();
     let id = shardjob_core::InstanceId::new(A).unwrap();
     c.options = Some(shardjob_core::machine::MachineOptions {
         safety_sweep: false,
         ..shardjob_core::machine::MachineOptions::new(id)
     });
-    c.add_node(A, &[job("minutely", "0 * * * * ?", 1)]).unwrap();
+    c.add_node(A, &[job]).unwrap();
     c
+}
+
+/// One instance, without its safety sweep, hosting a job that fires every minute.
+fn minutely_without_sweep() -> Cluster {
+    alone_without_sweep(job("minutely", "0 * * * * ?", 1))
 }
 
 /// The wall-clock steps the first node noticed.
@@ -1170,13 +1175,7 @@ fn an_adoption_waiting_on_a_lost_probe_probes_again() {
     // lapsed), no failed request left to retry. The adoption still waits for a confirmation,
     // so the machine must probe again by itself; if it does not, the job stalls for good
     // (its later fires wait behind the markers too).
-    let mut c = Cluster::new();
-    let id = shardjob_core::InstanceId::new(A).unwrap();
-    c.options = Some(shardjob_core::machine::MachineOptions {
-        safety_sweep: false,
-        ..shardjob_core::machine::MachineOptions::new(id)
-    });
-    c.add_node(A, &[job("pay", "0/10 * * * * ?", 2)]).unwrap();
+    let mut c = alone_without_sweep(job("pay", "0/10 * * * * ?", 2));
     c.run_until(15_000);
     let before = c.requests[0];
     // The claim of the fire at 20 s (sent at 19.75 s) and the probe after it.
