@@ -1,0 +1,308 @@
+//! Configuration: get, update (validated, compare-and-set on the `config` node's version) and
+//! remove (ElasticJob's `JobConfigurationAPI`).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_yaml_ng::{Mapping, Value};
+use shardjob_core::JobConfig;
+use shardjob_core::config::Strictness;
+use shardjob_core::registry::{Registry, RegistryError, Version};
+
+use crate::error::{OpsError, Result};
+use crate::{Ops, stats};
+
+/// A job's configuration as the registry holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobConfigRead {
+    /// The configuration, read leniently (keys of newer versions are ignored).
+    pub config: JobConfig,
+    /// The `config` node's text as stored.
+    pub yaml: String,
+    /// The `config` node's version: pass it to [`Ops::update_config`] so the update applies
+    /// only if nobody changed the node since.
+    pub version: Version,
+}
+
+/// One key whose value differs between two configurations.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConfigChange {
+    /// The YAML key (ElasticJob's camelCase name).
+    pub key: String,
+    /// The value before, as YAML; `None` if the key was not written.
+    pub old: Option<String>,
+    /// The value after, as YAML; `None` if the key is not written.
+    pub new: Option<String>,
+}
+
+/// The keys whose values differ between `old` and `new`, by key, as they would be written.
+pub fn config_changes(old: &JobConfig, new: &JobConfig) -> Vec<ConfigChange> {
+    let a = yaml_entries(&old.to_yaml());
+    let b = yaml_entries(&new.to_yaml());
+    let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| ConfigChange {
+            key: k.clone(),
+            old: a.get(k).cloned(),
+            new: b.get(k).cloned(),
+        })
+        .collect()
+}
+
+/// Top-level keys of a YAML mapping with their values rendered as YAML.
+fn yaml_entries(yaml: &str) -> BTreeMap<String, String> {
+    let Ok(Value::Mapping(m)) = serde_yaml_ng::from_str::<Value>(yaml) else {
+        return BTreeMap::new();
+    };
+    m.into_iter()
+        .filter_map(|(k, v)| {
+            let k = k.as_str()?.to_owned();
+            let v = serde_yaml_ng::to_string(&v).unwrap_or_default();
+            Some((k, v.trim_end().to_owned()))
+        })
+        .collect()
+}
+
+/// The executor key: ElasticJob 3.0.0 to 3.0.4 call it `jobExecutorServiceHandlerType`, 3.0.5
+/// and shardjob `jobExecutorThreadPoolSizeProviderType`.
+const EXECUTOR_KEY_304: &str = "jobExecutorServiceHandlerType";
+const EXECUTOR_KEY: &str = "jobExecutorThreadPoolSizeProviderType";
+
+/// Every top-level key ElasticJob 3.0.x writes (both names of the executor key).
+const KNOWN_KEYS: &[&str] = &[
+    "cron",
+    "description",
+    "disabled",
+    "failover",
+    "jobErrorHandlerType",
+    EXECUTOR_KEY_304,
+    EXECUTOR_KEY,
+    "jobExtraConfigurations",
+    "jobListenerTypes",
+    "jobName",
+    "jobParameter",
+    "jobShardingStrategyType",
+    "label",
+    "maxTimeDiffSeconds",
+    "misfire",
+    "monitorExecution",
+    "overwrite",
+    "props",
+    "reconcileIntervalMinutes",
+    "shardingItemParameters",
+    "shardingTotalCount",
+    "staticSharding",
+    "timeZone",
+];
+
+/// The YAML to store for `new` in place of `current`: shardjob's full YAML, written with the
+/// executor key's name that `current` uses (an ElasticJob 3.0.4 node keeps
+/// `jobExecutorServiceHandlerType`, which is all 3.0.4 can read), and keeping top-level keys
+/// of `current` that shardjob does not know (a newer version's), so an update loses nothing.
+pub(crate) fn yaml_for_update(new: &JobConfig, current: &str) -> String {
+    let written = new.to_yaml();
+    let Ok(Value::Mapping(current)) = serde_yaml_ng::from_str::<Value>(current) else {
+        return written;
+    };
+    let Ok(Value::Mapping(fresh)) = serde_yaml_ng::from_str::<Value>(&written) else {
+        return written;
+    };
+    let old_key = current.contains_key(EXECUTOR_KEY_304) && !current.contains_key(EXECUTOR_KEY);
+    let mut out: BTreeMap<String, Value> = BTreeMap::new();
+    for (k, v) in fresh {
+        let Some(k) = k.as_str() else { continue };
+        let k = if old_key && k == EXECUTOR_KEY {
+            EXECUTOR_KEY_304
+        } else {
+            k
+        };
+        out.insert(k.to_owned(), v);
+    }
+    // ElasticJob reads a missing `timeZone` as the JVM's zone and accepts only `GMT…` ids:
+    // a node without the key keeps going without it while the zone stays shardjob's default
+    // (which a missing key means to shardjob too).
+    let mut reshaped = false;
+    if !current.contains_key("timeZone") && new.time_zone == shardjob_core::JobTimeZone::utc() {
+        reshaped |= out.remove("timeZone").is_some();
+    }
+    for (k, v) in current {
+        if let Some(k) = k.as_str()
+            && !KNOWN_KEYS.contains(&k)
+        {
+            reshaped = true;
+            out.insert(k.to_owned(), v);
+        }
+    }
+    if !old_key && !reshaped {
+        return written;
+    }
+    // Alphabetical, as ElasticJob writes the node.
+    let mapping: Mapping = out
+        .into_iter()
+        .map(|(k, v)| (Value::String(k), v))
+        .collect();
+    serde_yaml_ng::to_string(&Value::Mapping(mapping)).unwrap_or(written)
+}
+
+impl<R: Registry + ?Sized> Ops<'_, R> {
+    /// The job's configuration and the `config` node's version.
+    pub async fn config(&self, job: &str) -> Result<JobConfigRead> {
+        let paths = crate::job_paths(job)?;
+        let node = self
+            .registry
+            .get(&paths.config())
+            .await
+            .map_err(|e| OpsError::registry(format!("reading the configuration of {job:?}"), e))?
+            .ok_or_else(|| OpsError::JobNotFound {
+                job: job.to_owned(),
+            })?;
+        let yaml = String::from_utf8(node.data).map_err(|_| OpsError::BadConfigNode {
+            path: paths.config(),
+            reason: "it is not UTF-8 text".to_owned(),
+        })?;
+        let config = stats::read_config(&yaml).map_err(|reason| OpsError::BadConfigNode {
+            path: paths.config(),
+            reason,
+        })?;
+        Ok(JobConfigRead {
+            config,
+            yaml,
+            version: node.stat.version,
+        })
+    }
+
+    /// Replaces the job's configuration with `new`, if the `config` node still has version
+    /// `expected` (from [`Ops::config`]); returns the new version.
+    ///
+    /// `new` must name the same job and pass validation (every problem is named in
+    /// [`OpsError::InvalidConfig`]); a node changed meanwhile is [`OpsError::Conflict`]. In
+    /// every error case nothing is written. Live instances pick the change up from the watch:
+    /// a new schedule, a re-shard for a new item count.
+    pub async fn update_config(
+        &self,
+        job: &str,
+        new: &JobConfig,
+        expected: Version,
+    ) -> Result<Version> {
+        let paths = crate::job_paths(job)?;
+        if new.job_name != job {
+            return Err(OpsError::JobNameMismatch {
+                job: job.to_owned(),
+                found: new.job_name.clone(),
+            });
+        }
+        new.validate().map_err(|source| OpsError::InvalidConfig {
+            job: job.to_owned(),
+            source,
+        })?;
+        let current = self
+            .registry
+            .get(&paths.config())
+            .await
+            .map_err(|e| OpsError::registry(format!("reading the configuration of {job:?}"), e))?
+            .ok_or_else(|| OpsError::JobNotFound {
+                job: job.to_owned(),
+            })?;
+        if current.stat.version != expected {
+            return Err(OpsError::Conflict {
+                what: format!("the configuration of job {job:?}"),
+                source: RegistryError::BadVersion {
+                    path: paths.config(),
+                    expected,
+                },
+            });
+        }
+        let yaml = yaml_for_update(new, &String::from_utf8_lossy(&current.data));
+        match self
+            .registry
+            .set(&paths.config(), yaml.into_bytes(), Some(expected))
+            .await
+        {
+            Ok(stat) => Ok(stat.version),
+            Err(RegistryError::NoNode(_)) => Err(OpsError::JobNotFound {
+                job: job.to_owned(),
+            }),
+            Err(e) => Err(OpsError::registry(
+                format!("the configuration of job {job:?}"),
+                e,
+            )),
+        }
+    }
+
+    /// [`Ops::update_config`] from YAML text (a file an operator wrote): read strictly, so a
+    /// misspelt key is a problem too, and validated; every problem is named.
+    pub async fn update_config_yaml(
+        &self,
+        job: &str,
+        yaml: &str,
+        expected: Version,
+    ) -> Result<Version> {
+        let new = JobConfig::from_yaml(yaml, Strictness::Strict).map_err(|source| {
+            OpsError::InvalidConfig {
+                job: job.to_owned(),
+                source,
+            }
+        })?;
+        self.update_config(job, &new, expected).await
+    }
+
+    /// Removes the job: its whole subtree (ElasticJob's `removeJobConfiguration`). Live
+    /// instances see their nodes go and leave the job. [`OpsError::JobNotFound`] if the
+    /// namespace has no such job.
+    pub async fn remove_job(&self, job: &str) -> Result<()> {
+        let (paths, _) = self.existing_job(job).await?;
+        self.registry
+            .delete_tree(paths.root())
+            .await
+            .map_err(|e| OpsError::registry(format!("removing job {job:?}"), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_elasticjob_304_node_keeps_its_executor_key_and_unknown_keys() {
+        let current = "cron: 0/5 * * * * ?\njobExecutorServiceHandlerType: CPU\njobName: j\n\
+                       shardingTotalCount: 3\nfutureKey: 7\n";
+        let new = JobConfig::new("j", 4);
+        let yaml = yaml_for_update(&new, current);
+        assert!(
+            yaml.contains("jobExecutorServiceHandlerType: CPU"),
+            "{yaml}"
+        );
+        assert!(!yaml.contains(EXECUTOR_KEY), "{yaml}");
+        assert!(yaml.contains("futureKey: 7"), "{yaml}");
+        assert!(!yaml.contains("timeZone"), "{yaml}");
+        let keys: Vec<String> = yaml_entries(&yaml).into_keys().collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted);
+        // shardjob reads it back to the same configuration.
+        let back = JobConfig::from_yaml(&yaml, Strictness::Lenient).unwrap();
+        assert_eq!(back, new);
+        // A node in shardjob's own form is written as shardjob writes it.
+        assert_eq!(
+            yaml_for_update(&new, &JobConfig::new("j", 3).to_yaml()),
+            new.to_yaml()
+        );
+    }
+
+    #[test]
+    fn changes_name_the_keys() {
+        let old = JobConfig::new("j", 3);
+        let mut new = old.clone();
+        new.sharding_total_count = 5;
+        new.description = "d".into();
+        let changes = config_changes(&old, &new);
+        let keys: Vec<&str> = changes.iter().map(|c| c.key.as_str()).collect();
+        assert_eq!(keys, ["description", "shardingTotalCount"]);
+        assert_eq!(changes[1].old.as_deref(), Some("3"));
+        assert_eq!(changes[1].new.as_deref(), Some("5"));
+        assert!(config_changes(&old, &old).is_empty());
+    }
+}
