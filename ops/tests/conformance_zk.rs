@@ -1,0 +1,45 @@
+//! The operation API's conformance suite against a real ZooKeeper server (started by the test
+//! kit, shared by the tests of this file; each test has a namespace of its own).
+
+mod suite;
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shardjob_backend_zk::{ZkConfig, ZkRegistry};
+use shardjob_core::registry::Registry;
+use shardjob_testkit::Cluster;
+use suite::Backend;
+
+static SHARED: OnceLock<Cluster> = OnceLock::new();
+
+fn shared() -> &'static Cluster {
+    SHARED.get_or_init(|| Cluster::zookeeper(1).unwrap_or_else(|e| panic!("{e}")))
+}
+
+struct Zk {
+    connect: String,
+    prefix: String,
+}
+
+#[async_trait]
+impl Backend for Zk {
+    async fn client(&self, ns: &str) -> Box<dyn Registry> {
+        let config = ZkConfig::new(self.connect.clone())
+            .namespace(format!("{}/{ns}", self.prefix))
+            .session_timeout(Duration::from_secs(10))
+            .request_timeout(Duration::from_secs(10));
+        Box::new(ZkRegistry::connect(config).await.unwrap())
+    }
+}
+
+async fn make(test: &str) -> Zk {
+    let cluster = tokio::task::block_in_place(shared);
+    Zk {
+        connect: cluster.connect_string(),
+        prefix: format!("/ops/{test}"),
+    }
+}
+
+ops_tests!(make);
