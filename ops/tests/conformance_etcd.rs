@@ -43,3 +43,16 @@ async fn make(test: &str) -> Etcd {
 }
 
 ops_tests!(make);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_unreachable() {
+    let mut cluster =
+        tokio::task::block_in_place(|| Cluster::etcd(1).unwrap_or_else(|e| panic!("{e}")));
+    let config = EtcdConfig::new(cluster.endpoints())
+        .namespace("/ops/down")
+        .lease_ttl(Duration::from_secs(4))
+        .request_timeout(Duration::from_secs(2));
+    let reg = EtcdRegistry::connect(config).await.unwrap();
+    tokio::task::block_in_place(|| cluster.kill(1)).unwrap();
+    suite::calls_fail_as_unreachable(&reg).await;
+}

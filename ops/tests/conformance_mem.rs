@@ -27,3 +27,12 @@ async fn make(_test: &str) -> Mem {
 }
 
 ops_tests!(make);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_client_is_unreachable() {
+    let server = MemServer::default();
+    let reg = server.connect(Duration::from_secs(10));
+    let id = reg.session().expect("a session").id;
+    assert!(server.suspend(id));
+    suite::calls_fail_as_unreachable(&reg).await;
+}

@@ -43,3 +43,16 @@ async fn make(test: &str) -> Zk {
 }
 
 ops_tests!(make);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_is_unreachable() {
+    let mut cluster =
+        tokio::task::block_in_place(|| Cluster::zookeeper(1).unwrap_or_else(|e| panic!("{e}")));
+    let config = ZkConfig::new(cluster.connect_string())
+        .namespace("/ops/down")
+        .session_timeout(Duration::from_secs(4))
+        .request_timeout(Duration::from_secs(2));
+    let reg = ZkRegistry::connect(config).await.unwrap();
+    tokio::task::block_in_place(|| cluster.kill(1)).unwrap();
+    suite::calls_fail_as_unreachable(&reg).await;
+}

@@ -853,3 +853,27 @@ pub async fn build_large_namespace(
             .unwrap();
     }
 }
+
+/// With the registry out of reach, every call fails as [`ErrorKind::Unreachable`] within its
+/// deadline, and says so.
+pub async fn calls_fail_as_unreachable(reg: &dyn Registry) {
+    let ops = Ops::new(reg);
+    let started = std::time::Instant::now();
+    let errors = vec![
+        ops.jobs().await.unwrap_err(),
+        ops.servers().await.unwrap_err(),
+        ops.status("settle", Utc::now()).await.unwrap_err(),
+        ops.config("settle").await.unwrap_err(),
+        ops.trigger("settle", None).await.unwrap_err(),
+        ops.disable_item("settle", 0).await.unwrap_err(),
+    ];
+    for err in &errors {
+        assert_eq!(err.kind(), ErrorKind::Unreachable, "{err}");
+        assert!(err.to_string().contains("registry unreachable"), "{err}");
+    }
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
