@@ -79,6 +79,7 @@
 #![warn(missing_docs)]
 
 mod configure;
+mod dump;
 mod error;
 mod operate;
 mod stats;
@@ -92,6 +93,7 @@ use shardjob_core::layout::JobPaths;
 use shardjob_core::registry::{NodePath, Registry, RegistryError};
 
 pub use configure::{ConfigChange, JobConfigRead, config_changes};
+pub use dump::{format_dump, mask_ipv4};
 pub use error::{ErrorKind, OpsError, Result};
 pub use operate::{Scope, Shutdown};
 pub use stats::{

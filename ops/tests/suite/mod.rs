@@ -412,6 +412,22 @@ pub async fn reads_an_elasticjob_namespace(backend: &dyn Backend) {
         [("192.168.10.11", 1, 3, 1), ("192.168.10.12", 1, 2, 1)]
     );
 
+    // The dump: ElasticJob's snapshot lines, IPs masked.
+    let report_config = text(&*reg, JobPaths::new("report").unwrap().config())
+        .await
+        .unwrap();
+    assert_eq!(
+        ops.dump("report").await.unwrap(),
+        format!(
+            "/report/sharding | \n/report/sharding/0 | \n/report/sharding/0/instance | ip1@-@4021\n\
+             /report/servers | \n/report/servers/ip1 | ENABLED\n/report/config | {report_config}\n"
+        )
+    );
+    assert_eq!(
+        ops.dump("nope").await.unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+
     // The configuration reads, and an update keeps the key names ElasticJob 3.0.4 reads.
     let read = ops.config("settle").await.unwrap();
     assert_eq!(read.yaml, ELASTICJOB_304_CONFIG);
