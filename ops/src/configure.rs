@@ -24,6 +24,17 @@ pub struct JobConfigRead {
     pub version: Version,
 }
 
+/// A configuration update worked out but not written: what `config set` shows before it asks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigPlan {
+    /// The configuration the registry holds now, with the version the update will require.
+    pub current: JobConfigRead,
+    /// The new configuration, read and validated.
+    pub new: JobConfig,
+    /// The keys that change.
+    pub changes: Vec<ConfigChange>,
+}
+
 /// One key whose value differs between two configurations.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConfigChange {
@@ -247,6 +258,36 @@ impl<R: Registry + ?Sized> Ops<'_, R> {
             }
         })?;
         self.update_config(job, &new, expected).await
+    }
+
+    /// Reads `yaml` (strictly: a misspelt key is a problem) as the job's new configuration,
+    /// validates it (every problem named) and compares it with the registry's, writing nothing.
+    /// Apply it with [`Ops::update_config`]`(job, &plan.new, plan.current.version)`, which fails
+    /// if the configuration changed meanwhile.
+    pub async fn plan_config(&self, job: &str, yaml: &str) -> Result<ConfigPlan> {
+        let current = self.config(job).await?;
+        let new = JobConfig::from_yaml(yaml, Strictness::Strict).map_err(|source| {
+            OpsError::InvalidConfig {
+                job: job.to_owned(),
+                source,
+            }
+        })?;
+        if new.job_name != job {
+            return Err(OpsError::JobNameMismatch {
+                job: job.to_owned(),
+                found: new.job_name,
+            });
+        }
+        new.validate().map_err(|source| OpsError::InvalidConfig {
+            job: job.to_owned(),
+            source,
+        })?;
+        let changes = config_changes(&current.config, &new);
+        Ok(ConfigPlan {
+            current,
+            new,
+            changes,
+        })
     }
 
     /// Removes the job: its whole subtree (ElasticJob's `removeJobConfiguration`). Live

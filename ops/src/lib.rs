@@ -92,7 +92,7 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use shardjob_core::layout::JobPaths;
 use shardjob_core::registry::{NodePath, Registry, RegistryError};
 
-pub use configure::{ConfigChange, JobConfigRead, config_changes};
+pub use configure::{ConfigChange, ConfigPlan, JobConfigRead, config_changes};
 pub use dump::{format_dump, mask_ipv4};
 pub use error::{ErrorKind, OpsError, Result};
 pub use operate::{Scope, Shutdown};

@@ -662,9 +662,19 @@ pub async fn config_update_is_compare_and_set(backend: &dyn Backend) {
         .unwrap_err();
     assert!(matches!(err, OpsError::JobNameMismatch { .. }), "{err}");
     assert_eq!(snapshot(&*reg).await, before);
-    // From a file, valid: applies.
+    // From a file, valid: planned (nothing written), then applied.
     let yaml = "jobName: settle\nshardingTotalCount: 2\ncron: 0 * * * * ?\n";
-    ops.update_config_yaml("settle", yaml, version)
+    let plan = ops.plan_config("settle", yaml).await.unwrap();
+    assert_eq!(plan.current.version, version);
+    let keys: Vec<&str> = plan.changes.iter().map(|c| c.key.as_str()).collect();
+    assert_eq!(keys, ["cron", "description", "shardingTotalCount"]);
+    assert_eq!(snapshot(&*reg).await, before);
+    let err = ops
+        .plan_config("settle", "jobName: settle\n")
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadInput, "{err}");
+    ops.update_config("settle", &plan.new, plan.current.version)
         .await
         .unwrap();
     assert_eq!(
