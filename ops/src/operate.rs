@@ -127,6 +127,10 @@ impl<R: Registry + ?Sized> Ops<'_, R> {
     /// Disables the scope's servers: `servers/{ip}` ← `DISABLED` (ElasticJob's
     /// `JobOperateAPI.disable`). Their instances give up their items at the next re-shard.
     /// Returns the (job, ip) pairs written.
+    ///
+    /// Where ElasticJob would create a server node that does not exist (a job and an IP
+    /// given), this refuses with [`OpsError::ServerNotFound`]: a misspelt IP must not leave a
+    /// node behind. A job without any server node is [`OpsError::NoServers`].
     pub async fn disable(&self, scope: &Scope) -> Result<Vec<(String, String)>> {
         self.set_servers(scope, DISABLED).await
     }
