@@ -83,6 +83,19 @@ pub enum RegistryUrlError {
     /// The registry could not be reached.
     #[error("cannot connect to the registry: {0}")]
     Connect(String),
+    /// The registry refused this client access to the namespace (an ACL the credentials do
+    /// not satisfy, or etcd authentication). Not retried.
+    #[error(
+        "the registry at {address} refused access to namespace {namespace:?}: {cause}; give the credentials that own it (zk://user:pass@… / etcd://user:pass@…, $SHARDJOB_REGISTRY_USER and $SHARDJOB_REGISTRY_PASSWORD, or regCenter.digest)"
+    )]
+    NotAuthorized {
+        /// The hosts.
+        address: String,
+        /// The namespace.
+        namespace: String,
+        /// The registry's answer.
+        cause: String,
+    },
     /// The registry could not be reached within the time given to keep trying.
     #[error(
         "cannot connect to the registry at {address} after {attempts} attempt(s) in {waited:?}: {cause}"
@@ -463,6 +476,39 @@ impl RegistryUrl {
         }
     }
 
+    /// Reads the namespace's children once, so credentials that do not open it fail here,
+    /// at start-up, with a message that says so, rather than in every later request.
+    #[cfg(any(feature = "zk", feature = "etcd"))]
+    async fn check_access(
+        &self,
+        registry: Arc<dyn Registry>,
+    ) -> Result<Arc<dyn Registry>, RegistryUrlError> {
+        use shardjob_core::registry::{NodePath, RegistryError};
+        match registry.children(&NodePath::root()).await {
+            Ok(_) => Ok(registry),
+            Err(RegistryError::NotAuthorized(cause)) => {
+                let _ = registry.close().await;
+                let namespace = match self {
+                    RegistryUrl::ZooKeeper { namespace, .. }
+                    | RegistryUrl::Etcd { namespace, .. } => namespace.clone(),
+                    RegistryUrl::Mem => String::new(),
+                };
+                Err(RegistryUrlError::NotAuthorized {
+                    address: self.address(),
+                    namespace,
+                    cause,
+                })
+            }
+            Err(e) => {
+                let _ = registry.close().await;
+                Err(RegistryUrlError::Connect(format!(
+                    "{}: {e}",
+                    self.address()
+                )))
+            }
+        }
+    }
+
     async fn connect_once(
         &self,
         options: &ConnectOptions,
@@ -513,7 +559,7 @@ impl RegistryUrl {
                         servers.join(",")
                     )),
                 })?;
-                Ok(Arc::new(registry))
+                self.check_access(Arc::new(registry)).await
             }
             #[cfg(not(feature = "zk"))]
             RegistryUrl::ZooKeeper { .. } => Err(RegistryUrlError::NotBuiltIn {
@@ -545,7 +591,7 @@ impl RegistryUrl {
                     EtcdError::Config(e) => RegistryUrlError::Config(e.to_string()),
                     e => RegistryUrlError::Connect(format!("etcd at {}: {e}", endpoints.join(","))),
                 })?;
-                Ok(Arc::new(registry))
+                self.check_access(Arc::new(registry)).await
             }
             #[cfg(not(feature = "etcd"))]
             RegistryUrl::Etcd { .. } => Err(RegistryUrlError::NotBuiltIn {
