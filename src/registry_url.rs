@@ -48,6 +48,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shardjob_core::registry::Registry;
+#[cfg(any(feature = "zk", feature = "etcd"))]
+use shardjob_core::registry::RegistryError;
 
 /// The environment variable holding the registry user when the URL has none.
 pub const ENV_USER: &str = "SHARDJOB_REGISTRY_USER";
@@ -476,6 +478,22 @@ impl RegistryUrl {
         }
     }
 
+    /// The error of credentials the registry does not accept for this namespace.
+    #[cfg(any(feature = "zk", feature = "etcd"))]
+    fn not_authorized(&self, cause: String) -> RegistryUrlError {
+        let namespace = match self {
+            RegistryUrl::ZooKeeper { namespace, .. } | RegistryUrl::Etcd { namespace, .. } => {
+                namespace.clone()
+            }
+            RegistryUrl::Mem => String::new(),
+        };
+        RegistryUrlError::NotAuthorized {
+            address: self.address(),
+            namespace,
+            cause,
+        }
+    }
+
     /// Reads the namespace's children once, so credentials that do not open it fail here,
     /// at start-up, with a message that says so, rather than in every later request.
     #[cfg(any(feature = "zk", feature = "etcd"))]
@@ -589,6 +607,9 @@ impl RegistryUrl {
                 probe(endpoints, probe_timeout).await?;
                 let registry = EtcdRegistry::connect(config).await.map_err(|e| match e {
                     EtcdError::Config(e) => RegistryUrlError::Config(e.to_string()),
+                    EtcdError::Registry(RegistryError::NotAuthorized(cause)) => {
+                        self.not_authorized(cause)
+                    }
                     e => RegistryUrlError::Connect(format!("etcd at {}: {e}", endpoints.join(","))),
                 })?;
                 self.check_access(Arc::new(registry)).await

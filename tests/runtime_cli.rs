@@ -318,3 +318,44 @@ fn the_banner_does_not_show_the_password() {
     );
     assert!(!all.contains("hunter2"), "{all}");
 }
+
+/// A registry that is down: `run` tries again with backoff until `--wait-for-registry` is
+/// spent, logging each failed attempt with the address and the cause, then says it gave up.
+#[cfg(feature = "zk")]
+#[test]
+fn run_retries_a_registry_that_is_down_and_says_why() {
+    let file = job_file(
+        "- jobName: x\n  shardingTotalCount: 1\n  props:\n    script.command.line: 'true'\n",
+    );
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("zk://127.0.0.1:{closed}/ns");
+    let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(["run", file.path().to_str().unwrap(), "--registry", &url])
+        .args(["--wait-for-registry", "4s"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let address = format!("127.0.0.1:{closed}");
+    let attempts = err
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("cannot connect to the registry"))
+        .inspect(|l| {
+            assert!(
+                l.contains(&address) && l.contains("connection refused"),
+                "{l}"
+            )
+        })
+        .count();
+    assert!(attempts >= 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot connect to the registry at {address} after"
+        )),
+        "{err}"
+    );
+}
