@@ -492,8 +492,20 @@ fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, Strin
     }
     let given = args.registry.clone().or_else(|| env("SHARDJOB_REGISTRY"));
     let registry = match (given, &file.registry) {
-        (Some(url), _) => match RegistryUrl::parse(&url) {
-            Ok(r) => r,
+        (Some(url), from_file) => match RegistryUrl::parse(&url) {
+            Ok(r) => {
+                if let Some(reg) = from_file {
+                    let note = format!(
+                        "--registry (or SHARDJOB_REGISTRY) {r} replaces the file's \
+                         elasticjob.regCenter {} (its servers, namespace and digest; its \
+                         timeouts and retries still apply)",
+                        reg.url
+                    );
+                    tracing::warn!("{note}");
+                    writeln!(out, "shardjob: warning: {note}")?;
+                }
+                r
+            }
             Err(e) => return Ok(Err(format!("error: --registry: {e}"))),
         },
         (None, Some(reg)) => reg.url.clone(),

@@ -323,6 +323,17 @@ impl Reader<'_> {
                 known.iter().copied().find(|n| *n == written)
             };
             match canonical {
+                None if known.contains(&"elasticJobType")
+                    && relaxed(&written, &["jobName"]).is_some() =>
+                {
+                    self.problem(
+                        &join(path, &written),
+                        format!(
+                            "{what}: `{written}` is not read here: a job's name is its key under \
+                         elasticjob.jobs"
+                        ),
+                    )
+                }
                 None => self.problem(
                     &join(path, &written),
                     format!(

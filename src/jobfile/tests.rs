@@ -118,6 +118,11 @@ fn a_typo_is_refused_with_its_place_and_the_nearest_name() {
         err,
         ["3:3: job \"a\": unknown key `failovr` (did you mean `failover`?)"]
     );
+    let err = problems(&CAMEL.replace("      cron:", "      job-name: other\n      cron:"));
+    assert!(
+        err[0].contains("a job's name is its key under elasticjob.jobs"),
+        "{err:?}"
+    );
     // The same key twice under two spellings.
     let err = problems(&CAMEL.replace("      cron:", "      sharding-total-count: 2\n      cron:"));
     assert!(
