@@ -219,6 +219,7 @@ fn the_examples_pass() {
     for text in [
         include_str!("../../examples/jobs.yaml"),
         include_str!("../../examples/script_jobs.yaml"),
+        include_str!("../../examples/application.yml"),
     ] {
         if let Err(e) = load(text) {
             panic!("{e:?}");
