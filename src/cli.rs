@@ -66,8 +66,9 @@ pub struct RunArgs {
     /// The job file: a list of jobs in ElasticJob's keys, or the Spring Boot shape
     /// (`elasticjob.regCenter`, `elasticjob.jobs.<name>` with `elasticJobType`).
     pub file: PathBuf,
-    /// The registry: zk://[user:pass@]host:port,host:port/namespace,
-    /// etcd://[user:pass@]host:port,host:port/namespace, or mem:// (this process only: other
+    /// The registry: zk://host:port,host:port/namespace,
+    /// etcd://host:port,host:port/namespace (either with user:pass@ before the hosts for
+    /// credentials), or mem:// (this process only: other
     /// processes do not share it), optionally with `?session_timeout_ms=N` (which wins over
     /// the file's `sessionTimeoutMilliseconds`). Overrides the file's `elasticjob.regCenter`
     /// servers, namespace and digest. Default: $SHARDJOB_REGISTRY, else the file's

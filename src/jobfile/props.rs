@@ -1,5 +1,5 @@
 //! A job's `props` checked against its type: the keys the SCRIPT and HTTP jobs read (see
-//! [`crate::jobs::script`] and [`crate::jobs::http`]), with their values parsed as the job
+//! [`ScriptJob`](crate::jobs::ScriptJob) and [`HttpJob`](crate::jobs::HttpJob)), with their values parsed as the job
 //! will parse them at every run, so a file that would fail every run fails its check.
 //! Prop keys are literal (dotted), never relaxed.
 
