@@ -368,6 +368,9 @@ fn file_problems(file: &std::path::Path, problems: &[crate::jobfile::Note]) -> S
         .join("\n")
 }
 
+/// The environment variable that is `run`'s default `--registry`.
+pub const ENV_REGISTRY: &str = "SHARDJOB_REGISTRY";
+
 /// Reads a job file as `run` reads it.
 fn load_job_file(path: &std::path::Path) -> Result<crate::jobfile::JobFile, String> {
     let text = read_text(path)?;
@@ -386,6 +389,16 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
         Shape::Spring => "ElasticJob's Spring Boot shape (elasticjob:)",
     };
     writeln!(out, "# {}: {shape}", args.file.display())?;
+    if let Some(url) = std::env::var(ENV_REGISTRY).ok().filter(|v| !v.is_empty()) {
+        match crate::registry_url::RegistryUrl::parse(&url) {
+            Ok(url) => writeln!(
+                out,
+                "# registry: {url} (from {ENV_REGISTRY}, which `run` uses unless --registry is \
+                 given)"
+            )?,
+            Err(e) => return Ok(Err(format!("error: {ENV_REGISTRY}: {e}"))),
+        }
+    }
     match &file.registry {
         Some(reg) => {
             let mut settings = Vec::new();
@@ -491,7 +504,7 @@ fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, Strin
         connect.max_sleep = reg.max_sleep.unwrap_or(connect.max_sleep);
         connect.max_retries = reg.max_retries;
     }
-    let given = args.registry.clone().or_else(|| env("SHARDJOB_REGISTRY"));
+    let given = args.registry.clone().or_else(|| env(ENV_REGISTRY));
     let registry = match (given, &file.registry) {
         (Some(url), from_file) => match RegistryUrl::parse(&url) {
             Ok(r) => {
