@@ -572,6 +572,16 @@ impl RegistryUrl {
                 probe(servers, probe_timeout).await?;
                 let registry = ZkRegistry::connect(config).await.map_err(|e| match e {
                     ZkError::Config(e) => RegistryUrlError::Config(e.to_string()),
+                    ZkError::Registry(RegistryError::NotAuthorized(cause)) => {
+                        self.not_authorized(cause)
+                    }
+                    ZkError::Registry(RegistryError::Timeout) => {
+                        RegistryUrlError::Connect(format!(
+                            "ZooKeeper at {}: no session in time: the servers take TCP connections \
+                         but did not answer (paused, overloaded, TLS-only, or not ZooKeeper)",
+                            servers.join(",")
+                        ))
+                    }
                     ZkError::Registry(e) => RegistryUrlError::Connect(format!(
                         "ZooKeeper at {}: {e}",
                         servers.join(",")
@@ -609,6 +619,13 @@ impl RegistryUrl {
                     EtcdError::Config(e) => RegistryUrlError::Config(e.to_string()),
                     EtcdError::Registry(RegistryError::NotAuthorized(cause)) => {
                         self.not_authorized(cause)
+                    }
+                    EtcdError::Registry(RegistryError::Timeout) => {
+                        RegistryUrlError::Connect(format!(
+                            "etcd at {}: no answer in time: the endpoints take TCP connections \
+                             but did not answer (paused, overloaded, TLS expected, or not etcd)",
+                            endpoints.join(",")
+                        ))
                     }
                     e => RegistryUrlError::Connect(format!("etcd at {}: {e}", endpoints.join(","))),
                 })?;
@@ -981,6 +998,28 @@ mod tests {
             "{err:?}"
         );
         assert!(err.to_string().contains("connection refused"), "{err}");
+    }
+
+    /// A port that takes connections and never answers (a paused server) is said to be
+    /// that, with the address, not as a bare "timed out".
+    #[cfg(feature = "zk")]
+    #[tokio::test]
+    async fn a_silent_server_is_said_to_be_silent() {
+        // The kernel completes connections to a listening socket nobody accepts from.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = silent.local_addr().unwrap().port();
+        let url =
+            RegistryUrl::parse(&format!("zk://127.0.0.1:{port}/n?session_timeout_ms=500")).unwrap();
+        let options = ConnectOptions {
+            connection_timeout: Some(Duration::from_millis(500)),
+            ..ConnectOptions::default()
+        };
+        let err = url.connect_with(&options).await.err().unwrap().to_string();
+        assert!(
+            err.contains("did not answer") && err.contains(&format!("127.0.0.1:{port}")),
+            "{err}"
+        );
+        drop(silent);
     }
 
     /// A configuration the backend refuses is a configuration error, not a connection error.
