@@ -369,3 +369,17 @@ fn config_check_prints_effective_config_or_every_problem() {
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn durations_of_wait_for_registry() {
+    use shardjob::cli::parse_duration;
+    use std::time::Duration;
+    assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+    assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+    for bad in ["30", "s", "3d", "-1s", "99999999999999999999h", ""] {
+        assert!(parse_duration(bad).is_err(), "{bad:?}");
+    }
+}
