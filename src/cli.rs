@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use chrono::{DateTime, SecondsFormat, Utc};
 use clap::{Parser, Subcommand, ValueEnum};
 
-use shardjob_core::config::{self, KnownTypes, Strictness};
+use shardjob_core::config;
 use shardjob_core::sharding::{BuiltinStrategy, ShardingStrategy, registry_order};
 use shardjob_core::{CronExpr, InstanceId, JobTimeZone};
 
@@ -66,12 +66,23 @@ pub struct RunArgs {
     /// The job file: a list of jobs in ElasticJob's keys, or the Spring Boot shape
     /// (`elasticjob.regCenter`, `elasticjob.jobs.<name>` with `elasticJobType`).
     pub file: PathBuf,
-    /// The registry: mem:// (in this process only), zk://host:port,host:port/namespace or
-    /// etcd://host:port,host:port/namespace, optionally with `?session_timeout_ms=N` (which
-    /// wins over the file's `sessionTimeoutMilliseconds`). Overrides the file's
-    /// `elasticjob.regCenter`.
+    /// The registry: zk://host:port,host:port/namespace,
+    /// etcd://host:port,host:port/namespace (either with user:pass@ before the hosts for
+    /// credentials), or mem:// (this process only: other
+    /// processes do not share it), optionally with `?session_timeout_ms=N` (which wins over
+    /// the file's `sessionTimeoutMilliseconds`). Overrides the file's `elasticjob.regCenter`
+    /// servers, namespace and digest. Default: $SHARDJOB_REGISTRY, else the file's
+    /// regCenter; with neither, `run` refuses to start. Credentials may come from
+    /// $SHARDJOB_REGISTRY_USER and $SHARDJOB_REGISTRY_PASSWORD (kept out of process lists).
     #[arg(long)]
     pub registry: Option<String>,
+    /// How long to keep trying to reach the registry at start-up (`30s`, `500ms`, `2m`; `0`
+    /// tries once). Each failed attempt is logged with the address and the cause.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub wait_for_registry: std::time::Duration,
+    /// Refuse the file if it has a job `run` would skip (a Java-class job).
+    #[arg(long)]
+    pub strict: bool,
     /// This instance's id (default `{ip}@-@{pid}`).
     #[arg(long)]
     pub instance_id: Option<String>,
@@ -142,8 +153,10 @@ pub struct CronNextArgs {
 /// `shardjob config ...`.
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
-    /// Validate a job YAML file (one job or a list of jobs); print every problem, or the
-    /// effective configuration with defaults filled in.
+    /// Validate a job file as `shardjob run` reads it (a list of jobs, one job, or the Spring
+    /// Boot `elasticjob:` shape); print every problem with its line and column, or what `run`
+    /// would do (registry, jobs and kinds, skipped jobs, warnings) and the effective
+    /// configuration with defaults filled in.
     Check(ConfigCheckArgs),
 }
 
@@ -152,6 +165,30 @@ pub enum ConfigCommand {
 pub struct ConfigCheckArgs {
     /// The YAML file.
     pub file: PathBuf,
+}
+
+/// Parses a duration: a whole number with `ms`, `s`, `m` or `h`, or `0`.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    if text == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} has no unit: write e.g. 30s, 500ms, 2m"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} does not start with a whole number"))?;
+    let ms = match unit {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1000),
+        "m" => n.checked_mul(60_000),
+        "h" => n.checked_mul(3_600_000),
+        _ => return Err(format!("{text:?}: unknown unit {unit:?} (ms, s, m or h)")),
+    };
+    ms.map(std::time::Duration::from_millis)
+        .ok_or_else(|| format!("{text:?} is too long"))
 }
 
 /// A failure of the command line itself (not a problem found in the input).
@@ -318,30 +355,198 @@ fn read_text(path: &std::path::Path) -> Result<String, String> {
     String::from_utf8(bytes).map_err(|_| format!("{file}: error: not UTF-8 text"))
 }
 
+/// The file's problems, one line each, prefixed with the file's name.
+fn file_problems(file: &std::path::Path, problems: &[crate::jobfile::Note]) -> String {
+    let file = file.display();
+    problems
+        .iter()
+        .map(|p| match p.at {
+            Some(at) => format!("{file}:{at}: error: {}", p.message),
+            None => format!("{file}: error: {}", p.message),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The environment variable that is `run`'s default `--registry`.
+pub const ENV_REGISTRY: &str = "SHARDJOB_REGISTRY";
+
+/// Reads a job file as `run` reads it.
+fn load_job_file(path: &std::path::Path) -> Result<crate::jobfile::JobFile, String> {
+    let text = read_text(path)?;
+    crate::jobfile::load(&text).map_err(|problems| file_problems(path, &problems))
+}
+
 fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
-    let file = args.file.display();
-    let text = match read_text(&args.file) {
-        Ok(text) => text,
+    use crate::jobfile::Shape;
+    let file = match load_job_file(&args.file) {
+        Ok(file) => file,
         Err(e) => return Ok(Err(e)),
     };
-    match config::parse_jobs_file(&text, Strictness::Strict, &KnownTypes::default()) {
-        Ok(jobs) => {
-            for job in &jobs {
-                writeln!(out, "---")?;
-                write!(out, "{}", job.to_yaml())?;
-            }
-            Ok(Ok(()))
-        }
-        Err(config::JobConfigError::Yaml(e)) => Ok(Err(format!("{file}: error: {e}"))),
-        Err(e) => {
-            let lines: Vec<String> = e
-                .problems()
-                .iter()
-                .map(|p| format!("{file}: error: {p}"))
-                .collect();
-            Ok(Err(lines.join("\n")))
+    // What `run` would do, as YAML comments, then the effective configuration of each job.
+    let shape = match file.shape {
+        Shape::List => "a list of jobs",
+        Shape::Spring => "ElasticJob's Spring Boot shape (elasticjob:)",
+    };
+    writeln!(out, "# {}: {shape}", args.file.display())?;
+    if let Some(url) = std::env::var(ENV_REGISTRY).ok().filter(|v| !v.is_empty()) {
+        match crate::registry_url::RegistryUrl::parse(&url) {
+            Ok(url) => writeln!(
+                out,
+                "# registry: {url} (from {ENV_REGISTRY}, which `run` uses unless --registry is \
+                 given)"
+            )?,
+            Err(e) => return Ok(Err(format!("error: {ENV_REGISTRY}: {e}"))),
         }
     }
+    match &file.registry {
+        Some(reg) => {
+            let mut settings = Vec::new();
+            for (what, value) in [
+                ("session timeout", reg.session_timeout),
+                ("connection timeout", reg.connection_timeout),
+                ("first retry pause", reg.base_sleep),
+                ("longest retry pause", reg.max_sleep),
+            ] {
+                if let Some(v) = value {
+                    settings.push(format!("{what} {v:?}"));
+                }
+            }
+            if let Some(n) = reg.max_retries {
+                settings.push(format!("at most {n} connection retries"));
+            }
+            if reg.url.credentials().is_some() {
+                settings.push("digest auth, nodes created with CREATOR_ALL ACL".to_owned());
+            }
+            writeln!(
+                out,
+                "# registry: {} (elasticjob.regCenter{}{}); --registry or SHARDJOB_REGISTRY \
+                 would override it",
+                reg.url,
+                if settings.is_empty() { "" } else { "; " },
+                settings.join(", ")
+            )?;
+        }
+        None => writeln!(
+            out,
+            "# registry: none in the file: `shardjob run` needs --registry (or \
+             SHARDJOB_REGISTRY)"
+        )?,
+    }
+    for job in &file.jobs {
+        writeln!(out, "# runs: {} ({})", job.config.job_name, job.kind.name())?;
+    }
+    for skipped in &file.skipped {
+        writeln!(
+            out,
+            "# skips: {} (`run --strict` refuses the file)",
+            skipped.why
+        )?;
+    }
+    for warning in &file.warnings {
+        writeln!(out, "# warning: {warning}")?;
+    }
+    for job in &file.jobs {
+        writeln!(out, "---")?;
+        write!(out, "{}", job.config.to_yaml())?;
+    }
+    Ok(Ok(()))
+}
+
+/// What `run` needs before it starts: the jobs, the registry and how to reach it.
+struct RunPlan {
+    jobs: Vec<crate::jobfile::FileJob>,
+    registry: crate::registry_url::RegistryUrl,
+    connect: crate::registry_url::ConnectOptions,
+}
+
+/// Reads the file and picks the registry as `run` does: `--registry`, else
+/// `SHARDJOB_REGISTRY`, else the file's `regCenter`; none is an error. Credentials from the
+/// environment fill a URL without them. Warnings go to the log and to `out`.
+fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, String>, CliError> {
+    use crate::registry_url::{ConnectOptions, ENV_PASSWORD, ENV_USER, RegistryUrl};
+    let file = match load_job_file(&args.file) {
+        Ok(file) => file,
+        Err(e) => return Ok(Err(e)),
+    };
+    let name = args.file.display();
+    if args.strict && !file.skipped.is_empty() {
+        let lines: Vec<String> = file
+            .skipped
+            .iter()
+            .map(|s| format!("{name}:{}", s.why).replace(": job", ": error: job"))
+            .collect();
+        return Ok(Err(format!(
+            "{}\n{name}: error: --strict: the file has jobs `shardjob run` cannot run",
+            lines.join("\n")
+        )));
+    }
+    for skipped in &file.skipped {
+        tracing::warn!("{name}:{}", skipped.why);
+        writeln!(out, "shardjob: warning: {name}:{}", skipped.why)?;
+    }
+    for warning in &file.warnings {
+        tracing::warn!("{name}:{warning}");
+    }
+    if file.jobs.is_empty() {
+        return Ok(Err(format!("{name}: error: no job to run")));
+    }
+    let env = |key: &str| std::env::var(key).ok().filter(|v| !v.is_empty());
+    let mut connect = ConnectOptions {
+        session_timeout: RUN_SESSION_TIMEOUT,
+        wait: args.wait_for_registry,
+        ..ConnectOptions::default()
+    };
+    if let Some(reg) = &file.registry {
+        connect.session_timeout = reg.session_timeout.unwrap_or(RUN_SESSION_TIMEOUT);
+        connect.connection_timeout = reg.connection_timeout;
+        connect.base_sleep = reg.base_sleep.unwrap_or(connect.base_sleep);
+        connect.max_sleep = reg.max_sleep.unwrap_or(connect.max_sleep);
+        connect.max_retries = reg.max_retries;
+    }
+    let given = args.registry.clone().or_else(|| env(ENV_REGISTRY));
+    let registry = match (given, &file.registry) {
+        (Some(url), from_file) => match RegistryUrl::parse(&url) {
+            Ok(r) => {
+                if let Some(reg) = from_file {
+                    let note = format!(
+                        "--registry (or SHARDJOB_REGISTRY) {r} replaces the file's \
+                         elasticjob.regCenter {} (its servers, namespace and digest; its \
+                         timeouts and retries still apply)",
+                        reg.url
+                    );
+                    tracing::warn!("{note}");
+                    writeln!(out, "shardjob: warning: {note}")?;
+                }
+                r
+            }
+            Err(e) => return Ok(Err(format!("error: --registry: {e}"))),
+        },
+        (None, Some(reg)) => reg.url.clone(),
+        (None, None) => {
+            return Ok(Err(format!(
+                "error: no registry: {name} has no elasticjob.regCenter and neither --registry \
+                 nor SHARDJOB_REGISTRY is given. Give zk://host:port/namespace or \
+                 etcd://host:port/namespace; --registry mem:// runs over a registry of this \
+                 process only"
+            )));
+        }
+    };
+    let registry = match registry.with_credentials_from(env(ENV_USER), env(ENV_PASSWORD)) {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(format!("error: {e}"))),
+    };
+    if registry == RegistryUrl::Mem {
+        let warning = "mem:// is a registry of this process only: instances in other processes \
+                       do not share it, and each of them runs every item";
+        tracing::warn!("{warning}");
+        writeln!(out, "shardjob: WARNING: {warning}")?;
+    }
+    Ok(Ok(RunPlan {
+        jobs: file.jobs,
+        registry,
+        connect,
+    }))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
@@ -376,30 +581,13 @@ fn demo(args: &DemoArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
 pub const RUN_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
-    use crate::jobfile::{self, FileJobKind};
-    use crate::registry_url::RegistryUrl;
+    use crate::jobfile::FileJobKind;
 
-    let file = args.file.display();
-    let text = match read_text(&args.file) {
-        Ok(text) => text,
+    let plan = match plan_run(args, out)? {
+        Ok(plan) => plan,
         Err(e) => return Ok(Err(e)),
     };
-    let jobs = match jobfile::load(&text) {
-        Ok(jobs) => jobs,
-        Err(problems) => {
-            let lines: Vec<String> = problems.iter().map(|p| format!("{file}: {p}")).collect();
-            return Ok(Err(lines.join("\n")));
-        }
-    };
-    let url = args
-        .registry
-        .clone()
-        .or_else(|| jobs.registry.clone())
-        .unwrap_or_else(|| "mem://".to_owned());
-    let registry = match RegistryUrl::parse(&url) {
-        Ok(r) => r,
-        Err(e) => return Ok(Err(format!("error: --registry: {e}"))),
-    };
+    let registry = &plan.registry;
     let instance_id = match &args.instance_id {
         Some(id) => match InstanceId::new(id.as_str()) {
             Ok(id) => Some(id),
@@ -407,10 +595,9 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         },
         None => None,
     };
-    let session_timeout = jobs.session_timeout.unwrap_or(RUN_SESSION_TIMEOUT);
     let rt = runtime()?;
     rt.block_on(async {
-        let client = match registry.connect(session_timeout).await {
+        let client = match registry.connect_with(&plan.connect).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(format!("error: {e}"))),
         };
@@ -418,8 +605,8 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         if let Some(id) = instance_id {
             builder = builder.instance_id(id);
         }
-        let count = jobs.jobs.len();
-        for (config, kind) in jobs.jobs {
+        let count = plan.jobs.len();
+        for crate::jobfile::FileJob { config, kind } in plan.jobs {
             builder = match kind {
                 FileJobKind::Script => builder.job(config, crate::jobs::ScriptJob),
                 FileJobKind::Http => builder.job(config, crate::jobs::HttpJob::new()),
@@ -431,7 +618,7 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         };
         writeln!(
             out,
-            "shardjob: running {count} job(s) as {} on {url}; SIGTERM or Ctrl-C leaves gracefully",
+            "shardjob: running {count} job(s) as {} on {registry}; SIGTERM or Ctrl-C leaves gracefully",
             handle.instance_id()
         )?;
         out.flush()?;

@@ -256,6 +256,8 @@ fn config_check_prints_effective_config_or_every_problem() {
     );
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(text.matches("---").count(), 2);
+    assert!(text.contains("# runs: settle-payments (SCRIPT)"), "{text}");
+    assert!(text.contains("# registry: none in the file"), "{text}");
     assert!(
         text.contains("monitorExecution: true"),
         "defaults are filled in: {text}"
@@ -276,8 +278,108 @@ fn config_check_prints_effective_config_or_every_problem() {
         assert!(err.contains(key), "{key}: {err}");
     }
 
+    // What `run` reads, `config check` reads: a typo'd key has its place and a suggestion.
+    let typo = dir.join("typo.yaml");
+    std::fs::write(
+        &typo,
+        "elasticjob:\n  regcenter:\n    server-lists: 127.0.0.1:2181\n    namespace: ns\n  \
+         jobs:\n    a:\n      elastic-job-type: SCRIPT\n      sharding-total-count: 1\n      \
+         props:\n        script.command.line: 'true'\n        script.timeout.miliseconds: 10\n",
+    )
+    .unwrap();
+    let out = binary(&["config", "check", typo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let file = typo.display();
+    assert!(
+        err.contains(&format!(
+            "{file}:2:3: error: elasticjob: unknown key `regcenter` (did you mean `regCenter`?)"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{file}:11:9: error: job \"a\": props script.timeout.miliseconds: unknown prop"
+        )) && err.contains("did you mean `script.timeout.milliseconds`?"),
+        "{err}"
+    );
+    // The same file, fixed and with a digest: the check says what run would do.
+    std::fs::write(
+        &typo,
+        "elasticjob:\n  reg-center:\n    server-lists: 127.0.0.1:2181\n    namespace: ns\n    \
+         digest: ops:hunter2\n  tracing:\n    type: RDB\n  jobs:\n    a:\n      elastic-job-type: SCRIPT\n      \
+         sharding-total-count: 1\n      props:\n        script.command.line: 'true'\n",
+    )
+    .unwrap();
+    let out = binary(&["config", "check", typo.to_str().unwrap()]);
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(":6:3: error: elasticjob.tracing: not supported yet"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&typo)
+        .unwrap()
+        .replace("  tracing:\n    type: RDB\n", "");
+    std::fs::write(&typo, text).unwrap();
+    let out = binary(&["config", "check", typo.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("# registry: zk://ops:***@127.0.0.1:2181/ns"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# runs: a (SCRIPT)") && !text.contains("hunter2"),
+        "{text}"
+    );
+
+    // Names the registries refuse, and ZooKeeper's own namespace.
+    for name in ["a\u{200B}b", "a\u{202E}b", "a\u{E000}b"] {
+        std::fs::write(
+            &typo,
+            format!("- jobName: \"{name}\"\n  shardingTotalCount: 1\n  props:\n    script.command.line: x\n"),
+        )
+        .unwrap();
+        let out = binary(&["config", "check", typo.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "{name:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(":1:3: error: ") && err.contains("jobName: must not contain"),
+            "{err}"
+        );
+    }
+    std::fs::write(
+        &typo,
+        "elasticjob:\n  regCenter:\n    serverLists: 127.0.0.1:2181\n    namespace: zookeeper\n  \
+         jobs:\n    a:\n      elasticJobType: SCRIPT\n      shardingTotalCount: 1\n      \
+         props:\n        script.command.line: x\n",
+    )
+    .unwrap();
+    let out = binary(&["config", "check", typo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("ZooKeeper's own node"), "{err}");
+
     let missing = dir.join("missing.yaml");
     let out = binary(&["config", "check", missing.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn durations_of_wait_for_registry() {
+    use shardjob::cli::parse_duration;
+    use std::time::Duration;
+    assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+    assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+    assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+    assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+    for bad in ["30", "s", "3d", "-1s", "99999999999999999999h", ""] {
+        assert!(parse_duration(bad).is_err(), "{bad:?}");
+    }
 }

@@ -131,7 +131,14 @@ fn run_reports_bad_input() {
     for scheme in ["zk", "etcd"] {
         let url = format!("{scheme}://127.0.0.1:{closed}/ns?session_timeout_ms=2000");
         let t0 = Instant::now();
-        let (code, _) = run_cli(&["run", file.path().to_str().unwrap(), "--registry", &url]);
+        let (code, _) = run_cli(&[
+            "run",
+            file.path().to_str().unwrap(),
+            "--registry",
+            &url,
+            "--wait-for-registry",
+            "0",
+        ]);
         assert_eq!(code, ExitCode::from(1), "{url}");
         assert!(
             t0.elapsed() < Duration::from_secs(15),
@@ -150,7 +157,7 @@ fn binary_leaves_on_sigterm() {
          script.command.line: 'true'\n",
     );
     let mut child = Command::new(env!("CARGO_BIN_EXE_shardjob"))
-        .args(["run", file.path().to_str().unwrap()])
+        .args(["run", file.path().to_str().unwrap(), "--registry", "mem://"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -177,4 +184,178 @@ fn binary_leaves_on_sigterm() {
     let out = std::io::read_to_string(child.stdout.take().unwrap()).unwrap();
     assert!(out.contains("SIGTERM: leaving gracefully"), "{out}");
     assert!(out.contains("left"), "{out}");
+}
+
+/// The Spring Boot file of a migrating team, in the kebab-case Spring users write: it runs.
+#[cfg(unix)]
+#[test]
+fn a_kebab_case_spring_file_runs() {
+    let dir = TempFile {
+        dir: temp_dir(),
+        path: std::path::PathBuf::new(),
+    };
+    let marker = dir.dir.join("ran");
+    let file = job_file(&format!(
+        "elasticjob:\n  jobs:\n    kebab-job:\n      elastic-job-type: SCRIPT\n      \
+         cron: '* * * * * ?'\n      sharding-total-count: 2\n      props:\n        \
+         script.command.line: sh -c 'echo \"$0\" >> {}'\n",
+        marker.display()
+    ));
+    let (code, out) = run_cli(&[
+        "run",
+        file.path().to_str().unwrap(),
+        "--registry",
+        "mem://",
+        "--exit-after",
+        "3",
+    ]);
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(out.contains("running 1 job(s)"), "{out}");
+    assert!(
+        out.contains("WARNING: mem:// is a registry of this process only"),
+        "{out}"
+    );
+    let lines = std::fs::read_to_string(&marker).unwrap();
+    assert!(lines.contains("\"jobName\":\"kebab-job\""), "{lines}");
+    assert!(lines.contains("\"shardingTotalCount\":2"), "{lines}");
+}
+
+/// No registry in the file and none given: `run` refuses to start (it would otherwise fall
+/// back to a registry of this process only and every process would run every item).
+#[test]
+fn run_without_a_registry_is_refused() {
+    let file = job_file(
+        "- jobName: x\n  shardingTotalCount: 1\n  props:\n    script.command.line: 'true'\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(["run", file.path().to_str().unwrap(), "--exit-after", "1"])
+        .env_remove("SHARDJOB_REGISTRY")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no registry") && err.contains("--registry mem://"),
+        "{err}"
+    );
+    // SHARDJOB_REGISTRY is the default of --registry.
+    let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(["run", file.path().to_str().unwrap(), "--exit-after", "1"])
+        .env("SHARDJOB_REGISTRY", "mem://")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("on mem://"));
+}
+
+/// A Java-class job is skipped with a warning and the others run; `--strict` refuses.
+#[test]
+fn java_class_jobs_are_skipped_unless_strict() {
+    let file = job_file(
+        "elasticjob:\n  jobs:\n    javaJob:\n      elasticJobClass: org.example.MyJob\n      \
+         shardingTotalCount: 1\n    scriptJob:\n      elasticJobType: SCRIPT\n      \
+         shardingTotalCount: 1\n      props:\n        script.command.line: 'true'\n",
+    );
+    let path = file.path().to_str().unwrap();
+    let (code, out) = run_cli(&["run", path, "--registry", "mem://", "--exit-after", "1"]);
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(
+        out.contains("org.example.MyJob") && out.contains("skipped"),
+        "{out}"
+    );
+    assert!(out.contains("running 1 job(s)"), "{out}");
+    let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args([
+            "run",
+            path,
+            "--registry",
+            "mem://",
+            "--strict",
+            "--exit-after",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--strict") && err.contains("4:7: error: job \"javaJob\""),
+        "{err}"
+    );
+}
+
+/// Credentials in the URL never reach the output.
+#[test]
+fn the_banner_does_not_show_the_password() {
+    let file = job_file(
+        "- jobName: x\n  shardingTotalCount: 1\n  props:\n    script.command.line: 'true'\n",
+    );
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("zk://ops:hunter2@127.0.0.1:{closed}/ns");
+    let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args([
+            "run",
+            file.path().to_str().unwrap(),
+            "--registry",
+            &url,
+            "--wait-for-registry",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!all.contains("hunter2"), "{all}");
+}
+
+/// A registry that is down: `run` tries again with backoff until `--wait-for-registry` is
+/// spent, logging each failed attempt with the address and the cause, then says it gave up.
+#[cfg(feature = "zk")]
+#[test]
+fn run_retries_a_registry_that_is_down_and_says_why() {
+    let file = job_file(
+        "- jobName: x\n  shardingTotalCount: 1\n  props:\n    script.command.line: 'true'\n",
+    );
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("zk://127.0.0.1:{closed}/ns");
+    let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(["run", file.path().to_str().unwrap(), "--registry", &url])
+        .args(["--wait-for-registry", "4s"])
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let address = format!("127.0.0.1:{closed}");
+    let attempts = err
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("cannot connect to the registry"))
+        .inspect(|l| {
+            assert!(
+                l.contains(&address) && l.contains("connection refused"),
+                "{l}"
+            )
+        })
+        .count();
+    assert!(attempts >= 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot connect to the registry at {address} after"
+        )),
+        "{err}"
+    );
 }

@@ -19,6 +19,10 @@ pub enum EtcdConfigError {
     /// The namespace is not a valid path.
     #[error("bad etcd namespace: {0}")]
     BadNamespace(#[from] PathError),
+    /// The namespace breaks the rules every registry's namespaces follow (see
+    /// [`check_namespace`](shardjob_core::config::check_namespace)).
+    #[error(transparent)]
+    Namespace(#[from] shardjob_core::config::NamespaceError),
     /// The lease TTL is out of range.
     #[error("bad lease TTL {0:?}: etcd grants 2 s to 1 hour, in whole seconds")]
     BadTtl(Duration),
@@ -168,7 +172,10 @@ impl EtcdConfig {
         }
         let prefix = match self.namespace.as_deref().map(|n| n.trim_matches('/')) {
             None | Some("") => String::new(),
-            Some(ns) => NodePath::new(format!("/{ns}"))?.as_str().to_owned(),
+            Some(ns) => {
+                shardjob_core::config::check_namespace(ns)?;
+                NodePath::new(format!("/{ns}"))?.as_str().to_owned()
+            }
         };
         let ttl = self.lease_ttl;
         if ttl < Duration::from_secs(2)
@@ -211,8 +218,14 @@ mod tests {
             Err(EtcdConfigError::NoEndpoints)
         );
         assert!(matches!(
+            EtcdConfig::from_list("a:1")
+                .namespace("team\u{200B}")
+                .validate(),
+            Err(EtcdConfigError::Namespace(_))
+        ));
+        assert!(matches!(
             EtcdConfig::from_list("a:1").namespace("a//b").validate(),
-            Err(EtcdConfigError::BadNamespace(_))
+            Err(EtcdConfigError::BadNamespace(_) | EtcdConfigError::Namespace(_))
         ));
         assert!(matches!(
             EtcdConfig::from_list("a:1")

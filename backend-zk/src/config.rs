@@ -32,6 +32,11 @@ pub enum ZkConfigError {
     /// The namespace (or the chroot part of the connect string) is not a valid path.
     #[error("bad ZooKeeper namespace: {0}")]
     BadNamespace(#[from] PathError),
+    /// The namespace breaks the rules every registry's namespaces follow (see
+    /// [`check_namespace`](shardjob_core::config::check_namespace)), such as ZooKeeper's
+    /// own `/zookeeper`.
+    #[error(transparent)]
+    Namespace(#[from] shardjob_core::config::NamespaceError),
     /// An ACL that names the creator needs digest credentials.
     #[error("ACL {0:?} needs digest credentials (ZkConfig::digest)")]
     AclNeedsAuth(ZkAcl),
@@ -180,6 +185,13 @@ impl ZkConfig {
                 return Err(ZkConfigError::BadHost((*h).to_owned()));
             }
         }
+        if let Some(ns) = self
+            .namespace
+            .as_deref()
+            .filter(|n| !n.trim_matches('/').is_empty())
+        {
+            shardjob_core::config::check_namespace(ns)?;
+        }
         let mut root = String::new();
         for part in [chroot, self.namespace.as_deref()].into_iter().flatten() {
             let part = part.trim_matches('/');
@@ -241,7 +253,15 @@ mod tests {
         ));
         assert!(matches!(
             ZkConfig::new("a:1").namespace("x//..").validate(),
-            Err(ZkConfigError::BadNamespace(_))
+            Err(ZkConfigError::BadNamespace(_) | ZkConfigError::Namespace(_))
+        ));
+        assert!(matches!(
+            ZkConfig::new("a:1").namespace("zookeeper").validate(),
+            Err(ZkConfigError::Namespace(_))
+        ));
+        assert!(matches!(
+            ZkConfig::new("a:1").namespace("a\u{202E}b").validate(),
+            Err(ZkConfigError::Namespace(_))
         ));
         assert_eq!(
             ZkConfig::new("a:1").acl(ZkAcl::CreatorAll).validate(),

@@ -333,8 +333,20 @@ impl JobConfig {
         known: &KnownTypes,
     ) -> Result<JobConfig, JobConfigError> {
         let value = parse_yaml(yaml)?;
+        if value.is_null() {
+            return Err(JobConfigError::Empty);
+        }
+        Self::from_yaml_value(&value, strictness, known)
+    }
+
+    /// Reads one job from a YAML value already parsed (ElasticJob's camelCase keys).
+    pub fn from_yaml_value(
+        value: &Value,
+        strictness: Strictness,
+        known: &KnownTypes,
+    ) -> Result<JobConfig, JobConfigError> {
         let mut problems = Vec::new();
-        let config = from_value(&value, strictness, known, None, &mut problems);
+        let config = from_value(value, strictness, known, None, &mut problems);
         match config {
             Some(config) if problems.is_empty() => Ok(config),
             _ => Err(JobConfigError::Invalid(problems)),
@@ -436,7 +448,7 @@ pub struct ConfigProblem {
     /// The job's name as written (may be empty or itself the problem), or `#N` (its position
     /// in a file, from 1) when the name is missing.
     pub job: String,
-    /// The YAML key at fault.
+    /// The YAML key at fault; empty for an unknown key (which [`Problem::UnknownKey`] names).
     pub key: &'static str,
     /// What is wrong.
     pub problem: Problem,
@@ -444,7 +456,11 @@ pub struct ConfigProblem {
 
 impl fmt::Display for ConfigProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "job {:?}: {}: {}", self.job, self.key, self.problem)
+        if self.key.is_empty() {
+            write!(f, "job {:?}: {}", self.job, self.problem)
+        } else {
+            write!(f, "job {:?}: {}: {}", self.job, self.key, self.problem)
+        }
     }
 }
 
@@ -516,9 +532,15 @@ pub enum Problem {
     /// `failover` on while `monitorExecution` is off.
     #[error("needs monitorExecution: true (without running markers it cannot work)")]
     NeedsMonitorExecution,
-    /// A key ElasticJob does not have (in strict mode).
-    #[error("unknown key {0:?}")]
-    UnknownKey(String),
+    /// A key ElasticJob does not have (in strict mode). The problem's `key` is empty: the
+    /// unknown key is named here.
+    #[error("unknown key {key:?}{}", suggestion.map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default())]
+    UnknownKey {
+        /// The key as written.
+        key: String,
+        /// The known key nearest to it, when it looks like a typo of one.
+        suggestion: Option<&'static str>,
+    },
     /// Two jobs in one file share a name.
     #[error("another job in this file has the same name")]
     DuplicateJob,
@@ -530,6 +552,10 @@ pub enum JobConfigError {
     /// The text is not YAML, or not of the expected shape.
     #[error("malformed YAML: {0}")]
     Yaml(String),
+    /// The text holds no YAML node at all (for the registry's `config` node: the node is
+    /// empty), so there is no job configuration to read.
+    #[error("the config node is empty (it holds no job configuration)")]
+    Empty,
     /// The YAML was read, and these keys are wrong. Never empty.
     #[error("{} problem(s): {}", .0.len(), join_problems(.0))]
     Invalid(Vec<ConfigProblem>),
@@ -540,7 +566,7 @@ impl JobConfigError {
     pub fn problems(&self) -> &[ConfigProblem] {
         match self {
             JobConfigError::Invalid(p) => p,
-            JobConfigError::Yaml(_) => &[],
+            JobConfigError::Yaml(_) | JobConfigError::Empty => &[],
         }
     }
 }
@@ -672,7 +698,8 @@ fn from_value(
                 Some(k) if KEYS.contains(&k) => {}
                 _ => {
                     let k = key.as_str().map_or_else(|| describe(key), str::to_owned);
-                    r.problem("jobName", Problem::UnknownKey(k));
+                    let suggestion = nearest_name(&k, KEYS);
+                    r.problem("", Problem::UnknownKey { key: k, suggestion });
                 }
             }
         }
@@ -984,7 +1011,10 @@ fn describe(v: &Value) -> String {
     }
 }
 
-fn check_job_name(name: &str) -> Result<(), Problem> {
+/// Checks a job name: a registry node name under both registries' rules (ZooKeeper refuses
+/// more characters than etcd), free of characters that would hide or reorder text in logs,
+/// and no `@-@` (task ids use it).
+pub fn check_job_name(name: &str) -> Result<(), Problem> {
     let bad = |why: &str| Err(Problem::BadJobName(why.to_owned()));
     if name.trim().is_empty() {
         return Err(Problem::Empty);
@@ -995,19 +1025,130 @@ fn check_job_name(name: &str) -> Result<(), Problem> {
     if name.contains('/') {
         return bad("must not contain '/' (it names a registry node)");
     }
-    if name.chars().any(char::is_whitespace) {
-        return bad("must not contain whitespace");
-    }
-    if name.chars().any(char::is_control) {
-        return bad("must not contain control characters");
-    }
     if name == "." || name == ".." {
         return bad("must not be '.' or '..'");
+    }
+    if let Err(why) = check_name_chars(name) {
+        return bad(&why);
     }
     if name.contains(DELIMITER) {
         return bad("must not contain '@-@' (it separates the parts of a task id)");
     }
     Ok(())
+}
+
+/// The namespace ZooKeeper keeps for itself (`/zookeeper`: quotas, config).
+pub const ZOOKEEPER_SYSTEM_NODE: &str = "zookeeper";
+
+/// A namespace (a registry's root for shardjob's nodes) that no registry can hold safely.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad namespace {namespace:?}: {reason}")]
+pub struct NamespaceError {
+    /// The namespace as given.
+    pub namespace: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// Checks a namespace (`ns` or `a/b`; slashes at the ends are ignored) against both
+/// registries' rules: every segment a valid node name (the characters of
+/// [`check_job_name`]), no empty, `.` or `..` segment, and not under ZooKeeper's own
+/// `/zookeeper` node.
+pub fn check_namespace(namespace: &str) -> Result<(), NamespaceError> {
+    let fail = |reason: String| {
+        Err(NamespaceError {
+            namespace: namespace.to_owned(),
+            reason,
+        })
+    };
+    let trimmed = namespace.trim_matches('/');
+    if trimmed.is_empty() {
+        return fail("it is empty".to_owned());
+    }
+    for segment in trimmed.split('/') {
+        if segment.is_empty() {
+            return fail("it has an empty segment ('//')".to_owned());
+        }
+        if segment == "." || segment == ".." {
+            return fail("a segment is '.' or '..', which ZooKeeper refuses".to_owned());
+        }
+        if let Err(why) = check_name_chars(segment) {
+            return fail(why);
+        }
+    }
+    if trimmed.split('/').next() == Some(ZOOKEEPER_SYSTEM_NODE) {
+        return fail(format!(
+            "/{ZOOKEEPER_SYSTEM_NODE} is ZooKeeper's own node (quotas and configuration): \
+             choose another namespace"
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses the characters a registry node name must not hold, and those that hide or reorder
+/// text where names are printed. `Err` says which character and why.
+fn check_name_chars(name: &str) -> Result<(), String> {
+    for c in name.chars() {
+        let code = u32::from(c);
+        let why = if c.is_whitespace() {
+            "whitespace"
+        } else if c.is_control() {
+            "a control character"
+        } else if matches!(code, 0x202A..=0x202E | 0x2066..=0x2069 | 0x200E | 0x200F | 0x061C) {
+            "a bidirectional control character (it can reorder what logs show)"
+        } else if matches!(
+            code,
+            0x00AD | 0x034F | 0x115F | 0x1160 | 0x17B4 | 0x17B5 | 0x180E | 0x200B..=0x200D
+                | 0x2060..=0x2064 | 0x3164 | 0xFEFF | 0xFFA0
+        ) {
+            "an invisible character (it can make two names look the same)"
+        } else if matches!(code, 0xE000..=0xF8FF | 0xFFF0..=0xFFFF) || code > 0xFFFF {
+            // ZooKeeper checks UTF-16 units: private use, specials, and the surrogates every
+            // character beyond U+FFFF (most emoji) is written with.
+            "a character ZooKeeper refuses in node names (private use, specials, or beyond \
+             U+FFFF such as most emoji)"
+        } else {
+            continue;
+        };
+        return Err(format!("must not contain {why}: U+{code:04X}"));
+    }
+    Ok(())
+}
+
+/// The name in `known` nearest to `written`, when `written` looks like a typo of it (a small
+/// edit distance, ignoring case, `-` and `_`).
+pub fn nearest_name<'k>(written: &str, known: &[&'k str]) -> Option<&'k str> {
+    let fold = |s: &str| -> Vec<char> {
+        s.chars()
+            .filter(|c| *c != '-' && *c != '_')
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    let written = fold(written);
+    known
+        .iter()
+        .copied()
+        .map(|name| (edit_distance(&written, &fold(name)), name))
+        .filter(|(d, name)| *d <= (name.len() / 3).max(2))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, name)| name)
+}
+
+/// The Levenshtein distance of two strings.
+fn edit_distance(a: &[char], b: &[char]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (row[j + 1] + 1)
+                .min(row[j] + 1)
+                .min(prev + usize::from(ca != cb));
+            prev = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// Parses `shardingItemParameters` as ElasticJob does: entries separated by `,`, each

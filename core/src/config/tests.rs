@@ -266,9 +266,16 @@ fn every_problem_is_reported_not_just_the_first() {
         assert!(keys.contains(&key), "{key} not in {keys:?}");
     }
     let all = problems(yaml);
+    assert!(all.iter().any(|p| p.key.is_empty()
+        && p.problem
+            == Problem::UnknownKey {
+                key: "shardingTotlCount".into(),
+                suggestion: Some("shardingTotalCount"),
+            }));
     assert!(
-        all.iter()
-            .any(|p| p.problem == Problem::UnknownKey("shardingTotlCount".into()))
+        all.iter().any(|p| p.to_string()
+            == "job \"a b\": unknown key \"shardingTotlCount\" (did you mean `shardingTotalCount`?)"),
+        "{all:?}"
     );
     // Lenient mode ignores unknown keys only.
     let lenient = JobConfig::from_yaml(
@@ -325,4 +332,82 @@ fn alpha_executor_key_is_understood() {
         c.job_executor_thread_pool_size_provider_type,
         ExecutorType::SingleThread
     );
+}
+
+#[test]
+fn names_the_registries_refuse_or_that_hide_text_are_refused() {
+    for bad in [
+        "a\u{200B}b",
+        "pay\u{202E}fdp",
+        "a\u{2066}b",
+        "x\u{FEFF}",
+        "p\u{E000}",
+        "e\u{1F600}",
+        "\u{FFF5}",
+        "a\u{7F}",
+        "a\u{85}b",
+        "..",
+    ] {
+        assert!(
+            matches!(check_job_name(bad), Err(Problem::BadJobName(_))),
+            "{bad:?}: {:?}",
+            check_job_name(bad)
+        );
+    }
+    let why = check_job_name("a\u{202E}b").unwrap_err().to_string();
+    assert!(
+        why.contains("U+202E") && why.contains("bidirectional"),
+        "{why}"
+    );
+    for good in ["settle-payments", "报表", "job.v2", "a_b"] {
+        assert_eq!(check_job_name(good), Ok(()), "{good}");
+    }
+}
+
+#[test]
+fn namespaces_are_checked_by_segment_and_zookeeper_is_refused() {
+    for good in ["ns", "/a/b/", "elasticjob-demo", "团队"] {
+        assert_eq!(check_namespace(good), Ok(()), "{good}");
+    }
+    for bad in [
+        "",
+        "/",
+        "zookeeper",
+        "/zookeeper/quota",
+        "a//b",
+        "a/../b",
+        "a\u{200B}",
+        "x\u{E001}",
+    ] {
+        assert!(check_namespace(bad).is_err(), "{bad:?}");
+    }
+    let why = check_namespace("zookeeper").unwrap_err().to_string();
+    assert!(why.contains("ZooKeeper's own node"), "{why}");
+    assert_eq!(check_namespace("zookeeper-jobs"), Ok(()));
+}
+
+#[test]
+fn an_empty_config_node_is_said_to_be_empty() {
+    for text in ["", "  \n", "~"] {
+        let err = JobConfig::from_yaml(text, Strictness::Lenient).unwrap_err();
+        assert_eq!(err, JobConfigError::Empty, "{text:?}");
+        assert!(
+            err.to_string().contains("the config node is empty"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("jobName"), "{err}");
+    }
+}
+
+#[test]
+fn nearest_names() {
+    assert_eq!(
+        nearest_name("shardingTotlCount", KEYS),
+        Some("shardingTotalCount")
+    );
+    assert_eq!(
+        nearest_name("sharding-total-count", KEYS),
+        Some("shardingTotalCount")
+    );
+    assert_eq!(nearest_name("somethingElse", &["cron"]), None);
 }

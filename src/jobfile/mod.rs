@@ -1,0 +1,733 @@
+//! Job files for `shardjob run` and `shardjob config check`: config-only jobs (SCRIPT, HTTP)
+//! with no code. Both commands read a file through [`load`], so a file that passes its check
+//! is a file `run` accepts, and the check says what `run` will do.
+//!
+//! Two shapes are read:
+//!
+//! - a list of jobs in ElasticJob's keys (or one job); a job's type follows from its props:
+//!   `script.command.line` makes a SCRIPT job, `http.uri` an HTTP job;
+//! - the `application.yml` of ElasticJob's Spring Boot starter: `elasticjob.regCenter`
+//!   (every key of ElasticJob's ZooKeeper configuration) and `elasticjob.jobs.<jobName>` with
+//!   `elasticJobType: SCRIPT|HTTP` and the usual job keys. Every `elasticjob.*` key may be
+//!   written camelCase, kebab-case or snake_case, as Spring's relaxed binding allows
+//!   (`regCenter`, `reg-center`, `reg_center`); other top-level keys belong to other Spring
+//!   components and are listed as not read.
+//!
+//! Strict everywhere: an unknown key is an error with its line and column and the nearest known
+//! name; props are checked against the job's type ([`props`]); names against both registries'
+//! rules. What cannot be honoured is refused by name (`elasticjob.tracing`, `elasticjob.dump`,
+//! error handlers and listeners that are not built in), except a job given as a Java class
+//! (`elasticJobClass`), which is skipped with a warning so the jobs beside it can run
+//! (`shardjob run --strict` refuses the file instead).
+
+pub mod keys;
+pub mod positions;
+pub mod props;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde_yaml_ng::{Mapping, Value};
+use shardjob_core::JobConfig;
+use shardjob_core::config::{self, ErrorHandlerType, KnownTypes, Strictness};
+
+use crate::jobs::PROP_COMMAND_LINE;
+use crate::registry_url::{Credentials, RegistryUrl};
+use keys::{did_you_mean, relaxed};
+use positions::{Location, Step, locate};
+
+pub use crate::jobs::http::PROP_URI as PROP_HTTP_URI;
+
+/// The kind of a config-only job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileJobKind {
+    /// `SCRIPT`.
+    Script,
+    /// `HTTP`.
+    Http,
+}
+
+impl FileJobKind {
+    /// ElasticJob's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            FileJobKind::Script => "SCRIPT",
+            FileJobKind::Http => "HTTP",
+        }
+    }
+}
+
+/// Which shape the file has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// A list of jobs (or one job) in ElasticJob's keys.
+    List,
+    /// ElasticJob's Spring Boot `elasticjob:` shape.
+    Spring,
+}
+
+/// A job `run` will run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FileJob {
+    /// Its configuration.
+    pub config: JobConfig,
+    /// Its kind.
+    pub kind: FileJobKind,
+}
+
+/// A note about the file: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    /// Where in the file, when known.
+    pub at: Option<Location>,
+    /// What.
+    pub message: String,
+}
+
+impl fmt::Display for Note {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.at {
+            Some(at) => write!(f, "{at}: {}", self.message),
+            None => f.write_str(&self.message),
+        }
+    }
+}
+
+/// A job of the file that `run` will not run, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkippedJob {
+    /// The job's name.
+    pub name: String,
+    /// Why, and where.
+    pub why: Note,
+}
+
+/// The registry a Spring file names (`elasticjob.regCenter`), with its connection settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRegistry {
+    /// The ZooKeeper URL (with the `digest` credentials).
+    pub url: RegistryUrl,
+    /// `sessionTimeoutMilliseconds` (0 or absent: the default).
+    pub session_timeout: Option<Duration>,
+    /// `connectionTimeoutMilliseconds` (0 or absent: the default).
+    pub connection_timeout: Option<Duration>,
+    /// `baseSleepTimeMilliseconds`: the first pause between connection attempts.
+    pub base_sleep: Option<Duration>,
+    /// `maxSleepTimeMilliseconds`: the longest pause between connection attempts.
+    pub max_sleep: Option<Duration>,
+    /// `maxRetries`: the most connection retries at start-up.
+    pub max_retries: Option<u32>,
+}
+
+/// A job file, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobFile {
+    /// The file's shape.
+    pub shape: Shape,
+    /// The jobs `run` runs.
+    pub jobs: Vec<FileJob>,
+    /// The jobs `run` skips (Java-class jobs), with why.
+    pub skipped: Vec<SkippedJob>,
+    /// The registry the file names.
+    pub registry: Option<FileRegistry>,
+    /// Settings read but not acted on, and the like.
+    pub warnings: Vec<Note>,
+}
+
+/// Reads a job file. `Err` holds every problem, each with its place when known.
+pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
+    let mut value: Value = serde_yaml_ng::from_str(text).map_err(|e| {
+        vec![Note {
+            at: e.location().map(|l| Location {
+                line: l.line(),
+                column: l.column(),
+            }),
+            message: format!("not valid YAML: {e}"),
+        }]
+    })?;
+    value.apply_merge().map_err(|e| {
+        vec![Note {
+            at: None,
+            message: format!("bad YAML merge (<<): {e}"),
+        }]
+    })?;
+    let mut r = Reader {
+        text,
+        problems: Vec::new(),
+        warnings: Vec::new(),
+        skipped: Vec::new(),
+        jobs: Vec::new(),
+    };
+    let spring = value.as_mapping().and_then(|m| m.get("elasticjob"));
+    let (shape, registry) = match (spring, &value) {
+        (Some(root), Value::Mapping(top)) => {
+            for key in top.keys() {
+                if key.as_str() != Some("elasticjob") {
+                    let k = text_of(key);
+                    r.warn(
+                        &[Step::Key(k.clone())],
+                        format!(
+                            "top-level key `{k}` is not read by shardjob (only `elasticjob` is)"
+                        ),
+                    );
+                }
+            }
+            (Shape::Spring, r.spring(root))
+        }
+        _ => {
+            r.list(&value);
+            (Shape::List, None)
+        }
+    };
+    let mut seen = BTreeMap::new();
+    for job in &r.jobs {
+        *seen.entry(job.config.job_name.clone()).or_insert(0) += 1;
+    }
+    for (name, n) in seen {
+        if n > 1 {
+            r.problems.push(Note {
+                at: None,
+                message: format!("job {name:?}: {n} jobs in this file have this name"),
+            });
+        }
+    }
+    if r.problems.is_empty() && r.jobs.is_empty() && r.skipped.is_empty() {
+        r.problems.push(Note {
+            at: None,
+            message: "the file lists no jobs".to_owned(),
+        });
+    }
+    if r.problems.is_empty() {
+        Ok(JobFile {
+            shape,
+            jobs: r.jobs,
+            skipped: r.skipped,
+            registry,
+            warnings: r.warnings,
+        })
+    } else {
+        Err(r.problems)
+    }
+}
+
+/// The keys of `elasticjob`.
+const ROOT_KEYS: &[&str] = &["regCenter", "jobs", "tracing", "dump"];
+
+/// The keys of `elasticjob.regCenter` (ElasticJob's `ZookeeperConfiguration`).
+const REG_CENTER_KEYS: &[&str] = &[
+    "serverLists",
+    "namespace",
+    "baseSleepTimeMilliseconds",
+    "maxSleepTimeMilliseconds",
+    "maxRetries",
+    "sessionTimeoutMilliseconds",
+    "connectionTimeoutMilliseconds",
+    "digest",
+];
+
+/// The keys of a job, as ElasticJob 3.0.x writes them.
+const JOB_KEYS: &[&str] = &[
+    "cron",
+    "description",
+    "disabled",
+    "failover",
+    "jobErrorHandlerType",
+    "jobExecutorServiceHandlerType",
+    "jobExecutorThreadPoolSizeProviderType",
+    "jobExtraConfigurations",
+    "jobListenerTypes",
+    "jobName",
+    "jobParameter",
+    "jobShardingStrategyType",
+    "label",
+    "maxTimeDiffSeconds",
+    "misfire",
+    "monitorExecution",
+    "overwrite",
+    "props",
+    "reconcileIntervalMinutes",
+    "shardingItemParameters",
+    "shardingTotalCount",
+    "staticSharding",
+    "timeZone",
+];
+
+/// The keys of a Spring Boot job entry that are not job configuration.
+const SPRING_JOB_KEYS: &[&str] = &["elasticJobType", "elasticJobClass", "jobBootstrapBeanName"];
+
+/// The error handlers the runtime builds in.
+const BUILT_IN_HANDLERS: &[ErrorHandlerType] = &[
+    ErrorHandlerType::Log,
+    ErrorHandlerType::Throw,
+    ErrorHandlerType::Ignore,
+];
+
+struct Reader<'t> {
+    text: &'t str,
+    problems: Vec<Note>,
+    warnings: Vec<Note>,
+    skipped: Vec<SkippedJob>,
+    jobs: Vec<FileJob>,
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Number(n) => n.to_string(),
+        Value::Bool(b) => b.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn join(path: &[Step], key: &str) -> Vec<Step> {
+    let mut p = path.to_vec();
+    p.push(Step::Key(key.to_owned()));
+    p
+}
+
+impl Reader<'_> {
+    fn note(&self, path: &[Step], message: String) -> Note {
+        Note {
+            at: locate(self.text, path),
+            message,
+        }
+    }
+
+    fn problem(&mut self, path: &[Step], message: String) {
+        let n = self.note(path, message);
+        self.problems.push(n);
+    }
+
+    fn warn(&mut self, path: &[Step], message: String) {
+        let n = self.note(path, message);
+        self.warnings.push(n);
+    }
+
+    /// The keys of a mapping bound to their canonical names (relaxed or exact); unknown and
+    /// doubled keys are reported. Returns (canonical, written, value).
+    fn bind<'v>(
+        &mut self,
+        map: &'v Mapping,
+        path: &[Step],
+        known: &[&'static str],
+        relax: bool,
+        what: &str,
+    ) -> Vec<(&'static str, String, &'v Value)> {
+        let mut out: Vec<(&'static str, String, &'v Value)> = Vec::new();
+        for (k, v) in map {
+            let written = text_of(k);
+            let canonical = if relax {
+                relaxed(&written, known)
+            } else {
+                known.iter().copied().find(|n| *n == written)
+            };
+            match canonical {
+                None if known.contains(&"elasticJobType")
+                    && relaxed(&written, &["jobName"]).is_some() =>
+                {
+                    self.problem(
+                        &join(path, &written),
+                        format!(
+                            "{what}: `{written}` is not read here: a job's name is its key under \
+                         elasticjob.jobs"
+                        ),
+                    )
+                }
+                None => self.problem(
+                    &join(path, &written),
+                    format!(
+                        "{what}: unknown key `{written}`{}",
+                        did_you_mean(&written, known)
+                    ),
+                ),
+                Some(c) => {
+                    if let Some((_, first, _)) = out.iter().find(|(o, _, _)| *o == c) {
+                        let first = first.clone();
+                        self.problem(
+                            &join(path, &written),
+                            format!("{what}: `{written}` and `{first}` are the same key ({c})"),
+                        );
+                    } else {
+                        out.push((c, written, v));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn spring(&mut self, root: &Value) -> Option<FileRegistry> {
+        let base = [Step::Key("elasticjob".to_owned())];
+        let Value::Mapping(root) = root else {
+            self.problem(
+                &base,
+                "elasticjob: expected a mapping (regCenter, jobs)".to_owned(),
+            );
+            return None;
+        };
+        let mut registry = None;
+        let mut jobs_seen = false;
+        for (key, written, value) in self.bind(root, &base, ROOT_KEYS, true, "elasticjob") {
+            let path = join(&base, &written);
+            match key {
+                "regCenter" => registry = self.reg_center(value, &path),
+                "jobs" => {
+                    jobs_seen = true;
+                    match value {
+                        Value::Mapping(jobs) => {
+                            for (name, body) in jobs {
+                                let name = text_of(name);
+                                self.job(body, join(&path, &name), Some(name), true);
+                            }
+                        }
+                        Value::Null => {}
+                        _ => self.problem(
+                            &path,
+                            format!(
+                                "elasticjob.{written}: expected a mapping of job names to jobs"
+                            ),
+                        ),
+                    }
+                }
+                "tracing" | "dump" => self.problem(
+                    &path,
+                    format!(
+                        "elasticjob.{written}: not supported yet (shardjob does not record job \
+                         {} yet); remove the key",
+                        if key == "tracing" {
+                            "history (tracing)"
+                        } else {
+                            "dumps"
+                        }
+                    ),
+                ),
+                _ => {}
+            }
+        }
+        if !jobs_seen {
+            self.problem(
+                &base,
+                "elasticjob.jobs is required (the jobs to run)".to_owned(),
+            );
+        }
+        registry
+    }
+
+    fn reg_center(&mut self, value: &Value, path: &[Step]) -> Option<FileRegistry> {
+        let Value::Mapping(map) = value else {
+            self.problem(path, "elasticjob.regCenter: expected a mapping".to_owned());
+            return None;
+        };
+        let mut servers = None;
+        let mut namespace = None;
+        let mut digest = None;
+        let mut file = FileRegistry {
+            url: RegistryUrl::Mem,
+            session_timeout: None,
+            connection_timeout: None,
+            base_sleep: None,
+            max_sleep: None,
+            max_retries: None,
+        };
+        let start = self.problems.len();
+        for (key, written, v) in self.bind(map, path, REG_CENTER_KEYS, true, "elasticjob.regCenter")
+        {
+            let at = join(path, &written);
+            let text = match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                _ => None,
+            };
+            let Some(text) = text else {
+                self.problem(
+                    &at,
+                    format!("regCenter.{written}: expected text or a number"),
+                );
+                continue;
+            };
+            let millis = |this: &mut Self| -> Option<Duration> {
+                match text.trim().parse::<u64>() {
+                    Ok(0) => None,
+                    Ok(ms) => Some(Duration::from_millis(ms)),
+                    Err(_) => {
+                        this.problem(
+                            &at,
+                            format!(
+                                "regCenter.{written}: {text:?} is not a number of milliseconds"
+                            ),
+                        );
+                        None
+                    }
+                }
+            };
+            match key {
+                "serverLists" => servers = Some(text.replace(' ', "")),
+                "namespace" => namespace = Some(text),
+                "digest" => match text.split_once(':') {
+                    Some((user, password)) if !user.is_empty() => {
+                        digest = Some(Credentials::new(user, password));
+                    }
+                    _ => self.problem(&at, format!("regCenter.{written}: expected user:password")),
+                },
+                "sessionTimeoutMilliseconds" => file.session_timeout = millis(self),
+                "connectionTimeoutMilliseconds" => file.connection_timeout = millis(self),
+                "baseSleepTimeMilliseconds" => file.base_sleep = millis(self),
+                "maxSleepTimeMilliseconds" => file.max_sleep = millis(self),
+                "maxRetries" => match text.trim().parse::<u32>() {
+                    Ok(n) => file.max_retries = Some(n),
+                    Err(_) => self.problem(
+                        &at,
+                        format!("regCenter.{written}: {text:?} is not a count (0 or more)"),
+                    ),
+                },
+                _ => {}
+            }
+        }
+        let (Some(servers), Some(namespace)) = (servers, namespace) else {
+            self.problem(
+                path,
+                "elasticjob.regCenter needs serverLists and namespace".to_owned(),
+            );
+            return None;
+        };
+        let url = match RegistryUrl::parse(&format!("zk://{servers}/{namespace}")) {
+            Ok(url) => url,
+            Err(e) => {
+                self.problem(path, format!("elasticjob.regCenter: {e}"));
+                return None;
+            }
+        };
+        let url = match digest {
+            None => url,
+            Some(c) => match url
+                .with_credentials_from(Some(c.user.clone()), Some(c.password().to_owned()))
+            {
+                Ok(url) => url,
+                Err(e) => {
+                    self.problem(path, format!("elasticjob.regCenter: {e}"));
+                    return None;
+                }
+            },
+        };
+        if self.problems.len() > start {
+            return None;
+        }
+        file.url = url;
+        Some(file)
+    }
+
+    fn list(&mut self, value: &Value) {
+        match value {
+            Value::Sequence(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let name = item.get("jobName").map(text_of);
+                    self.job(item, vec![Step::Index(i)], name, false);
+                }
+            }
+            Value::Mapping(map) => {
+                if let Some(k) = map.keys().map(text_of).find(|k| {
+                    k.eq_ignore_ascii_case("elasticjob")
+                        || keys::suggest(k, &["elasticjob"]).is_some()
+                }) {
+                    self.problem(
+                        &[Step::Key(k.clone())],
+                        format!("unknown top-level key `{k}` (did you mean `elasticjob`?)"),
+                    );
+                    return;
+                }
+                let name = map.get("jobName").map(text_of);
+                self.job(value, Vec::new(), name, false);
+            }
+            Value::Null => {}
+            _ => self.problem(
+                &[],
+                "expected a list of jobs, one job, or ElasticJob's Spring Boot `elasticjob:` \
+                 shape"
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// Reads one job at `path`; `name` is the Spring map key (or the list's `jobName`).
+    fn job(&mut self, body: &Value, path: Vec<Step>, name: Option<String>, spring: bool) {
+        let label = name.clone().unwrap_or_else(|| match path.last() {
+            Some(Step::Index(i)) => format!("#{}", i + 1),
+            _ => String::new(),
+        });
+        let what = format!("job {label:?}");
+        let Value::Mapping(map) = body else {
+            self.problem(&path, format!("{what}: expected a mapping of job keys"));
+            return;
+        };
+        let known: Vec<&'static str> = if spring {
+            JOB_KEYS
+                .iter()
+                .chain(SPRING_JOB_KEYS)
+                .copied()
+                .filter(|k| *k != "jobName")
+                .collect()
+        } else {
+            JOB_KEYS.to_vec()
+        };
+        let start = self.problems.len();
+        let bound = self.bind(map, &path, &known, spring, &what);
+        let written: BTreeMap<&'static str, String> =
+            bound.iter().map(|(c, w, _)| (*c, w.clone())).collect();
+        let at = |key: &str| -> Vec<Step> {
+            match written.get(key) {
+                Some(w) => join(&path, w),
+                None => path.clone(),
+            }
+        };
+        // The job's type.
+        let mut kind = None;
+        let mut class = None;
+        let mut canonical = Mapping::new();
+        if spring {
+            canonical.insert(Value::from("jobName"), Value::from(label.clone()));
+        }
+        for (key, _, value) in &bound {
+            match *key {
+                "elasticJobClass" => class = Some(text_of(value)),
+                "elasticJobType" => match value.as_str() {
+                    Some("SCRIPT") => kind = Some(FileJobKind::Script),
+                    Some("HTTP") => kind = Some(FileJobKind::Http),
+                    _ => self.problem(
+                        &at(key),
+                        format!(
+                            "{what}: elasticJobType {} is not a type `shardjob run` runs \
+                             (SCRIPT or HTTP)",
+                            text_of(value)
+                        ),
+                    ),
+                },
+                "jobBootstrapBeanName" => self.warn(
+                    &at(key),
+                    format!(
+                        "{what}: jobBootstrapBeanName names a Spring bean; shardjob has none and \
+                         schedules the job by its cron"
+                    ),
+                ),
+                _ => {
+                    canonical.insert(Value::from(*key), (*value).clone());
+                }
+            }
+        }
+        if let Some(class) = class {
+            self.problems.truncate(start);
+            self.skipped.push(SkippedJob {
+                name: label.clone(),
+                why: self.note(
+                    &at("elasticJobClass"),
+                    format!(
+                        "job {label:?} is a Java class ({class}): skipped, `shardjob run` runs \
+                         SCRIPT and HTTP jobs (embed the shardjob library for jobs in code)"
+                    ),
+                ),
+            });
+            return;
+        }
+        let config = match JobConfig::from_yaml_value(
+            &Value::Mapping(canonical),
+            Strictness::Strict,
+            &KnownTypes::default(),
+        ) {
+            Ok(c) => Some(c),
+            Err(config::JobConfigError::Invalid(problems)) => {
+                for p in problems {
+                    let key = if p.key.is_empty() { "" } else { p.key };
+                    let path = if key.is_empty() {
+                        path.clone()
+                    } else {
+                        at(key)
+                    };
+                    self.problem(&path, p.to_string());
+                }
+                None
+            }
+            Err(e) => {
+                self.problem(&path, format!("{what}: {e}"));
+                None
+            }
+        };
+        let Some(config) = config else { return };
+        if !spring {
+            kind = if config.props.contains_key(PROP_COMMAND_LINE) {
+                Some(FileJobKind::Script)
+            } else if config.props.contains_key(PROP_HTTP_URI) {
+                Some(FileJobKind::Http)
+            } else {
+                self.problem(
+                    &path,
+                    format!(
+                        "{what}: cannot tell its type: give props {PROP_COMMAND_LINE} (a SCRIPT \
+                         job) or {PROP_HTTP_URI} (an HTTP job)"
+                    ),
+                );
+                return;
+            };
+        }
+        let Some(kind) = kind else {
+            if self.problems.len() == start {
+                self.problem(
+                    &path,
+                    format!(
+                        "{what}: elasticJobType (SCRIPT or HTTP) or elasticJobClass is required"
+                    ),
+                );
+            }
+            return;
+        };
+        let props_path = at("props");
+        for p in props::check(kind, &config.props) {
+            let path = match &p.key {
+                Some(k) => join(&props_path, k),
+                None => props_path.clone(),
+            };
+            self.problem(
+                &path,
+                format!(
+                    "{what}: {}{}",
+                    p.key.map(|k| format!("props {k}: ")).unwrap_or_default(),
+                    p.message
+                ),
+            );
+        }
+        let handler = config.job_error_handler_type;
+        if !BUILT_IN_HANDLERS.contains(&handler) {
+            self.problem(
+                &at("jobErrorHandlerType"),
+                format!(
+                    "{what}: jobErrorHandlerType {handler} is not built in yet (built in: LOG, \
+                     THROW, IGNORE)"
+                ),
+            );
+        }
+        if !config.job_listener_types.is_empty() {
+            self.problem(
+                &at("jobListenerTypes"),
+                format!(
+                    "{what}: jobListenerTypes {}: `shardjob run` provides no listener types \
+                     (register them in code, with the shardjob library)",
+                    config.job_listener_types.join(", ")
+                ),
+            );
+        }
+        if !config.job_extra_configurations.is_empty() {
+            self.warn(
+                &at("jobExtraConfigurations"),
+                format!(
+                    "{what}: jobExtraConfigurations are stored in the registry as they are; \
+                     shardjob does not act on them"
+                ),
+            );
+        }
+        if self.problems.len() == start {
+            self.jobs.push(FileJob { config, kind });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

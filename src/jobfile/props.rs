@@ -1,0 +1,263 @@
+//! A job's `props` checked against its type: the keys the SCRIPT and HTTP jobs read (see
+//! [`ScriptJob`](crate::jobs::ScriptJob) and [`HttpJob`](crate::jobs::HttpJob)), with their values parsed as the job
+//! will parse them at every run, so a file that would fail every run fails its check.
+//! Prop keys are literal (dotted), never relaxed.
+
+use std::collections::BTreeMap;
+
+use super::FileJobKind;
+use super::keys::did_you_mean;
+use crate::jobs::http::{
+    PROP_CONNECT_TIMEOUT, PROP_CONTENT_TYPE, PROP_DATA, PROP_FAILURE_STATUS, PROP_METHOD,
+    PROP_READ_TIMEOUT, PROP_URI,
+};
+use crate::jobs::{PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT, PROP_TIMEOUT, split_command_line};
+
+/// The props a SCRIPT job reads.
+pub const SCRIPT_PROPS: &[&str] = &[PROP_COMMAND_LINE, PROP_TIMEOUT, PROP_OUTPUT_LIMIT];
+
+/// The props an HTTP job reads.
+pub const HTTP_PROPS: &[&str] = &[
+    PROP_URI,
+    PROP_METHOD,
+    PROP_DATA,
+    PROP_CONNECT_TIMEOUT,
+    PROP_READ_TIMEOUT,
+    PROP_CONTENT_TYPE,
+    PROP_FAILURE_STATUS,
+];
+
+/// shardjob's own props (under `shardjob.`), read by the runtime for every job type.
+pub const SHARDJOB_PROPS: &[&str] = &[];
+
+/// Prefixes of the props of ElasticJob's error handlers that shardjob does not build in.
+const HANDLER_PREFIXES: &[(&str, &str)] = &[
+    ("email.", "EMAIL"),
+    ("wechat.", "WECHAT"),
+    ("dingtalk.", "DINGTALK"),
+];
+
+/// One problem of one prop: the key and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PropProblem {
+    /// The prop key at fault (`None`: a required prop is missing).
+    pub key: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Checks the props of a job of this kind.
+pub fn check(kind: FileJobKind, props: &BTreeMap<String, String>) -> Vec<PropProblem> {
+    let (own, other, other_kind) = match kind {
+        FileJobKind::Script => (SCRIPT_PROPS, HTTP_PROPS, "HTTP"),
+        FileJobKind::Http => (HTTP_PROPS, SCRIPT_PROPS, "SCRIPT"),
+    };
+    let mut problems = Vec::new();
+    let mut bad = |key: &str, message: String| {
+        problems.push(PropProblem {
+            key: Some(key.to_owned()),
+            message,
+        })
+    };
+    for (key, value) in props {
+        if own.contains(&key.as_str()) {
+            if let Err(why) = check_value(key, value) {
+                bad(key, why);
+            }
+        } else if SHARDJOB_PROPS.contains(&key.as_str()) {
+        } else if other.contains(&key.as_str()) {
+            bad(
+                key,
+                format!(
+                    "is a prop of {other_kind} jobs; this is a {} job",
+                    kind.name()
+                ),
+            );
+        } else if let Some((_, handler)) = HANDLER_PREFIXES.iter().find(|(p, _)| key.starts_with(p))
+        {
+            bad(
+                key,
+                format!(
+                    "configures the {handler} error handler, which is not built in yet \
+                     (built in: LOG, THROW, IGNORE)"
+                ),
+            );
+        } else {
+            let known: Vec<&str> = own.iter().chain(SHARDJOB_PROPS).copied().collect();
+            let mut hint = did_you_mean(key, &known);
+            if hint.is_empty() {
+                hint = did_you_mean(key, other);
+            }
+            bad(
+                key,
+                format!(
+                    "unknown prop for a {} job{hint} (known: {})",
+                    kind.name(),
+                    own.join(", ")
+                ),
+            );
+        }
+    }
+    let required: &[&str] = match kind {
+        FileJobKind::Script => &[PROP_COMMAND_LINE],
+        FileJobKind::Http => &[PROP_URI, PROP_METHOD],
+    };
+    for key in required {
+        if props.get(*key).is_none_or(|v| v.trim().is_empty()) {
+            problems.push(PropProblem {
+                key: None,
+                message: format!("props {key} is required for a {} job", kind.name()),
+            });
+        }
+    }
+    problems
+}
+
+/// Parses a prop's value as the job does at run time.
+fn check_value(key: &str, value: &str) -> Result<(), String> {
+    let text = value.trim();
+    let whole = |what: &str| {
+        text.parse::<u64>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not {what}"))
+    };
+    match key {
+        PROP_COMMAND_LINE if text.is_empty() => Ok(()),
+        PROP_COMMAND_LINE => split_command_line(value)
+            .map(|_| ())
+            .map_err(|e| format!("cannot be split into words: {e}")),
+        PROP_TIMEOUT => whole("a number of milliseconds (0: no timeout)"),
+        PROP_OUTPUT_LIMIT => text
+            .parse::<usize>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not a byte count")),
+        PROP_URI if text.is_empty() => Ok(()),
+        PROP_URI => match reqwest::Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Ok(()),
+            Ok(url) => Err(format!(
+                "{text:?} is not an http:// or https:// URL with a host (scheme {:?})",
+                url.scheme()
+            )),
+            Err(e) => Err(format!("{text:?} is not a URL: {e}")),
+        },
+        PROP_METHOD if text.is_empty() => Ok(()),
+        PROP_METHOD => reqwest::Method::from_bytes(text.to_ascii_uppercase().as_bytes())
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not an HTTP method")),
+        PROP_CONNECT_TIMEOUT | PROP_READ_TIMEOUT => match text.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(()),
+            _ => Err(format!(
+                "{value:?} is not a positive number of milliseconds"
+            )),
+        },
+        PROP_FAILURE_STATUS => text
+            .parse::<u16>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not an HTTP status")),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    fn messages(kind: FileJobKind, pairs: &[(&str, &str)]) -> Vec<String> {
+        check(kind, &props(pairs))
+            .into_iter()
+            .map(|p| format!("{}: {}", p.key.unwrap_or_default(), p.message))
+            .collect()
+    }
+
+    #[test]
+    fn good_props_pass() {
+        assert!(
+            messages(
+                FileJobKind::Script,
+                &[
+                    ("script.command.line", "echo 'a b'"),
+                    ("script.timeout.milliseconds", "3000")
+                ]
+            )
+            .is_empty()
+        );
+        assert!(
+            messages(
+                FileJobKind::Http,
+                &[
+                    ("http.uri", "http://127.0.0.1:8080/x"),
+                    ("http.method", "post"),
+                    ("http.failure.status", "0")
+                ]
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn typos_other_types_handlers_and_bad_values_are_refused() {
+        let m = messages(
+            FileJobKind::Script,
+            &[
+                ("script.command.line", "echo"),
+                ("script.timeout.miliseconds", "1"),
+            ],
+        );
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].contains("did you mean `script.timeout.milliseconds`?"),
+            "{m:?}"
+        );
+        let m = messages(
+            FileJobKind::Script,
+            &[("script.command.line", "echo"), ("http.uri", "http://a/")],
+        );
+        assert!(
+            m[0].contains("is a prop of HTTP jobs; this is a SCRIPT job"),
+            "{m:?}"
+        );
+        let m = messages(
+            FileJobKind::Http,
+            &[
+                ("http.uri", "http://a/"),
+                ("http.method", "GET"),
+                ("email.host", "x"),
+            ],
+        );
+        assert!(m[0].contains("EMAIL error handler"), "{m:?}");
+        let m = messages(
+            FileJobKind::Http,
+            &[("http.uri", "not a url"), ("http.method", "GET")],
+        );
+        assert!(m[0].contains("is not a URL"), "{m:?}");
+        let m = messages(
+            FileJobKind::Http,
+            &[("http.uri", "ftp://a/"), ("http.method", "GET")],
+        );
+        assert!(m[0].contains("http:// or https://"), "{m:?}");
+        let m = messages(
+            FileJobKind::Script,
+            &[("script.command.line", "echo 'open")],
+        );
+        assert!(m[0].contains("cannot be split"), "{m:?}");
+        let m = messages(
+            FileJobKind::Script,
+            &[("script.timeout.milliseconds", "3s")],
+        );
+        assert_eq!(m.len(), 2, "{m:?}");
+        assert!(
+            m.iter()
+                .any(|m| m.contains("script.command.line is required")),
+            "{m:?}"
+        );
+        let m = messages(FileJobKind::Http, &[("http.uri", "http://a/")]);
+        assert!(m[0].contains("http.method is required"), "{m:?}");
+    }
+}

@@ -1,0 +1,228 @@
+use super::*;
+
+fn problems(text: &str) -> Vec<String> {
+    load(text)
+        .err()
+        .unwrap_or_else(|| panic!("accepted:\n{text}"))
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+const CAMEL: &str = "\
+elasticjob:
+  regCenter:
+    serverLists: zk1:2181, zk2:2181
+    namespace: demo
+    sessionTimeoutMilliseconds: 4000
+    connectionTimeoutMilliseconds: 1500
+    baseSleepTimeMilliseconds: 200
+    maxSleepTimeMilliseconds: 800
+    maxRetries: 5
+    digest: ops:s3cret
+  jobs:
+    scriptJob:
+      elasticJobType: SCRIPT
+      cron: 0/5 * * * * ?
+      shardingTotalCount: 3
+      shardingItemParameters: 0=a,1=b,2=c
+      props:
+        script.command.line: echo SCRIPT Job
+";
+
+#[test]
+fn list_shape_takes_the_type_from_props() {
+    let file = load(
+        "- jobName: s\n  shardingTotalCount: 2\n  props:\n    script.command.line: echo hi\n\
+         - jobName: h\n  shardingTotalCount: 1\n  props:\n    http.uri: http://127.0.0.1:1/\n    http.method: GET\n",
+    )
+    .unwrap();
+    let kinds: Vec<_> = file
+        .jobs
+        .iter()
+        .map(|j| (j.config.job_name.as_str(), j.kind))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("s", FileJobKind::Script), ("h", FileJobKind::Http)]
+    );
+    assert_eq!(file.shape, Shape::List);
+    assert_eq!(file.registry, None);
+    let err = problems("- jobName: x\n  shardingTotalCount: 1\n");
+    assert!(err[0].contains("cannot tell its type"), "{err:?}");
+}
+
+#[test]
+fn spring_boot_shape_with_every_reg_center_key() {
+    let file = load(CAMEL).unwrap();
+    let reg = file.registry.clone().unwrap();
+    assert_eq!(reg.url.to_string(), "zk://ops:***@zk1:2181,zk2:2181/demo");
+    assert_eq!(reg.url.credentials().unwrap().password(), "s3cret");
+    assert_eq!(reg.session_timeout, Some(Duration::from_secs(4)));
+    assert_eq!(reg.connection_timeout, Some(Duration::from_millis(1500)));
+    assert_eq!(reg.base_sleep, Some(Duration::from_millis(200)));
+    assert_eq!(reg.max_sleep, Some(Duration::from_millis(800)));
+    assert_eq!(reg.max_retries, Some(5));
+    assert_eq!(file.jobs.len(), 1);
+    let job = &file.jobs[0];
+    assert_eq!(job.config.job_name, "scriptJob");
+    assert_eq!(job.config.sharding_total_count, 3);
+    assert_eq!(job.kind, FileJobKind::Script);
+}
+
+#[test]
+fn kebab_and_snake_case_read_to_the_same_jobs_and_registry() {
+    let kebab = CAMEL
+        .replace("regCenter", "reg-center")
+        .replace("serverLists", "server-lists")
+        .replace("sessionTimeoutMilliseconds", "session-timeout-milliseconds")
+        .replace(
+            "connectionTimeoutMilliseconds",
+            "connection-timeout-milliseconds",
+        )
+        .replace("baseSleepTimeMilliseconds", "base-sleep-time-milliseconds")
+        .replace("maxSleepTimeMilliseconds", "max-sleep-time-milliseconds")
+        .replace("maxRetries", "max-retries")
+        .replace("elasticJobType", "elastic-job-type")
+        .replace("shardingTotalCount", "sharding-total-count")
+        .replace("shardingItemParameters", "sharding-item-parameters");
+    let snake = kebab
+        .replace("reg-center", "reg_center")
+        .replace("sharding-total-count", "sharding_total_count");
+    assert_ne!(kebab, CAMEL);
+    let want = load(CAMEL).unwrap();
+    assert_eq!(load(&kebab).unwrap(), want);
+    assert_eq!(load(&snake).unwrap(), want);
+}
+
+#[test]
+fn a_typo_is_refused_with_its_place_and_the_nearest_name() {
+    let text = CAMEL.replace("regCenter", "regcenter");
+    let err = problems(&text);
+    assert_eq!(
+        err,
+        ["2:3: elasticjob: unknown key `regcenter` (did you mean `regCenter`?)"]
+    );
+    let text = CAMEL.replace("shardingTotalCount: 3", "shardingTotlCount: 3");
+    let err = problems(&text);
+    assert!(
+        err.iter().any(|e| e.starts_with("15:7: job \"scriptJob\": unknown key `shardingTotlCount` (did you mean `shardingTotalCount`?)")),
+        "{err:?}"
+    );
+    // Not reported as a problem of jobName.
+    assert!(err.iter().all(|e| !e.contains("jobName")), "{err:?}");
+    let err = problems(
+        "- jobName: a\n  shardingTotalCount: 1\n  failovr: true\n  props:\n    script.command.line: x\n",
+    );
+    assert_eq!(
+        err,
+        ["3:3: job \"a\": unknown key `failovr` (did you mean `failover`?)"]
+    );
+    let err = problems(&CAMEL.replace("      cron:", "      job-name: other\n      cron:"));
+    assert!(
+        err[0].contains("a job's name is its key under elasticjob.jobs"),
+        "{err:?}"
+    );
+    // The same key twice under two spellings.
+    let err = problems(&CAMEL.replace("      cron:", "      sharding-total-count: 2\n      cron:"));
+    assert!(
+        err.iter()
+            .any(|e| e.contains("are the same key (shardingTotalCount)")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn props_are_checked_against_the_type_with_their_place() {
+    let err = problems(&CAMEL.replace(
+        "        script.command.line: echo SCRIPT Job\n",
+        "        script.command.line: echo SCRIPT Job\n        script.timeout.miliseconds: 3000\n",
+    ));
+    assert_eq!(
+        err,
+        [
+            "19:9: job \"scriptJob\": props script.timeout.miliseconds: unknown prop for a SCRIPT job (did you mean `script.timeout.milliseconds`?) (known: script.command.line, script.timeout.milliseconds, script.output.limit.bytes)"
+        ]
+    );
+    let err = problems(&CAMEL.replace("SCRIPT\n", "HTTP\n"));
+    assert!(
+        err.iter().any(|e| e.contains("is a prop of SCRIPT jobs")),
+        "{err:?}"
+    );
+    assert!(
+        err.iter().any(|e| e.contains("http.uri is required")),
+        "{err:?}"
+    );
+    let err = problems(
+        "- jobName: h\n  shardingTotalCount: 1\n  props:\n    http.uri: 'http://exa mple/'\n    http.method: GET\n",
+    );
+    assert!(
+        err[0].starts_with("4:5: ") && err[0].contains("is not a URL"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn java_class_jobs_are_skipped_and_the_rest_kept() {
+    let text = format!(
+        "{CAMEL}    javaJob:\n      elasticJobClass: org.example.MyJob\n      cron: 0 * * * * ?\n      shardingTotalCount: 1\n"
+    );
+    let file = load(&text).unwrap();
+    assert_eq!(file.jobs.len(), 1);
+    assert_eq!(file.skipped.len(), 1);
+    assert_eq!(file.skipped[0].name, "javaJob");
+    let why = file.skipped[0].why.to_string();
+    assert!(
+        why.starts_with("20:7: ") && why.contains("org.example.MyJob"),
+        "{why}"
+    );
+}
+
+#[test]
+fn what_cannot_be_honoured_is_refused_by_name() {
+    let err = problems(&format!("{CAMEL}  tracing:\n    type: RDB\n"));
+    assert!(
+        err[0].starts_with("19:3: elasticjob.tracing: not supported yet"),
+        "{err:?}"
+    );
+    let err = problems(&format!("{CAMEL}  dump:\n    port: 9888\n"));
+    assert!(
+        err[0].contains("elasticjob.dump: not supported yet"),
+        "{err:?}"
+    );
+    let err = problems(&CAMEL.replace(
+        "      cron:",
+        "      jobErrorHandlerType: EMAIL\n      cron:",
+    ));
+    assert!(err[0].contains("EMAIL is not built in yet"), "{err:?}");
+    let err = problems(&CAMEL.replace("      cron:", "      jobListenerTypes: [LOG]\n      cron:"));
+    assert!(err[0].contains("provides no listener types"), "{err:?}");
+    let err = problems(&CAMEL.replace("digest: ops:s3cret", "digest: nocolon"));
+    assert!(err[0].contains("expected user:password"), "{err:?}");
+    let err = problems(&CAMEL.replace("namespace: demo", "namespace: zookeeper"));
+    assert!(err[0].contains("ZooKeeper's own node"), "{err:?}");
+}
+
+#[test]
+fn names_the_registries_refuse_are_refused() {
+    for name in ["a\u{200B}b", "pay\u{202E}fdp", "p\u{E000}"] {
+        let err = problems(&CAMEL.replace("scriptJob:", &format!("\"{name}\":")));
+        assert!(
+            err.iter().any(|e| e.contains("jobName: must not contain")),
+            "{name:?}: {err:?}"
+        );
+    }
+}
+
+#[test]
+fn the_examples_pass() {
+    for text in [
+        include_str!("../../examples/jobs.yaml"),
+        include_str!("../../examples/script_jobs.yaml"),
+        include_str!("../../examples/application.yml"),
+    ] {
+        if let Err(e) = load(text) {
+            panic!("{e:?}");
+        }
+    }
+}
