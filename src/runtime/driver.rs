@@ -812,6 +812,9 @@ impl Driver {
             MachineEvent::SessionLost => {
                 tracing::warn!(instance = %me, "registry session lost: registering again")
             }
+            MachineEvent::LeftUnloaded { job, reason } => {
+                tracing::warn!(instance = %me, %job, "leaving the job without it: {reason}")
+            }
             MachineEvent::JobLeft { job } => {
                 tracing::info!(instance = %me, %job, "left the job");
                 if let Some(entry) = self.jobs.remove(job) {
