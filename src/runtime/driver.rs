@@ -86,6 +86,8 @@ pub(crate) struct Parts {
     pub state: watch::Sender<SchedulerState>,
     pub events: broadcast::Sender<RunEvent>,
     pub cancel_timeout: Duration,
+    /// The machine's shutdown grace, for the log.
+    pub shutdown_grace: Duration,
 }
 
 /// A hosted job as the driver knows it.
@@ -205,6 +207,9 @@ pub(crate) struct Driver {
     state: watch::Sender<SchedulerState>,
     events: broadcast::Sender<RunEvent>,
     cancel_timeout: Duration,
+    shutdown_grace: Duration,
+    /// Set by [`Op::ShutdownNow`]: the loop ends at once.
+    abandon: bool,
     /// The `mono` of the last `handle_timeout`, so a timer that stays due cannot spin.
     last_timeout: Option<u64>,
     closed: bool,
@@ -252,6 +257,8 @@ impl Driver {
             state: p.state,
             events: p.events,
             cancel_timeout: p.cancel_timeout,
+            shutdown_grace: p.shutdown_grace,
+            abandon: false,
             last_timeout: None,
             closed: false,
             held_triggers: 0,
@@ -310,6 +317,10 @@ impl Driver {
                 self.pump().await;
             }
             if self.machine.is_stopped() {
+                break SchedulerState::Stopped;
+            }
+            if self.abandon {
+                self.cancel_and_wait().await;
                 break SchedulerState::Stopped;
             }
             let deadline = self.timer_deadline();
@@ -419,8 +430,16 @@ impl Driver {
         }
         if !self.closed {
             self.closed = true;
-            if let Err(e) = self.registry.close().await {
-                tracing::debug!(instance = %self.instance, "closing the registry client: {e}");
+            match tokio::time::timeout(CLOSE_TIMEOUT, self.registry.close()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(instance = %self.instance, "closing the registry client: {e}")
+                }
+                Err(_) => tracing::warn!(
+                    instance = %self.instance,
+                    "closing the registry session took more than {}s: given up (the registry ends it at its timeout)",
+                    CLOSE_TIMEOUT.as_secs()
+                ),
             }
         }
         if end == SchedulerState::Stopped {
@@ -494,8 +513,16 @@ impl Driver {
                 }
                 Command::CloseSession => {
                     self.closed = true;
-                    if let Err(e) = self.registry.close().await {
-                        tracing::warn!(instance = %self.instance, "closing the registry session: {e}");
+                    match tokio::time::timeout(CLOSE_TIMEOUT, self.registry.close()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(instance = %self.instance, "closing the registry session: {e}")
+                        }
+                        Err(_) => tracing::warn!(
+                            instance = %self.instance,
+                            "closing the registry session took more than {}s: given up (the registry ends it at its timeout)",
+                            CLOSE_TIMEOUT.as_secs()
+                        ),
                     }
                 }
                 Command::Event(event) => self.on_event(event),
@@ -621,8 +648,73 @@ impl Driver {
                 }
             },
             Op::Shutdown => {
-                tracing::info!(instance = %self.instance, "graceful shutdown requested");
+                self.log_shutdown();
                 self.machine.shutdown(now);
+            }
+            Op::ShutdownNow => {
+                let running: usize = self.running.len();
+                tracing::warn!(
+                    instance = %self.instance, running_executions = running,
+                    "leaving at once: cancelling running items, their end is not recorded (failover runs them again)"
+                );
+                self.abandon = true;
+            }
+        }
+    }
+
+    /// Says what a graceful shutdown waits for: each job's running items, and until when
+    /// before they are cancelled; and the jobs still waiting for their registry subtree.
+    fn log_shutdown(&self) {
+        let grace = self.shutdown_grace.as_secs_f64();
+        let deadline = chrono::Utc::now()
+            + chrono::Duration::from_std(self.shutdown_grace).unwrap_or(chrono::Duration::zero());
+        let deadline = deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let mut waiting = 0;
+        for job in self.machine.job_names() {
+            let items = self.machine.running_items(job);
+            if !items.is_empty() {
+                waiting += items.len();
+                tracing::info!(
+                    instance = %self.instance, %job, items = %join(&items),
+                    "shutting down: waiting for running items to finish (cancelled at {deadline}, after {grace}s)"
+                );
+            } else if !self.machine.is_active(job) {
+                tracing::info!(
+                    instance = %self.instance, %job,
+                    "shutting down: the job is not active here (its registry subtree is not loaded): left without waiting for it"
+                );
+            }
+        }
+        if waiting == 0 {
+            tracing::info!(instance = %self.instance, "shutting down: no item runs here, leaving now");
+        } else {
+            tracing::info!(
+                instance = %self.instance, items = waiting,
+                "shutting down: waiting at most {grace}s for {waiting} running item(s); a second SIGTERM or Ctrl-C cancels them and leaves at once"
+            );
+        }
+    }
+
+    /// Cancels every running execution and waits for their tasks to end, at most the cancel
+    /// timeout (a script is killed with its process group at once).
+    async fn cancel_and_wait(&mut self) {
+        let mut tasks = Vec::new();
+        for (_, r) in self.running.drain() {
+            r.cancel.cancel(CancelReason::Shutdown);
+            tasks.push(r.task);
+        }
+        if tasks.is_empty() {
+            return;
+        }
+        let bound = self.cancel_timeout.min(Duration::from_secs(5));
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        if tokio::time::timeout(bound, futures_util::future::join_all(tasks))
+            .await
+            .is_err()
+        {
+            tracing::warn!(instance = %self.instance, "cancelled items did not stop within {}s: dropped", bound.as_secs());
+            for a in aborts {
+                a.abort();
             }
         }
     }
@@ -830,6 +922,18 @@ impl Driver {
         }
         let _ = self.events.send(RunEvent::Machine(event));
     }
+}
+
+/// How long closing the registry session may take before the driver goes on without it.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Items as `0,3,6`.
+fn join(items: &[u32]) -> String {
+    items
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn plan(owners: &BTreeMap<u32, InstanceId>) -> String {

@@ -338,6 +338,7 @@ impl SchedulerBuilder {
             f(&mut opts);
         }
         opts.instance_id = instance_id.clone();
+        let shutdown_grace = opts.shutdown_grace;
         let clock = driver::Clock::new();
         let mut machine = Machine::new(opts);
         for strategy in self.strategies {
@@ -382,6 +383,7 @@ impl SchedulerBuilder {
             state: state_tx,
             events: events_tx.clone(),
             cancel_timeout: self.cancel_timeout,
+            shutdown_grace,
         });
         tokio::spawn(driver.run());
         Ok(SchedulerHandle {
@@ -413,6 +415,7 @@ pub(crate) enum Op {
         reply: oneshot::Sender<Result<(), RuntimeError>>,
     },
     Shutdown,
+    ShutdownNow,
 }
 
 struct Inner {
@@ -513,6 +516,16 @@ impl SchedulerHandle {
     pub async fn shutdown(&self) -> Result<(), RuntimeError> {
         // A driver that is gone already has stopped one way or the other: `wait` says how.
         let _ = self.inner.ops.send(Op::Shutdown);
+        self.wait().await
+    }
+
+    /// Leaves at once, as on a second SIGTERM: running items are cancelled (a script is
+    /// killed with its process group), waited for at most the cancel timeout, then dropped;
+    /// the session is closed without recording their end, so their fires are failed over (if
+    /// the job fails over) rather than counted as done. Returns when that is done. Use
+    /// [`SchedulerHandle::shutdown`] to let running items finish.
+    pub async fn shutdown_now(&self) -> Result<(), RuntimeError> {
+        let _ = self.inner.ops.send(Op::ShutdownNow);
         self.wait().await
     }
 
