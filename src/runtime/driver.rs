@@ -100,6 +100,10 @@ pub(crate) struct JobEntry {
     pub warned_handler: bool,
     /// Items that have an owner in the plan, as the watch shows it.
     owned: BTreeSet<u32>,
+    /// The items this instance owns in the plan, as the watch shows it.
+    mine: BTreeSet<u32>,
+    /// `mine` as last logged.
+    mine_logged: Option<BTreeSet<u32>>,
     /// Manual triggers held until the job has a plan (see [`Driver::release_triggers`]).
     triggers: Vec<Option<String>>,
     /// The job's listeners, in calling order.
@@ -139,6 +143,8 @@ impl JobEntry {
             resharding: ReshardingFlag::default(),
             warned_handler: false,
             owned: BTreeSet::new(),
+            mine: BTreeSet::new(),
+            mine_logged: None,
             triggers: Vec::new(),
             listeners: listeners.into(),
             guarantee,
@@ -215,6 +221,8 @@ pub(crate) struct Driver {
     closed: bool,
     /// How many manual triggers wait in [`JobEntry::triggers`].
     held_triggers: usize,
+    /// Jobs whose items owned here may have changed since they were last logged.
+    mine_touched: BTreeSet<String>,
     /// Callers of `remove_job`, answered when the instance has left the job.
     removing: BTreeMap<String, Vec<oneshot::Sender<Result<(), RuntimeError>>>>,
 }
@@ -262,6 +270,7 @@ impl Driver {
             last_timeout: None,
             closed: false,
             held_triggers: 0,
+            mine_touched: BTreeSet::new(),
             removing: BTreeMap::new(),
         }
     }
@@ -729,6 +738,7 @@ impl Driver {
         if let Some(job) = &tree {
             self.refresh_config(job);
         }
+        self.log_mine();
     }
 
     fn on_watch(&mut self, events: Vec<RegistryEvent>) {
@@ -753,6 +763,34 @@ impl Driver {
         self.machine.handle_registry_events(events, now);
         for job in configs {
             self.refresh_config(&job);
+        }
+        self.log_mine();
+    }
+
+    /// Logs, for each job whose items owned here changed, the items this instance owns now:
+    /// one line per job and change.
+    fn log_mine(&mut self) {
+        for job in std::mem::take(&mut self.mine_touched) {
+            let Some(entry) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            if entry.mine_logged.as_ref() == Some(&entry.mine) {
+                continue;
+            }
+            // A plan not written yet (no item has an owner) is not news.
+            if entry.mine_logged.is_none() && entry.owned.is_empty() {
+                continue;
+            }
+            let items = ranges(&entry.mine);
+            if entry.mine.is_empty() {
+                tracing::info!(instance = %self.instance, %job, "this instance owns no item of the job");
+            } else {
+                tracing::info!(
+                    instance = %self.instance, %job, items = %items, count = entry.mine.len(),
+                    "this instance owns items {items} of the job"
+                );
+            }
+            entry.mine_logged = Some(entry.mine.clone());
         }
     }
 
@@ -792,6 +830,15 @@ impl Driver {
                 } else {
                     entry.owned.remove(&item);
                 }
+                let me = exists && data == self.instance.as_str().as_bytes();
+                let changed = if me {
+                    entry.mine.insert(item)
+                } else {
+                    entry.mine.remove(&item)
+                };
+                if changed && !self.mine_touched.contains(job) {
+                    self.mine_touched.insert(job.to_owned());
+                }
             }
             _ => {}
         }
@@ -826,6 +873,8 @@ impl Driver {
         if let Some(entry) = self.jobs.get_mut(job) {
             entry.resharding.set(false);
             entry.owned.clear();
+            entry.mine.clear();
+            self.mine_touched.insert(job.to_owned());
             if let Some(guarantee) = &entry.guarantee {
                 guarantee.clear_disabled();
                 guarantee.changed();
@@ -927,6 +976,36 @@ impl Driver {
 /// How long closing the registry session may take before the driver goes on without it.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Items as `0-4,7,9-12` (runs of consecutive items as ranges).
+fn ranges(items: &BTreeSet<u32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Option<(u32, u32)> = None;
+    for &i in items {
+        run = match run {
+            Some((a, b)) if b.checked_add(1) == Some(i) => Some((a, i)),
+            Some(r) => {
+                out.push(range(r));
+                Some((i, i))
+            }
+            None => Some((i, i)),
+        };
+    }
+    if let Some(r) = run {
+        out.push(range(r));
+    }
+    out.join(",")
+}
+
+fn range((a, b): (u32, u32)) -> String {
+    if a == b {
+        a.to_string()
+    } else if b == a + 1 {
+        format!("{a},{b}")
+    } else {
+        format!("{a}-{b}")
+    }
+}
+
 /// Items as `0,3,6`.
 fn join(items: &[u32]) -> String {
     items
@@ -984,5 +1063,22 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn items_are_written_as_ranges() {
+        let set = |v: &[u32]| v.iter().copied().collect::<BTreeSet<u32>>();
+        assert_eq!(ranges(&set(&[])), "");
+        assert_eq!(ranges(&set(&[0, 3, 6])), "0,3,6");
+        assert_eq!(ranges(&set(&[0, 1, 2, 3, 4, 7, 9, 10])), "0-4,7,9,10");
+        assert_eq!(
+            ranges(&set(&[5, 6, 7, u32::MAX])),
+            format!("5-7,{}", u32::MAX)
+        );
     }
 }
