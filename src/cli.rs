@@ -428,7 +428,9 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
             Ok(c) => c,
             Err(e) => return Ok(Err(format!("error: {e}"))),
         };
-        let mut builder = crate::runtime::Scheduler::builder().registry(client);
+        let mut builder = crate::runtime::Scheduler::builder()
+            .registry(client)
+            .registry_name(registry_name(&registry));
         if let Some(id) = instance_id {
             builder = builder.instance_id(id);
         }
@@ -454,6 +456,22 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     // A job body stuck in a blocking call must not hold the exit up.
     rt.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
     outcome
+}
+
+/// The registry as the log names it: scheme, servers and namespace (never credentials).
+fn registry_name(registry: &crate::registry_url::RegistryUrl) -> String {
+    use crate::registry_url::RegistryUrl;
+    match registry {
+        RegistryUrl::Mem => "mem://".to_owned(),
+        RegistryUrl::ZooKeeper {
+            servers, namespace, ..
+        } => format!("zk://{}/{namespace}", servers.join(",")),
+        RegistryUrl::Etcd {
+            endpoints,
+            namespace,
+            ..
+        } => format!("etcd://{}/{namespace}", endpoints.join(",")),
+    }
 }
 
 /// How long the async runtime's leftover tasks may hold the process's exit up.

@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::exec::{self, ExecutionTask};
+use super::outage::{self, Outage, Report};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
 use crate::listeners::{self, Guarantee, GuaranteeShared, JobListener, ListenerFactory};
@@ -88,6 +89,8 @@ pub(crate) struct Parts {
     pub cancel_timeout: Duration,
     /// The machine's shutdown grace, for the log.
     pub shutdown_grace: Duration,
+    /// How the registry is named in the log.
+    pub registry_name: Option<String>,
 }
 
 /// A hosted job as the driver knows it.
@@ -214,6 +217,9 @@ pub(crate) struct Driver {
     events: broadcast::Sender<RunEvent>,
     cancel_timeout: Duration,
     shutdown_grace: Duration,
+    registry_name: String,
+    /// The registry connection, for the log.
+    outage: Outage,
     /// Set by [`Op::ShutdownNow`]: the loop ends at once.
     abandon: bool,
     /// The `mono` of the last `handle_timeout`, so a timer that stays due cannot spin.
@@ -266,6 +272,8 @@ impl Driver {
             events: p.events,
             cancel_timeout: p.cancel_timeout,
             shutdown_grace: p.shutdown_grace,
+            registry_name: p.registry_name.unwrap_or_else(|| "the registry".to_owned()),
+            outage: Outage::new(),
             abandon: false,
             last_timeout: None,
             closed: false,
@@ -379,6 +387,11 @@ impl Driver {
                             Ok(done) => self.on_finished(*done, now),
                             Err(_) => break,
                         }
+                    }
+                }
+                () = sleep_until(self.outage.next_report()), if self.outage.next_report().is_some() => {
+                    if let Some(report) = self.outage.on_tick(Instant::now()) {
+                        self.log_outage(report);
                     }
                 }
                 () = sleep_until(deadline.map(|d| d.early)), if deadline.is_some() => {
@@ -752,9 +765,12 @@ impl Driver {
                     }
                 }
                 // Events may have been missed: distribute-once waiters read the registry again.
-                RegistryEvent::Session(_) => {
+                RegistryEvent::Session(session) => {
                     for guarantee in self.jobs.values().filter_map(|e| e.guarantee.as_ref()) {
                         guarantee.changed();
+                    }
+                    if let Some(report) = self.outage.on_event(session, Instant::now()) {
+                        self.log_outage(report);
                     }
                 }
             }
@@ -765,6 +781,48 @@ impl Driver {
             self.refresh_config(&job);
         }
         self.log_mine();
+    }
+
+    /// Says a registry outage plainly: when it starts, while it lasts, when it ends.
+    fn log_outage(&self, report: Report) {
+        let me = &self.instance;
+        let registry = &self.registry_name;
+        let jobs = self.jobs.len();
+        match report {
+            Report::Lost => tracing::warn!(
+                instance = %me, %registry, jobs,
+                "registry unreachable: lost the connection to {registry}; {jobs} job(s) paused (no item starts) until it is back; the session survives if it comes back within the session timeout"
+            ),
+            Report::Expired { began: true } => tracing::warn!(
+                instance = %me, %registry, jobs,
+                "registry session ended (its nodes are gone): {jobs} job(s) paused until {registry} answers and this instance registers again"
+            ),
+            Report::Expired { began: false } => tracing::warn!(
+                instance = %me, %registry, jobs,
+                "registry still unreachable and the session has ended (its nodes are gone): this instance registers again once {registry} answers"
+            ),
+            Report::Lasts(d) => {
+                let d = outage::human(d);
+                tracing::warn!(
+                    instance = %me, %registry, jobs, down_for = %d,
+                    "registry unreachable for {d}: {jobs} job(s) paused"
+                )
+            }
+            Report::Reconnected(d) => {
+                let d = outage::human(d);
+                tracing::warn!(
+                    instance = %me, %registry, down_for = %d,
+                    "registry reachable again after {d}: the session survived, jobs resume"
+                )
+            }
+            Report::NewSession(d) => {
+                let d = outage::human(d);
+                tracing::warn!(
+                    instance = %me, %registry, down_for = %d,
+                    "registry reachable again after {d} with a new session: this instance registers again, jobs resume"
+                )
+            }
+        }
     }
 
     /// Logs, for each job whose items owned here changed, the items this instance owns now:

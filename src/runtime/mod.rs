@@ -42,6 +42,7 @@
 mod driver;
 mod exec;
 mod ident;
+mod outage;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -189,6 +190,7 @@ impl Scheduler {
             configure: Vec::new(),
             cancel_timeout: DEFAULT_CANCEL_TIMEOUT,
             events: broadcast::channel(EVENT_CAPACITY).0,
+            registry_name: None,
         }
     }
 }
@@ -206,6 +208,7 @@ pub struct SchedulerBuilder {
     configure: Vec<Configure>,
     cancel_timeout: Duration,
     events: broadcast::Sender<RunEvent>,
+    registry_name: Option<String>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -237,6 +240,13 @@ impl SchedulerBuilder {
     /// of a graceful shutdown.
     pub fn registry(mut self, registry: Arc<dyn Registry>) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// How the registry is named in the log when it cannot be reached (its address, say
+    /// `zk://10.0.0.5:2181/shop`; never credentials). By default "the registry".
+    pub fn registry_name(mut self, name: impl Into<String>) -> Self {
+        self.registry_name = Some(name.into());
         self
     }
 
@@ -384,6 +394,7 @@ impl SchedulerBuilder {
             events: events_tx.clone(),
             cancel_timeout: self.cancel_timeout,
             shutdown_grace,
+            registry_name: self.registry_name,
         });
         tokio::spawn(driver.run());
         Ok(SchedulerHandle {
