@@ -35,18 +35,22 @@ impl Drop for Proc {
 
 impl Proc {
     fn start(name: &str, job: &str, url: &str) -> Self {
+        Self::start_with(
+            name,
+            &format!(
+                "- jobName: {job}\n  cron: '0/2 * * * * ?'\n  shardingTotalCount: 1\n  props:\n    \
+                 script.command.line: 'true'\n"
+            ),
+            url,
+        )
+    }
+
+    fn start_with(name: &str, jobs: &str, url: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("shardjob-registry-{name}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("jobs.yaml");
-        std::fs::write(
-            &file,
-            format!(
-                "- jobName: {job}\n  cron: '0/2 * * * * ?'\n  shardingTotalCount: 1\n  props:\n    \
-                 script.command.line: 'true'\n"
-            ),
-        )
-        .unwrap();
+        std::fs::write(&file, jobs).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_shardjob"))
             .args(["run", file.to_str().unwrap(), "--registry", url])
             .env("RUST_LOG", "info")
@@ -205,4 +209,43 @@ fn sigterm_ends_a_run_whose_job_cannot_be_read() {
         "{why}"
     );
     eprintln!("{}", p.seen.join("\n"));
+}
+
+/// The registry's copy of a job's configuration wins over an edited file (ElasticJob's
+/// `overwrite: false`), and the log says so, naming the keys that differ.
+#[test]
+fn a_file_edited_since_the_registry_copy_was_written_is_warned_about() {
+    let cluster = Cluster::zookeeper(1).unwrap_or_else(|e| panic!("{e}"));
+    let url = format!(
+        "zk://{}/drift?session_timeout_ms=10000",
+        cluster.connect_string()
+    );
+    let job = |total: u32, description: &str| {
+        format!(
+            "- jobName: report\n  cron: '0 0 3 * * ?'\n  shardingTotalCount: {total}\n  \
+             description: {description}\n  props:\n    script.command.line: 'true'\n"
+        )
+    };
+    let mut first = Proc::start_with("drift-1", &job(2, "nightly"), &url);
+    first.wait_line("this instance owns items 0,1 of the job");
+    assert!(!first.seen.iter().any(|l| l.contains("differs")));
+    first.sigterm();
+    assert!(first.wait_exit(PATIENCE).success());
+    drop(first);
+    let mut second = Proc::start_with("drift-2", &job(3, "edited"), &url);
+    let warned = second.wait_line("differs from this instance's");
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(
+        warned.contains("description, shardingTotalCount"),
+        "{warned}"
+    );
+    assert!(
+        warned.contains("the registry's copy is in force"),
+        "{warned}"
+    );
+    // The registry's copy runs: its two items, not the file's three.
+    second.wait_line("this instance owns items 0,1 of the job");
+    eprintln!("{warned}");
+    second.sigterm();
+    assert!(second.wait_exit(PATIENCE).success());
 }

@@ -98,6 +98,8 @@ pub(crate) struct JobEntry {
     pub job: Arc<dyn Job>,
     /// The configuration in force: the registry's copy once seen, else the local one.
     pub effective: Arc<JobConfig>,
+    /// The local configuration (this instance's file or code).
+    local: Arc<JobConfig>,
     limiter: Option<(ExecutorType, Arc<Semaphore>)>,
     pub resharding: ReshardingFlag,
     pub warned_handler: bool,
@@ -139,9 +141,11 @@ impl JobEntry {
                 ))
             })
         });
+        let local = Arc::new(config);
         Self {
             job,
-            effective: Arc::new(config),
+            effective: Arc::clone(&local),
+            local,
             limiter: None,
             resharding: ReshardingFlag::default(),
             warned_handler: false,
@@ -859,6 +863,16 @@ impl Driver {
             return;
         };
         if let Some(entry) = self.jobs.get_mut(job) {
+            let changed = !Arc::ptr_eq(&entry.effective, &config) && *entry.effective != *config;
+            // ElasticJob's rule: without `overwrite`, the registry's copy wins over the local
+            // one. Said when they differ, so that an edited file that "does nothing" is seen.
+            if changed && !entry.local.overwrite && *config != *entry.local {
+                let keys = differing_keys(&entry.local, &config).join(", ");
+                tracing::warn!(
+                    instance = %self.instance, %job, keys = %keys,
+                    "the registry's configuration of the job differs from this instance's in {keys}: the registry's copy is in force (overwrite is false; set overwrite: true to make the local one win)"
+                );
+            }
             entry.effective = config;
         }
     }
@@ -949,7 +963,11 @@ impl Driver {
         match &event {
             MachineEvent::JobActive { job } => tracing::info!(instance = %me, %job, "job active"),
             MachineEvent::ConfigInvalid { job, error } => {
-                tracing::error!(instance = %me, %job, "configuration in the registry cannot be used: {error}")
+                if self.machine.config(job).is_some() {
+                    tracing::error!(instance = %me, %job, "kept the last good configuration because the registry's copy cannot be used: {error}")
+                } else {
+                    tracing::error!(instance = %me, %job, "the job does not run here until its configuration in the registry is fixed, because it cannot be used: {error}")
+                }
             }
             MachineEvent::JobTypeConflict {
                 job,
@@ -1033,6 +1051,31 @@ impl Driver {
 
 /// How long closing the registry session may take before the driver goes on without it.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The top-level keys (ElasticJob's names) whose values differ between two configurations.
+fn differing_keys(a: &JobConfig, b: &JobConfig) -> Vec<String> {
+    use serde_yaml_ng::{Mapping, Value};
+    let map = |c: &JobConfig| match serde_yaml_ng::from_str::<Value>(&c.to_yaml()) {
+        Ok(Value::Mapping(m)) => m,
+        _ => Mapping::new(),
+    };
+    let (a, b) = (map(a), map(b));
+    let mut keys: Vec<String> = a
+        .keys()
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| match k {
+            Value::String(s) => s.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    keys.sort();
+    if keys.is_empty() {
+        // Equal in YAML, different in memory: say so rather than name nothing.
+        keys.push("(a setting the YAML form does not show)".to_owned());
+    }
+    keys
+}
 
 /// Items as `0-4,7,9-12` (runs of consecutive items as ranges).
 fn ranges(items: &BTreeSet<u32>) -> String {
@@ -1127,6 +1170,18 @@ async fn sleep_until(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn differing_keys_are_named() {
+        let a = JobConfig::new("j", 2);
+        let mut b = a.clone();
+        b.sharding_total_count = 3;
+        b.description = "edited".to_owned();
+        assert_eq!(
+            differing_keys(&a, &b),
+            vec!["description", "shardingTotalCount"]
+        );
+    }
 
     #[test]
     fn items_are_written_as_ranges() {

@@ -1586,6 +1586,9 @@ impl Machine {
             std::str::from_utf8(data)
                 .map_err(|_| "the config node is not UTF-8 text".to_owned())
                 .and_then(|text| {
+                    if text.trim().is_empty() {
+                        return Err("the config node is empty".to_owned());
+                    }
                     JobConfig::from_yaml_with(text, Strictness::Lenient, &self.opts.known_types)
                         .map_err(|e| e.to_string())
                 })
