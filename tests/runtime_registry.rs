@@ -132,7 +132,7 @@ fn host_ports(cluster: &Cluster) -> String {
 /// when it ends.
 fn outage_is_logged(mut cluster: Cluster, url: &str, name: &str) {
     let mut p = Proc::start(name, "tick", url);
-    p.wait_line("this instance owns items 0 of the job");
+    p.wait_line("this instance owns item 0 of the job");
     cluster.kill(1).unwrap();
     let lost = p.wait_line("registry unreachable");
     assert!(lost.contains("WARN"), "{lost}");

@@ -847,9 +847,14 @@ impl Driver {
             if entry.mine.is_empty() {
                 tracing::info!(instance = %self.instance, %job, "this instance owns no item of the job");
             } else {
+                let noun = if entry.mine.len() == 1 {
+                    "item"
+                } else {
+                    "items"
+                };
                 tracing::info!(
                     instance = %self.instance, %job, items = %items, count = entry.mine.len(),
-                    "this instance owns items {items} of the job"
+                    "this instance owns {noun} {items} of the job"
                 );
             }
             entry.mine_logged = Some(entry.mine.clone());
