@@ -249,3 +249,28 @@ fn a_file_edited_since_the_registry_copy_was_written_is_warned_about() {
     second.sigterm();
     assert!(second.wait_exit(PATIENCE).success());
 }
+
+/// SIGTERM while the registry is down: the leave cannot delete anything, and still ends
+/// within a bound (the session is closed locally; the registry ends it at its timeout).
+#[test]
+fn sigterm_during_a_registry_outage_ends_within_a_bound() {
+    let mut cluster = Cluster::zookeeper(1).unwrap_or_else(|e| panic!("{e}"));
+    let url = format!(
+        "zk://{}/down?session_timeout_ms=10000",
+        cluster.connect_string()
+    );
+    let mut p = Proc::start("down", "tick", &url);
+    p.wait_line("this instance owns item 0 of the job");
+    cluster.kill(1).unwrap();
+    p.wait_line("registry unreachable");
+    let t0 = Instant::now();
+    p.sigterm();
+    // The leave's requests time out (10 s each by default) and the session is closed
+    // locally: well within the bound, which only a hang would pass.
+    let status = p.wait_exit(PATIENCE);
+    assert!(status.success(), "{status:?}\n{}", p.seen.join("\n"));
+    eprintln!(
+        "left {:?} after SIGTERM with the registry down",
+        t0.elapsed()
+    );
+}
