@@ -226,6 +226,8 @@ pub(crate) struct Driver {
     outage: Outage,
     /// Set by [`Op::ShutdownNow`]: the loop ends at once.
     abandon: bool,
+    /// During a graceful shutdown: when it began, and when to say again what it waits for.
+    leaving: Option<(Instant, Instant)>,
     /// The `mono` of the last `handle_timeout`, so a timer that stays due cannot spin.
     last_timeout: Option<u64>,
     closed: bool,
@@ -279,6 +281,7 @@ impl Driver {
             registry_name: p.registry_name.unwrap_or_else(|| "the registry".to_owned()),
             outage: Outage::new(),
             abandon: false,
+            leaving: None,
             last_timeout: None,
             closed: false,
             held_triggers: 0,
@@ -392,6 +395,9 @@ impl Driver {
                             Err(_) => break,
                         }
                     }
+                }
+                () = sleep_until(self.leaving.map(|l| l.1)), if self.leaving.is_some() => {
+                    self.log_still_waiting();
                 }
                 () = sleep_until(self.outage.next_report()), if self.outage.next_report().is_some() => {
                     if let Some(report) = self.outage.on_tick(Instant::now()) {
@@ -675,6 +681,10 @@ impl Driver {
             },
             Op::Shutdown => {
                 self.log_shutdown();
+                if self.leaving.is_none() {
+                    let at = Instant::now();
+                    self.leaving = Some((at, at + STILL_WAITING_EVERY));
+                }
                 self.machine.shutdown(now);
             }
             Op::ShutdownNow => {
@@ -719,6 +729,39 @@ impl Driver {
                 "shutting down: waiting at most {grace}s for {waiting} running item(s); a second SIGTERM or Ctrl-C cancels them and leaves at once"
             );
         }
+    }
+
+    /// During a graceful shutdown, says again what it still waits for (every
+    /// [`STILL_WAITING_EVERY`]), until nothing runs.
+    fn log_still_waiting(&mut self) {
+        let Some((since, _)) = self.leaving else {
+            return;
+        };
+        let waited = since.elapsed();
+        let left = self
+            .shutdown_grace
+            .saturating_sub(waited)
+            .as_secs_f64()
+            .round() as u64;
+        let mut any = false;
+        for job in self.machine.job_names() {
+            let items = self.machine.running_items(job);
+            if items.is_empty() {
+                continue;
+            }
+            any = true;
+            let when = if left > 0 {
+                format!("{left}s left before they are cancelled")
+            } else {
+                "cancelled: waiting for them to stop".to_owned()
+            };
+            tracing::info!(
+                instance = %self.instance, %job, items = %join(&items),
+                "shutting down: still waiting for running items after {}s ({when})",
+                waited.as_secs()
+            );
+        }
+        self.leaving = any.then(|| (since, Instant::now() + STILL_WAITING_EVERY));
     }
 
     /// Cancels every running execution and waits for their tasks to end, at most the cancel
@@ -1053,6 +1096,9 @@ impl Driver {
         let _ = self.events.send(RunEvent::Machine(event));
     }
 }
+
+/// How often a graceful shutdown says again what it still waits for.
+const STILL_WAITING_EVERY: Duration = Duration::from_secs(10);
 
 /// How long closing the registry session may take before the driver goes on without it.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
