@@ -31,6 +31,20 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// How logs (on stderr) are written: `text` (coloured only on a terminal, and not when
+    /// NO_COLOR is set) or `json` (one object per line, for log shippers). RUST_LOG sets
+    /// the level (default `info`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// The format of the log lines on stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// The subcommands.
@@ -596,12 +610,14 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         None => None,
     };
     let rt = runtime()?;
-    rt.block_on(async {
+    let outcome = rt.block_on(async {
         let client = match registry.connect_with(&plan.connect).await {
             Ok(c) => c,
             Err(e) => return Ok(Err(format!("error: {e}"))),
         };
-        let mut builder = crate::runtime::Scheduler::builder().registry(client);
+        let mut builder = crate::runtime::Scheduler::builder()
+            .registry(client)
+            .registry_name(registry_name(registry));
         if let Some(id) = instance_id {
             builder = builder.instance_id(id);
         }
@@ -622,45 +638,138 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
             handle.instance_id()
         )?;
         out.flush()?;
-        let why = wait_for_stop(args.exit_after).await;
-        writeln!(out, "shardjob: {why}: leaving gracefully")?;
-        out.flush()?;
-        match handle.shutdown().await {
-            Ok(()) => {
-                writeln!(out, "shardjob: left")?;
-                Ok(Ok(()))
-            }
-            Err(e) => Ok(Err(format!("error: {e}"))),
-        }
-    })
+        stop_and_leave(&handle, args.exit_after, out).await
+    });
+    // A job body stuck in a blocking call must not hold the exit up.
+    rt.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
+    outcome
 }
 
-/// Waits for SIGTERM, Ctrl-C (SIGINT) or the given number of seconds; says which came.
-async fn wait_for_stop(exit_after: Option<u64>) -> &'static str {
-    let timer = async {
-        match exit_after {
-            Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
-            None => std::future::pending().await,
-        }
+/// The registry as the log names it: scheme, servers and namespace (never credentials).
+fn registry_name(registry: &crate::registry_url::RegistryUrl) -> String {
+    use crate::registry_url::RegistryUrl;
+    match registry {
+        RegistryUrl::Mem => "mem://".to_owned(),
+        RegistryUrl::ZooKeeper {
+            servers, namespace, ..
+        } => format!("zk://{}/{namespace}", servers.join(",")),
+        RegistryUrl::Etcd {
+            endpoints,
+            namespace,
+            ..
+        } => format!("etcd://{}/{namespace}", endpoints.join(",")),
+    }
+}
+
+/// How long the async runtime's leftover tasks may hold the process's exit up.
+const RUNTIME_SHUTDOWN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long a leave at once (after a second signal) may take before `shardjob run` exits
+/// anyway: the cancelled items' wait (at most 5 s) and the session's close (at most 10 s).
+pub const FORCED_LEAVE_BOUND: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// Waits for the first stop signal (or `--exit-after`), leaves gracefully, and on a second
+/// SIGTERM or Ctrl-C meanwhile leaves at once (running items cancelled). The exit code: 0
+/// after a graceful leave, 1 after a leave at once or a failure.
+async fn stop_and_leave(
+    handle: &crate::runtime::SchedulerHandle,
+    exit_after: Option<u64>,
+    out: &mut dyn Write,
+) -> Result<Outcome, CliError> {
+    let mut signals = Signals::new();
+    let why = tokio::select! {
+        why = signals.next() => why,
+        () = sleep_secs(exit_after) => "time is up",
     };
+    writeln!(
+        out,
+        "shardjob: {why}: leaving gracefully (a second SIGTERM or Ctrl-C cancels running items and leaves at once)"
+    )?;
+    out.flush()?;
+    let graceful = handle.shutdown();
+    tokio::pin!(graceful);
+    let second = tokio::select! {
+        result = &mut graceful => {
+            return match result {
+                Ok(()) => {
+                    writeln!(out, "shardjob: left")?;
+                    Ok(Ok(()))
+                }
+                Err(e) => Ok(Err(format!("error: {e}"))),
+            };
+        }
+        second = signals.next() => second,
+    };
+    writeln!(
+        out,
+        "shardjob: {second} again: cancelling running items and leaving at once"
+    )?;
+    out.flush()?;
+    match tokio::time::timeout(FORCED_LEAVE_BOUND, handle.shutdown_now()).await {
+        Ok(Ok(())) => Ok(Err(format!(
+            "shardjob: left at once after a second {second}: running items were cancelled"
+        ))),
+        Ok(Err(e)) => Ok(Err(format!("error: {e}"))),
+        Err(_) => Ok(Err(format!(
+            "error: the leave at once did not end within {}s: exiting anyway (the registry ends the session at its timeout)",
+            FORCED_LEAVE_BOUND.as_secs()
+        ))),
+    }
+}
+
+async fn sleep_secs(secs: Option<u64>) {
+    match secs {
+        Some(s) => tokio::time::sleep(std::time::Duration::from_secs(s)).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// SIGTERM and Ctrl-C (SIGINT), caught from creation on: once caught, neither ends the
+/// process by itself, so every one is seen (the second one included).
+struct Signals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn new() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            Self {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
+        }
+        #[cfg(not(unix))]
+        Self {}
+    }
+
+    /// The next signal: `"SIGTERM"` or `"Ctrl-C"`. Never returns if none can be caught.
+    async fn next(&mut self) -> &'static str {
+        #[cfg(unix)]
+        {
+            async fn recv(s: &mut Option<tokio::signal::unix::Signal>) {
+                let got = match s {
+                    Some(s) => s.recv().await.is_some(),
+                    None => false,
+                };
+                if !got {
+                    // No handler, or its stream ended: wait for the other signal.
+                    std::future::pending::<()>().await;
+                }
+            }
+            tokio::select! {
+                () = recv(&mut self.term) => "SIGTERM",
+                () = recv(&mut self.int) => "Ctrl-C",
+            }
+        }
+        #[cfg(not(unix))]
+        match tokio::signal::ctrl_c().await {
+            Ok(()) => "Ctrl-C",
             Err(_) => std::future::pending().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = timer => "time is up",
-        () = term => "SIGTERM",
-        r = tokio::signal::ctrl_c() => match r {
-            Ok(()) => "Ctrl-C",
-            // No signal handling here: wait for the others.
-            Err(_) => std::future::pending().await,
-        },
     }
 }

@@ -1,8 +1,10 @@
 //! The `shardjob` command line.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
+use shardjob::cli::LogFormat;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
@@ -14,10 +16,20 @@ fn main() -> ExitCode {
         _ => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        LogFormat::Text => builder
+            .with_ansi(colour(std::io::stderr().is_terminal()))
+            .init(),
+        // One object per line; the event's fields at the top level, beside the message.
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+    }
     let mut stdout = std::io::stdout().lock();
     match shardjob::cli::run(cli, chrono::Utc::now(), &mut stdout) {
         Ok(code) => code,
@@ -26,4 +38,9 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Colour codes only on a terminal, and never when NO_COLOR is set (<https://no-color.org>).
+fn colour(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }

@@ -41,7 +41,8 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 /// Unlike ElasticJob: the command line is split into argv and run without a shell (quote
 /// arguments as in a shell; `$`, `;`, `|`, `*` mean nothing); each item has a timeout
 /// ([`PROP_TIMEOUT`], default one hour) after which the process is killed; a cancelled run
-/// kills it too; stdout and stderr are captured per item, the last [`PROP_OUTPUT_LIMIT`]
+/// kills it too (with every process in its group: the script runs in a process group of its
+/// own, and on Linux dies with the `shardjob` process); stdout and stderr are captured per item, the last [`PROP_OUTPUT_LIMIT`]
 /// bytes of each; exit status 0 is success, anything else (or a signal) a failure.
 ///
 /// What the context JSON leaves out (it keeps ElasticJob's fields only) comes in environment
@@ -93,7 +94,9 @@ impl Job for ScriptJob {
         argv.push(ctx.to_json());
         let program = argv.remove(0);
 
-        let mut child = Command::new(&program)
+        let mut command = Command::new(&program);
+        own_group_dying_with_us(&mut command);
+        let mut child = command
             .args(&argv)
             .env(
                 ENV_FIRE_TIME,
@@ -108,6 +111,9 @@ impl Job for ScriptJob {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| JobError::Io(format!("cannot start {program:?}: {e}")))?;
+        // Dropped before `child` (declared after it): a run dropped mid-way (its task
+        // aborted) kills the script's whole group, not only the script.
+        let mut group = Group(child.id());
         let stdout = Arc::new(Mutex::new(Tail::new(limit)));
         let stderr = Arc::new(Mutex::new(Tail::new(limit)));
         let mut readers = tokio::task::JoinSet::new();
@@ -127,10 +133,16 @@ impl Job for ScriptJob {
             _ = ctx.cancel.cancelled() => End::Cancelled,
         };
         if matches!(end, End::TimedOut | End::Cancelled) {
-            // Killing fails only if it already exited; reap it either way, within a bound.
+            // The script and whatever it started in its group; then the script itself in
+            // case it left the group. Killing fails only if it already exited; reap it
+            // either way, within a bound.
+            group.kill();
             let _ = child.start_kill();
             let _ = tokio::time::timeout(REAP_TIMEOUT, child.wait()).await;
         }
+        // Ended (or reaped): a process it left in its group lives on, as it would under a
+        // shell; only a script stopped before its end takes its group with it.
+        group.0 = None;
         // A process it started may still hold the pipes open: read what is there, not more.
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, async {
             while readers.join_next().await.is_some() {}
@@ -156,6 +168,68 @@ impl Job for ScriptJob {
             }),
             End::Cancelled => Err(JobError::Cancelled),
         }
+    }
+}
+
+/// Starts the script in a process group of its own (its id is the script's pid), so that a
+/// cancelled or timed-out run kills what the script started too, and a Ctrl-C typed at
+/// `shardjob` reaches `shardjob` alone (which then decides). On Linux the script is also
+/// killed (SIGKILL) when the thread that started it dies: a `shardjob` killed with SIGKILL,
+/// or by the OOM killer, takes its scripts with it instead of leaving them running while
+/// their items fail over to another instance. (Tokio starts it from a runtime worker thread,
+/// which lives as long as the runtime.) Processes the script starts are not covered by the
+/// latter: a supervisor should kill the whole control group (see the README).
+fn own_group_dying_with_us(command: &mut Command) {
+    #[cfg(unix)]
+    command.process_group(0);
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id();
+        // SAFETY: the closure runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed: it calls prctl(2) and getppid(2), both
+        // async-signal-safe, allocates nothing and takes no lock (io::Error::last_os_error
+        // only reads errno).
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent died before the prctl: the signal will never come.
+                if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                    return Err(std::io::Error::other("shardjob exited"));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = command;
+}
+
+/// A running script's process group, killed when dropped unless cleared (`.0 = None`) once
+/// the script has ended.
+struct Group(Option<u32>);
+
+impl Group {
+    fn kill(&mut self) {
+        #[cfg(unix)]
+        if let Some(pgid) = self.0.and_then(|id| i32::try_from(id).ok()) {
+            if pgid > 1 {
+                // SAFETY: kill(2) with a negative pid signals the process group the script
+                // leads (made with `process_group(0)`); it touches no memory of ours. The
+                // script is not reaped yet, so its pid (the group's id) is not reused.
+                unsafe {
+                    libc::kill(-pgid, libc::SIGKILL);
+                }
+            }
+        }
+        self.0 = None;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

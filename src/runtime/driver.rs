@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::exec::{self, ExecutionTask};
+use super::outage::{self, Outage, Report};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
 use crate::listeners::{self, Guarantee, GuaranteeShared, JobListener, ListenerFactory};
@@ -86,6 +87,10 @@ pub(crate) struct Parts {
     pub state: watch::Sender<SchedulerState>,
     pub events: broadcast::Sender<RunEvent>,
     pub cancel_timeout: Duration,
+    /// The machine's shutdown grace, for the log.
+    pub shutdown_grace: Duration,
+    /// How the registry is named in the log.
+    pub registry_name: Option<String>,
 }
 
 /// A hosted job as the driver knows it.
@@ -93,11 +98,17 @@ pub(crate) struct JobEntry {
     pub job: Arc<dyn Job>,
     /// The configuration in force: the registry's copy once seen, else the local one.
     pub effective: Arc<JobConfig>,
+    /// The local configuration (this instance's file or code).
+    local: Arc<JobConfig>,
     limiter: Option<(ExecutorType, Arc<Semaphore>)>,
     pub resharding: ReshardingFlag,
     pub warned_handler: bool,
     /// Items that have an owner in the plan, as the watch shows it.
     owned: BTreeSet<u32>,
+    /// The items this instance owns in the plan, as the watch shows it.
+    mine: BTreeSet<u32>,
+    /// `mine` as last logged.
+    mine_logged: Option<BTreeSet<u32>>,
     /// Manual triggers held until the job has a plan (see [`Driver::release_triggers`]).
     triggers: Vec<Option<String>>,
     /// The job's listeners, in calling order.
@@ -130,13 +141,17 @@ impl JobEntry {
                 ))
             })
         });
+        let local = Arc::new(config);
         Self {
             job,
-            effective: Arc::new(config),
+            effective: Arc::clone(&local),
+            local,
             limiter: None,
             resharding: ReshardingFlag::default(),
             warned_handler: false,
             owned: BTreeSet::new(),
+            mine: BTreeSet::new(),
+            mine_logged: None,
             triggers: Vec::new(),
             listeners: listeners.into(),
             guarantee,
@@ -205,11 +220,21 @@ pub(crate) struct Driver {
     state: watch::Sender<SchedulerState>,
     events: broadcast::Sender<RunEvent>,
     cancel_timeout: Duration,
+    shutdown_grace: Duration,
+    registry_name: String,
+    /// The registry connection, for the log.
+    outage: Outage,
+    /// Set by [`Op::ShutdownNow`]: the loop ends at once.
+    abandon: bool,
+    /// During a graceful shutdown: when it began, and when to say again what it waits for.
+    leaving: Option<(Instant, Instant)>,
     /// The `mono` of the last `handle_timeout`, so a timer that stays due cannot spin.
     last_timeout: Option<u64>,
     closed: bool,
     /// How many manual triggers wait in [`JobEntry::triggers`].
     held_triggers: usize,
+    /// Jobs whose items owned here may have changed since they were last logged.
+    mine_touched: BTreeSet<String>,
     /// Callers of `remove_job`, answered when the instance has left the job.
     removing: BTreeMap<String, Vec<oneshot::Sender<Result<(), RuntimeError>>>>,
 }
@@ -252,9 +277,15 @@ impl Driver {
             state: p.state,
             events: p.events,
             cancel_timeout: p.cancel_timeout,
+            shutdown_grace: p.shutdown_grace,
+            registry_name: p.registry_name.unwrap_or_else(|| "the registry".to_owned()),
+            outage: Outage::new(),
+            abandon: false,
+            leaving: None,
             last_timeout: None,
             closed: false,
             held_triggers: 0,
+            mine_touched: BTreeSet::new(),
             removing: BTreeMap::new(),
         }
     }
@@ -312,6 +343,10 @@ impl Driver {
             if self.machine.is_stopped() {
                 break SchedulerState::Stopped;
             }
+            if self.abandon {
+                self.cancel_and_wait().await;
+                break SchedulerState::Stopped;
+            }
             let deadline = self.timer_deadline();
             tokio::select! {
                 op = self.ops.recv(), if self.ops_open => match op {
@@ -359,6 +394,14 @@ impl Driver {
                             Ok(done) => self.on_finished(*done, now),
                             Err(_) => break,
                         }
+                    }
+                }
+                () = sleep_until(self.leaving.map(|l| l.1)), if self.leaving.is_some() => {
+                    self.log_still_waiting();
+                }
+                () = sleep_until(self.outage.next_report()), if self.outage.next_report().is_some() => {
+                    if let Some(report) = self.outage.on_tick(Instant::now()) {
+                        self.log_outage(report);
                     }
                 }
                 () = sleep_until(deadline.map(|d| d.early)), if deadline.is_some() => {
@@ -419,8 +462,16 @@ impl Driver {
         }
         if !self.closed {
             self.closed = true;
-            if let Err(e) = self.registry.close().await {
-                tracing::debug!(instance = %self.instance, "closing the registry client: {e}");
+            match tokio::time::timeout(CLOSE_TIMEOUT, self.registry.close()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(instance = %self.instance, "closing the registry client: {e}")
+                }
+                Err(_) => tracing::warn!(
+                    instance = %self.instance,
+                    "closing the registry session took more than {}s: given up (the registry ends it at its timeout)",
+                    CLOSE_TIMEOUT.as_secs()
+                ),
             }
         }
         if end == SchedulerState::Stopped {
@@ -494,8 +545,16 @@ impl Driver {
                 }
                 Command::CloseSession => {
                     self.closed = true;
-                    if let Err(e) = self.registry.close().await {
-                        tracing::warn!(instance = %self.instance, "closing the registry session: {e}");
+                    match tokio::time::timeout(CLOSE_TIMEOUT, self.registry.close()).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(instance = %self.instance, "closing the registry session: {e}")
+                        }
+                        Err(_) => tracing::warn!(
+                            instance = %self.instance,
+                            "closing the registry session took more than {}s: given up (the registry ends it at its timeout)",
+                            CLOSE_TIMEOUT.as_secs()
+                        ),
                     }
                 }
                 Command::Event(event) => self.on_event(event),
@@ -621,8 +680,110 @@ impl Driver {
                 }
             },
             Op::Shutdown => {
-                tracing::info!(instance = %self.instance, "graceful shutdown requested");
+                self.log_shutdown();
+                if self.leaving.is_none() {
+                    let at = Instant::now();
+                    self.leaving = Some((at, at + STILL_WAITING_EVERY));
+                }
                 self.machine.shutdown(now);
+            }
+            Op::ShutdownNow => {
+                let running: usize = self.running.len();
+                tracing::warn!(
+                    instance = %self.instance, running_executions = running,
+                    "leaving at once: cancelling running items, their end is not recorded (failover runs them again)"
+                );
+                self.abandon = true;
+            }
+        }
+    }
+
+    /// Says what a graceful shutdown waits for: each job's running items, and until when
+    /// before they are cancelled; and the jobs still waiting for their registry subtree.
+    fn log_shutdown(&self) {
+        let grace = self.shutdown_grace.as_secs_f64();
+        let deadline = chrono::Utc::now()
+            + chrono::Duration::from_std(self.shutdown_grace).unwrap_or(chrono::Duration::zero());
+        let deadline = deadline.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let mut waiting = 0;
+        for job in self.machine.job_names() {
+            let items = self.machine.running_items(job);
+            if !items.is_empty() {
+                waiting += items.len();
+                tracing::info!(
+                    instance = %self.instance, %job, items = %join(&items),
+                    "shutting down: waiting for running items to finish (cancelled at {deadline}, after {grace}s)"
+                );
+            } else if !self.machine.is_active(job) {
+                tracing::info!(
+                    instance = %self.instance, %job,
+                    "shutting down: the job is not active here (its registry subtree is not loaded): left without waiting for it"
+                );
+            }
+        }
+        if waiting == 0 {
+            tracing::info!(instance = %self.instance, "shutting down: no item runs here, leaving now");
+        } else {
+            tracing::info!(
+                instance = %self.instance, items = waiting,
+                "shutting down: waiting at most {grace}s for {waiting} running item(s); a second SIGTERM or Ctrl-C cancels them and leaves at once"
+            );
+        }
+    }
+
+    /// During a graceful shutdown, says again what it still waits for (every
+    /// [`STILL_WAITING_EVERY`]), until nothing runs.
+    fn log_still_waiting(&mut self) {
+        let Some((since, _)) = self.leaving else {
+            return;
+        };
+        let waited = since.elapsed();
+        let left = self
+            .shutdown_grace
+            .saturating_sub(waited)
+            .as_secs_f64()
+            .round() as u64;
+        let mut any = false;
+        for job in self.machine.job_names() {
+            let items = self.machine.running_items(job);
+            if items.is_empty() {
+                continue;
+            }
+            any = true;
+            let when = if left > 0 {
+                format!("{left}s left before they are cancelled")
+            } else {
+                "cancelled: waiting for them to stop".to_owned()
+            };
+            tracing::info!(
+                instance = %self.instance, %job, items = %join(&items),
+                "shutting down: still waiting for running items after {}s ({when})",
+                waited.as_secs()
+            );
+        }
+        self.leaving = any.then(|| (since, Instant::now() + STILL_WAITING_EVERY));
+    }
+
+    /// Cancels every running execution and waits for their tasks to end, at most the cancel
+    /// timeout (a script is killed with its process group at once).
+    async fn cancel_and_wait(&mut self) {
+        let mut tasks = Vec::new();
+        for (_, r) in self.running.drain() {
+            r.cancel.cancel(CancelReason::Shutdown);
+            tasks.push(r.task);
+        }
+        if tasks.is_empty() {
+            return;
+        }
+        let bound = self.cancel_timeout.min(Duration::from_secs(5));
+        let aborts: Vec<_> = tasks.iter().map(JoinHandle::abort_handle).collect();
+        if tokio::time::timeout(bound, futures_util::future::join_all(tasks))
+            .await
+            .is_err()
+        {
+            tracing::warn!(instance = %self.instance, "cancelled items did not stop within {}s: dropped", bound.as_secs());
+            for a in aborts {
+                a.abort();
             }
         }
     }
@@ -637,6 +798,7 @@ impl Driver {
         if let Some(job) = &tree {
             self.refresh_config(job);
         }
+        self.log_mine();
     }
 
     fn on_watch(&mut self, events: Vec<RegistryEvent>) {
@@ -650,9 +812,12 @@ impl Driver {
                     }
                 }
                 // Events may have been missed: distribute-once waiters read the registry again.
-                RegistryEvent::Session(_) => {
+                RegistryEvent::Session(session) => {
                     for guarantee in self.jobs.values().filter_map(|e| e.guarantee.as_ref()) {
                         guarantee.changed();
+                    }
+                    if let Some(report) = self.outage.on_event(session, Instant::now()) {
+                        self.log_outage(report);
                     }
                 }
             }
@@ -661,6 +826,81 @@ impl Driver {
         self.machine.handle_registry_events(events, now);
         for job in configs {
             self.refresh_config(&job);
+        }
+        self.log_mine();
+    }
+
+    /// Says a registry outage plainly: when it starts, while it lasts, when it ends.
+    fn log_outage(&self, report: Report) {
+        let me = &self.instance;
+        let registry = &self.registry_name;
+        let jobs = self.jobs.len();
+        match report {
+            Report::Lost => tracing::warn!(
+                instance = %me, %registry, jobs,
+                "registry unreachable: lost the connection to {registry}; {jobs} job(s) paused (no item starts) until it is back; the session survives if it comes back within the session timeout"
+            ),
+            Report::Expired { began: true } => tracing::warn!(
+                instance = %me, %registry, jobs,
+                "registry session ended (its nodes are gone): {jobs} job(s) paused until {registry} answers and this instance registers again"
+            ),
+            Report::Expired { began: false } => tracing::warn!(
+                instance = %me, %registry, jobs,
+                "registry still unreachable and the session has ended (its nodes are gone): this instance registers again once {registry} answers"
+            ),
+            Report::Lasts(d) => {
+                let d = outage::human(d);
+                tracing::warn!(
+                    instance = %me, %registry, jobs, down_for = %d,
+                    "registry unreachable for {d}: {jobs} job(s) paused"
+                )
+            }
+            Report::Reconnected(d) => {
+                let d = outage::human(d);
+                tracing::warn!(
+                    instance = %me, %registry, down_for = %d,
+                    "registry reachable again after {d}: the session survived, jobs resume"
+                )
+            }
+            Report::NewSession(d) => {
+                let d = outage::human(d);
+                tracing::warn!(
+                    instance = %me, %registry, down_for = %d,
+                    "registry reachable again after {d} with a new session: this instance registers again, jobs resume"
+                )
+            }
+        }
+    }
+
+    /// Logs, for each job whose items owned here changed, the items this instance owns now:
+    /// one line per job and change.
+    fn log_mine(&mut self) {
+        for job in std::mem::take(&mut self.mine_touched) {
+            let Some(entry) = self.jobs.get_mut(&job) else {
+                continue;
+            };
+            if entry.mine_logged.as_ref() == Some(&entry.mine) {
+                continue;
+            }
+            // A plan not written yet (no item has an owner) is not news.
+            if entry.mine_logged.is_none() && entry.owned.is_empty() {
+                continue;
+            }
+            let items = ranges(&entry.mine);
+            if entry.mine.is_empty() {
+                tracing::info!(instance = %self.instance, %job, "this instance owns no item of the job");
+            } else {
+                let noun = if entry.mine.len() == 1 {
+                    "item"
+                } else {
+                    "items"
+                };
+                tracing::info!(
+                    instance = %self.instance, %job, items = %items, count = entry.mine.len(),
+                    "this instance owns {noun} {items} of the job"
+                );
+            }
+            entry.mine_logged = Some(entry.mine.clone());
         }
     }
 
@@ -671,6 +911,16 @@ impl Driver {
             return;
         };
         if let Some(entry) = self.jobs.get_mut(job) {
+            let changed = !Arc::ptr_eq(&entry.effective, &config) && *entry.effective != *config;
+            // ElasticJob's rule: without `overwrite`, the registry's copy wins over the local
+            // one. Said when they differ, so that an edited file that "does nothing" is seen.
+            if changed && !entry.local.overwrite && *config != *entry.local {
+                let keys = differing_keys(&entry.local, &config).join(", ");
+                tracing::warn!(
+                    instance = %self.instance, %job, keys = %keys,
+                    "the registry's configuration of the job differs from this instance's in {keys}: the registry's copy is in force (overwrite is false; set overwrite: true to make the local one win)"
+                );
+            }
             entry.effective = config;
         }
     }
@@ -699,6 +949,15 @@ impl Driver {
                     entry.owned.insert(item);
                 } else {
                     entry.owned.remove(&item);
+                }
+                let me = exists && data == self.instance.as_str().as_bytes();
+                let changed = if me {
+                    entry.mine.insert(item)
+                } else {
+                    entry.mine.remove(&item)
+                };
+                if changed && !self.mine_touched.contains(job) {
+                    self.mine_touched.insert(job.to_owned());
                 }
             }
             _ => {}
@@ -734,6 +993,8 @@ impl Driver {
         if let Some(entry) = self.jobs.get_mut(job) {
             entry.resharding.set(false);
             entry.owned.clear();
+            entry.mine.clear();
+            self.mine_touched.insert(job.to_owned());
             if let Some(guarantee) = &entry.guarantee {
                 guarantee.clear_disabled();
                 guarantee.changed();
@@ -750,7 +1011,11 @@ impl Driver {
         match &event {
             MachineEvent::JobActive { job } => tracing::info!(instance = %me, %job, "job active"),
             MachineEvent::ConfigInvalid { job, error } => {
-                tracing::error!(instance = %me, %job, "configuration in the registry cannot be used: {error}")
+                if self.machine.config(job).is_some() {
+                    tracing::error!(instance = %me, %job, "kept the last good configuration because the registry's copy cannot be used: {error}")
+                } else {
+                    tracing::error!(instance = %me, %job, "the job does not run here until its configuration in the registry is fixed, because it cannot be used: {error}")
+                }
             }
             MachineEvent::JobTypeConflict {
                 job,
@@ -812,6 +1077,9 @@ impl Driver {
             MachineEvent::SessionLost => {
                 tracing::warn!(instance = %me, "registry session lost: registering again")
             }
+            MachineEvent::LeftUnloaded { job, reason } => {
+                tracing::warn!(instance = %me, %job, "leaving the job without it: {reason}")
+            }
             MachineEvent::JobLeft { job } => {
                 tracing::info!(instance = %me, %job, "left the job");
                 if let Some(entry) = self.jobs.remove(job) {
@@ -827,6 +1095,76 @@ impl Driver {
         }
         let _ = self.events.send(RunEvent::Machine(event));
     }
+}
+
+/// How often a graceful shutdown says again what it still waits for.
+const STILL_WAITING_EVERY: Duration = Duration::from_secs(10);
+
+/// How long closing the registry session may take before the driver goes on without it.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The top-level keys (ElasticJob's names) whose values differ between two configurations.
+fn differing_keys(a: &JobConfig, b: &JobConfig) -> Vec<String> {
+    use serde_yaml_ng::{Mapping, Value};
+    let map = |c: &JobConfig| match serde_yaml_ng::from_str::<Value>(&c.to_yaml()) {
+        Ok(Value::Mapping(m)) => m,
+        _ => Mapping::new(),
+    };
+    let (a, b) = (map(a), map(b));
+    let mut keys: Vec<String> = a
+        .keys()
+        .chain(b.keys().filter(|k| !a.contains_key(*k)))
+        .filter(|k| a.get(*k) != b.get(*k))
+        .map(|k| match k {
+            Value::String(s) => s.clone(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    keys.sort();
+    if keys.is_empty() {
+        // Equal in YAML, different in memory: say so rather than name nothing.
+        keys.push("(a setting the YAML form does not show)".to_owned());
+    }
+    keys
+}
+
+/// Items as `0-4,7,9-12` (runs of consecutive items as ranges).
+fn ranges(items: &BTreeSet<u32>) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut run: Option<(u32, u32)> = None;
+    for &i in items {
+        run = match run {
+            Some((a, b)) if b.checked_add(1) == Some(i) => Some((a, i)),
+            Some(r) => {
+                out.push(range(r));
+                Some((i, i))
+            }
+            None => Some((i, i)),
+        };
+    }
+    if let Some(r) = run {
+        out.push(range(r));
+    }
+    out.join(",")
+}
+
+fn range((a, b): (u32, u32)) -> String {
+    if a == b {
+        a.to_string()
+    } else if b == a + 1 {
+        format!("{a},{b}")
+    } else {
+        format!("{a}-{b}")
+    }
+}
+
+/// Items as `0,3,6`.
+fn join(items: &[u32]) -> String {
+    items
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn plan(owners: &BTreeMap<u32, InstanceId>) -> String {
@@ -877,5 +1215,34 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(t) => tokio::time::sleep_until(t).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differing_keys_are_named() {
+        let a = JobConfig::new("j", 2);
+        let mut b = a.clone();
+        b.sharding_total_count = 3;
+        b.description = "edited".to_owned();
+        assert_eq!(
+            differing_keys(&a, &b),
+            vec!["description", "shardingTotalCount"]
+        );
+    }
+
+    #[test]
+    fn items_are_written_as_ranges() {
+        let set = |v: &[u32]| v.iter().copied().collect::<BTreeSet<u32>>();
+        assert_eq!(ranges(&set(&[])), "");
+        assert_eq!(ranges(&set(&[0, 3, 6])), "0,3,6");
+        assert_eq!(ranges(&set(&[0, 1, 2, 3, 4, 7, 9, 10])), "0-4,7,9,10");
+        assert_eq!(
+            ranges(&set(&[5, 6, 7, u32::MAX])),
+            format!("5-7,{}", u32::MAX)
+        );
     }
 }

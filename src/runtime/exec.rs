@@ -616,9 +616,7 @@ async fn run_item(
                 "item succeeded"
             );
             if let Some(out) = &output {
-                if !out.stdout.is_empty() || !out.stderr.is_empty() {
-                    tracing::debug!(job = %ctx.job_name, item = ctx.sharding_item, stdout = %out.stdout, stderr = %out.stderr, "item output");
-                }
+                log_output(ctx, out);
             }
             (ItemOutcome::Succeeded, None, output)
         }
@@ -631,6 +629,9 @@ async fn run_item(
             (ItemOutcome::Cancelled, Some(e), output)
         }
         Err(e) => {
+            if let Some(out) = e.output() {
+                log_output(ctx, out);
+            }
             handle_error(&shared, ctx, &e);
             let output = e.output().cloned();
             (ItemOutcome::Failed(e.to_string()), Some(e), output)
@@ -649,6 +650,60 @@ async fn run_item(
         });
     }
     outcome
+}
+
+/// The most lines of one stream of one run that are logged.
+const MAX_LOGGED_LINES: usize = 100;
+/// The most bytes of one output line that are logged.
+const MAX_LINE_BYTES: usize = 1024;
+
+/// Logs what an item printed (a script's stdout and stderr, an HTTP job's response), line by
+/// line at INFO with the job and the item, at most [`MAX_LOGGED_LINES`] lines of
+/// [`MAX_LINE_BYTES`] bytes per stream and run; each cut is said.
+fn log_output(ctx: &ShardingContext, out: &crate::jobs::CapturedOutput) {
+    for (stream, text, dropped) in [
+        ("stdout", &out.stdout, out.stdout_truncated),
+        ("stderr", &out.stderr, out.stderr_truncated),
+    ] {
+        let lines = output_lines(text, dropped);
+        for line in lines {
+            tracing::info!(job = %ctx.job_name, item = ctx.sharding_item, stream, "{line}");
+        }
+    }
+}
+
+/// The lines of one captured stream as logged: capped, with the cuts said.
+fn output_lines(text: &str, dropped_front: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    if dropped_front > 0 {
+        out.push(format!(
+            "[the first {dropped_front} bytes are not kept (the job's output limit)]"
+        ));
+    }
+    let all: Vec<&str> = text.lines().collect();
+    // The end of the output is what tells most (an error, a summary): it is kept.
+    let skip = all.len().saturating_sub(MAX_LOGGED_LINES);
+    if skip > 0 {
+        out.push(format!(
+            "[{skip} lines not logged; the last {MAX_LOGGED_LINES} follow]"
+        ));
+    }
+    for line in &all[skip..] {
+        if line.len() > MAX_LINE_BYTES {
+            let mut cut = MAX_LINE_BYTES;
+            while !line.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            out.push(format!(
+                "{} [line cut: {} more bytes]",
+                &line[..cut],
+                line.len() - cut
+            ));
+        } else {
+            out.push((*line).to_owned());
+        }
+    }
+    out
 }
 
 /// The job's error handler: `LOG` logs the failure as an error; `IGNORE` only at debug level;
@@ -696,6 +751,23 @@ async fn sleep_until(deadline: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_lines_are_capped_and_say_so() {
+        assert_eq!(output_lines("a\nb\n", 0), vec!["a", "b"]);
+        assert!(output_lines("", 0).is_empty());
+        let long = "é".repeat(MAX_LINE_BYTES);
+        let lines = output_lines(&long, 0);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].ends_with(&format!("[line cut: {} more bytes]", MAX_LINE_BYTES)));
+        let many: String = (0..250).map(|i| format!("{i}\n")).collect();
+        let lines = output_lines(&many, 7);
+        assert_eq!(lines.len(), MAX_LOGGED_LINES + 2);
+        assert!(lines[0].contains("first 7 bytes"));
+        assert!(lines[1].contains("150 lines not logged"));
+        assert_eq!(lines[2], "150");
+        assert_eq!(lines.last().map(String::as_str), Some("249"));
+    }
 
     #[test]
     fn a_start_pass_counts_until_the_run_takes_it_or_it_is_lost() {

@@ -42,6 +42,7 @@
 mod driver;
 mod exec;
 mod ident;
+mod outage;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -189,6 +190,7 @@ impl Scheduler {
             configure: Vec::new(),
             cancel_timeout: DEFAULT_CANCEL_TIMEOUT,
             events: broadcast::channel(EVENT_CAPACITY).0,
+            registry_name: None,
         }
     }
 }
@@ -206,6 +208,7 @@ pub struct SchedulerBuilder {
     configure: Vec<Configure>,
     cancel_timeout: Duration,
     events: broadcast::Sender<RunEvent>,
+    registry_name: Option<String>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -237,6 +240,13 @@ impl SchedulerBuilder {
     /// of a graceful shutdown.
     pub fn registry(mut self, registry: Arc<dyn Registry>) -> Self {
         self.registry = Some(registry);
+        self
+    }
+
+    /// How the registry is named in the log when it cannot be reached (its address, say
+    /// `zk://10.0.0.5:2181/shop`; never credentials). By default "the registry".
+    pub fn registry_name(mut self, name: impl Into<String>) -> Self {
+        self.registry_name = Some(name.into());
         self
     }
 
@@ -338,6 +348,7 @@ impl SchedulerBuilder {
             f(&mut opts);
         }
         opts.instance_id = instance_id.clone();
+        let shutdown_grace = opts.shutdown_grace;
         let clock = driver::Clock::new();
         let mut machine = Machine::new(opts);
         for strategy in self.strategies {
@@ -382,6 +393,8 @@ impl SchedulerBuilder {
             state: state_tx,
             events: events_tx.clone(),
             cancel_timeout: self.cancel_timeout,
+            shutdown_grace,
+            registry_name: self.registry_name,
         });
         tokio::spawn(driver.run());
         Ok(SchedulerHandle {
@@ -413,6 +426,7 @@ pub(crate) enum Op {
         reply: oneshot::Sender<Result<(), RuntimeError>>,
     },
     Shutdown,
+    ShutdownNow,
 }
 
 struct Inner {
@@ -513,6 +527,16 @@ impl SchedulerHandle {
     pub async fn shutdown(&self) -> Result<(), RuntimeError> {
         // A driver that is gone already has stopped one way or the other: `wait` says how.
         let _ = self.inner.ops.send(Op::Shutdown);
+        self.wait().await
+    }
+
+    /// Leaves at once, as on a second SIGTERM: running items are cancelled (a script is
+    /// killed with its process group), waited for at most the cancel timeout, then dropped;
+    /// the session is closed without recording their end, so their fires are failed over (if
+    /// the job fails over) rather than counted as done. Returns when that is done. Use
+    /// [`SchedulerHandle::shutdown`] to let running items finish.
+    pub async fn shutdown_now(&self) -> Result<(), RuntimeError> {
+        let _ = self.inner.ops.send(Op::ShutdownNow);
         self.wait().await
     }
 

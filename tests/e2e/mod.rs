@@ -13,10 +13,10 @@
 //! environment variables a Script job gets; the instance from `E2E_INSTANCE`, set per
 //! process). The test appends `kill <unix ms> <instance>` when it SIGKILLs an instance.
 //!
-//! Each instance runs in a process group of its own, so a "kill without goodbye" SIGKILLs the
-//! group: the `shardjob` process and the scripts it started, as a crashed host would lose
-//! them (a script left running would write its `end` line while another instance runs the
-//! item again). Only groups this module started are signalled, by their id; a [`Fleet`] that
+//! Each instance runs in a process group of its own, and a "kill without goodbye" SIGKILLs the
+//! group: the `shardjob` process, as a crashed host would lose it. Its scripts run in process
+//! groups of their own and die with it (`PR_SET_PDEATHSIG`; a script left running would
+//! write its `end` line while another instance runs the item again). Only groups this module started are signalled, by their id; a [`Fleet`] that
 //! is dropped (a failed assertion included) SIGKILLs every group it still has.
 
 #![allow(dead_code)]

@@ -387,6 +387,8 @@ struct Job {
     leave_deadline: Option<u64>,
     reported_corrupt: BTreeSet<String>,
     last_config_error: Option<String>,
+    /// Why the last load of the subtree failed, until one succeeds.
+    load_error: Option<String>,
     last_housekeeping: Option<u64>,
     last_reload: Option<u64>,
     wake: Option<u64>,
@@ -721,6 +723,7 @@ impl Machine {
             leave_deadline: None,
             reported_corrupt: BTreeSet::new(),
             last_config_error: None,
+            load_error: None,
             last_housekeeping: None,
             last_reload: None,
             loading: None,
@@ -1518,10 +1521,12 @@ impl Machine {
                 j.phase = Phase::Loaded;
                 j.backoff = 0;
                 j.unsure = false;
+                j.load_error = None;
                 j.last_reload = Some(now.mono);
                 self.refresh_config(&name);
             }
             RegistryReply::Failed(error) => {
+                j.load_error = Some(error.to_string());
                 self.failed(Some(&name), "load", error.clone());
                 let backoff = self.backoff_of(&name, now);
                 if let Some(j) = self.jobs.get_mut(&name) {
@@ -1581,6 +1586,9 @@ impl Machine {
             std::str::from_utf8(data)
                 .map_err(|_| "the config node is not UTF-8 text".to_owned())
                 .and_then(|text| {
+                    if text.trim().is_empty() {
+                        return Err("the config node is empty".to_owned());
+                    }
                     JobConfig::from_yaml_with(text, Strictness::Lenient, &self.opts.known_types)
                         .map_err(|e| e.to_string())
                 })
@@ -1688,6 +1696,17 @@ impl Machine {
             return;
         };
         j.wake = None;
+        if j.leaving && matches!(j.phase, Phase::Waiting | Phase::Loading) {
+            // A job never loaded has written nothing; past the shutdown's grace, the session's
+            // close takes this instance's nodes with it. Either way the leave does not wait
+            // for a load that may never succeed (an ACL that denies reads, a name the
+            // registry refuses).
+            let grace_over = self.shutdown.is_some_and(|d| now.mono >= d);
+            if j.last_reload.is_none() || grace_over {
+                self.leave_unloaded(name, now);
+                return;
+            }
+        }
         if j.phase == Phase::Waiting {
             if matches!(self.session, Session::Live(_)) && j.retry_at.is_none_or(|t| now.mono >= t)
             {
@@ -1729,6 +1748,39 @@ impl Machine {
                 j.busy = Some(id);
             }
         }
+    }
+
+    /// Leaves a job whose subtree is not loaded, without a transaction: once its local runs
+    /// have ended (a shutdown cancels them at its grace deadline), it is dropped, and
+    /// [`MachineEvent::LeftUnloaded`] says why before [`MachineEvent::JobLeft`].
+    fn leave_unloaded(&mut self, name: &str, now: Now) {
+        let Some(j) = self.jobs.get_mut(name) else {
+            return;
+        };
+        if !j.running.is_empty() {
+            j.wake = j.leave_deadline.or(self.shutdown).filter(|d| *d > now.mono);
+            return;
+        }
+        let reason = match (&j.load_error, j.last_reload) {
+            (Some(e), None) => format!("its registry subtree could never be loaded: {e}"),
+            (None, None) => "its registry subtree was not loaded yet".to_owned(),
+            (Some(e), Some(_)) => format!(
+                "its registry subtree could not be loaded again before the shutdown's grace ended: {e}"
+            ),
+            (None, Some(_)) => {
+                "its registry subtree was not loaded again before the shutdown's grace ended"
+                    .to_owned()
+            }
+        };
+        let name = name.to_owned();
+        self.forget_job(&name);
+        self.out
+            .push_back(Command::Event(MachineEvent::LeftUnloaded {
+                job: name.clone(),
+                reason,
+            }));
+        self.out
+            .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
     }
 
     fn decide(&mut self, name: &str, now: Now) -> Action {

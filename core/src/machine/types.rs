@@ -359,6 +359,16 @@ pub enum MachineEvent {
     SessionInDoubt,
     /// The session ended; the instance re-registers with a new one.
     SessionLost,
+    /// The instance leaves a job whose registry subtree it has not loaded (a load that
+    /// keeps failing, or is still in flight) without deleting anything: a job never loaded
+    /// has written nothing, and past a shutdown's grace the closed session takes this
+    /// instance's nodes with it. [`MachineEvent::JobLeft`] follows.
+    LeftUnloaded {
+        /// The job.
+        job: String,
+        /// Why, for the log.
+        reason: String,
+    },
     /// The instance left the job (removed, or shut down).
     JobLeft {
         /// The job.
