@@ -281,3 +281,41 @@ fn config_check_prints_effective_config_or_every_problem() {
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Runs the binary with its stdout read by a reader that takes the first line and goes away
+/// (as `| head -1` does); returns that line and how the binary ended.
+fn through_closed_pipe(args: &[&str]) -> (String, std::process::Output) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        reader.read_line(&mut first).unwrap();
+    }
+    (first, child.wait_with_output().unwrap())
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_with_status_0() {
+    // 10,000 fire times are far more than a pipe holds: the binary writes after the reader
+    // is gone.
+    let (first, out) = through_closed_pipe(&[
+        "cron",
+        "next",
+        "0/1 * * * * ?",
+        "--after",
+        "2027-01-30T16:00:00Z",
+        "--count",
+        "10000",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(first.starts_with("2027-01-30"), "{first}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "nothing said on stderr: {err}");
+}
