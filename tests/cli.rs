@@ -319,3 +319,42 @@ fn a_closed_pipe_ends_quietly_with_status_0() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.is_empty(), "nothing said on stderr: {err}");
 }
+
+/// `demo --seconds 4` runs the minimum demo (and says so), in which C crashes while it runs
+/// items: those runs show as cancelled (`C✗`), not as completed, and its items fail over
+/// (`A*`/`B*`, with the time they ran) before the demo ends.
+#[test]
+fn the_shortest_demo_shows_a_cancelled_run_and_its_failover_before_it_ends() {
+    let (code, out) = run_cli(&["demo", "--seconds", "4"]);
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(
+        out.contains("--seconds 4 is below the minimum of 10"),
+        "{out}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let at = |what: &str| lines.iter().position(|l| l.contains(what));
+    let crash = at("C crashes").unwrap_or_else(|| panic!("no crash in:\n{out}"));
+    let end = at("time is up: A leaves too").unwrap_or_else(|| panic!("no end in:\n{out}"));
+    assert!(
+        !lines[crash].contains("running item(s) none"),
+        "C crashed while running nothing:\n{out}"
+    );
+    // The runs the crash cut short show as cancelled, in their row or in a line below it.
+    assert!(
+        lines[crash..].iter().any(|l| l.contains("C✗")
+            || (l.contains("on C was cancelled at") && l.contains("before it ended"))),
+        "no cancelled run of C:\n{out}"
+    );
+    // A failover ran before the end, and its line says when it ran.
+    let failover = lines[crash..end]
+        .iter()
+        .any(|l| l.contains("(failover, ran at ") || (l.starts_with("    ") && l.contains('*')));
+    assert!(failover, "no failover before the end:\n{out}");
+    let summary = lines
+        .iter()
+        .find(|l| l.starts_with("summary:"))
+        .unwrap_or_else(|| panic!("no summary in:\n{out}"));
+    assert!(!summary.contains("(0 failover"), "{summary}");
+    assert!(!summary.contains(", 0 cancelled"), "{summary}");
+    assert!(out.contains("no item completed twice"), "{out}");
+}
