@@ -1228,10 +1228,11 @@ impl Header<'_> {
                 .as_ref()
                 .map_or_else(|| "no cron".to_owned(), |c| format!("cron '{c}'"));
             let mut line = format!(
-                "world:   job {}: {cron} ({}), {} items, failover {}, misfire {}",
+                "world:   job {}: {cron} ({}), {} item{}, failover {}, misfire {}",
                 j.job_name,
                 j.time_zone,
                 j.sharding_total_count,
+                if j.sharding_total_count == 1 { "" } else { "s" },
                 on_off(j.failover),
                 on_off(j.misfire),
             );

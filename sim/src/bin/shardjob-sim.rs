@@ -172,11 +172,13 @@ fn main() -> ExitCode {
 
 fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     say!(
-        "seed {} FAILED ({} violations; faults {:?}; registry txn limit {:?})",
+        "seed {} FAILED ({} violations; faults {:?}; registry txn limit {})",
         report.seed,
         report.violations.len(),
         report.faults,
-        report.txn_limit
+        report
+            .txn_limit
+            .map_or_else(|| "none".to_owned(), |l| format!("{l} operations"))
     );
     for (job, some) in &report.hosts {
         say!("  job {job} is hosted by instances {some:?} only");
