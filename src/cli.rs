@@ -69,7 +69,7 @@ pub enum Command {
 /// Arguments of `shardjob demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// How long the demo runs, in seconds (at least 4).
+    /// How long the demo runs, in seconds (at least 10: time for a crash and its failover).
     #[arg(long, default_value_t = 30)]
     pub seconds: u64,
 }

@@ -28,8 +28,12 @@ pub const DEMO_CRON: &str = "0/2 * * * * ?";
 const WORK: Duration = Duration::from_millis(700);
 /// How long after its fire a row is printed (later runs of that fire are listed below it).
 const ROW_DELAY_MS: i64 = 1500;
-/// The shortest demo.
-pub const MIN_SECONDS: u64 = 4;
+/// The shortest demo: time for a crash while the victim runs items, the end of its session
+/// (2 s) and the failover of those items, with a graceful leave after.
+pub const MIN_SECONDS: u64 = 10;
+/// How long past its time the demo waits for the crashed instance's items to fail over, if
+/// they have not yet (a loaded machine): a demo of a failover shows one.
+const FAILOVER_GRACE: Duration = Duration::from_secs(20);
 
 /// Why the demo could not run.
 #[derive(Debug, thiserror::Error)]
@@ -54,10 +58,21 @@ pub struct DemoSummary {
     pub failovers: usize,
     /// Misfire runs among them.
     pub misfires: usize,
+    /// Runs cancelled before they ended (the crashed instance's): they did not complete.
+    pub cancelled: usize,
     /// (item, fire) pairs that completed more than once: must be 0.
     pub duplicates: usize,
     /// Fire lateness of on-time runs, ms: p50, p99, max.
     pub lateness_ms: Option<(i64, i64, i64)>,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunEnd {
+    /// It did its work.
+    Completed,
+    /// It was cancelled first (its instance lost its session, or left): it did not complete.
+    Cancelled,
 }
 
 #[derive(Debug, Clone)]
@@ -67,7 +82,19 @@ struct DemoRun {
     fire: DateTime<Utc>,
     kind: RunKind,
     started: DateTime<Utc>,
-    done: bool,
+    /// How and when it ended; `None` while it runs.
+    end: Option<(RunEnd, DateTime<Utc>)>,
+}
+
+/// What the table showed of a run so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shown {
+    /// Not shown yet.
+    No,
+    /// Shown while it ran: its end is still to be told if it was cancelled.
+    Running,
+    /// Shown with its end.
+    Ended,
 }
 
 type Log = Arc<Mutex<Vec<DemoRun>>>;
@@ -88,23 +115,23 @@ impl SimpleJob for DemoJob {
                 fire: ctx.fire_time,
                 kind: ctx.kind,
                 started: Utc::now(),
-                done: false,
+                end: None,
             });
             log.len() - 1
         };
-        tokio::select! {
-            () = tokio::time::sleep(WORK) => {}
-            _ = ctx.cancel.cancelled() => return Err(JobError::Cancelled),
-        }
+        let (end, result) = tokio::select! {
+            () = tokio::time::sleep(WORK) => (RunEnd::Completed, Ok(())),
+            _ = ctx.cancel.cancelled() => (RunEnd::Cancelled, Err(JobError::Cancelled)),
+        };
         if let Some(run) = self
             .log
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get_mut(index)
         {
-            run.done = true;
+            run.end = Some((end, Utc::now()));
         }
-        Ok(())
+        result
     }
 
     fn job_type(&self) -> String {
@@ -120,6 +147,13 @@ struct Instance {
 
 /// Runs the demo for `seconds` (at least [`MIN_SECONDS`]), writing to `out`.
 pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoError> {
+    if seconds < MIN_SECONDS {
+        writeln!(
+            out,
+            "(--seconds {seconds} is below the minimum of {MIN_SECONDS}: the demo runs \
+             {MIN_SECONDS} s, time for a crash and its failover)"
+        )?;
+    }
     let seconds = seconds.max(MIN_SECONDS);
     let session_timeout = if seconds >= 20 {
         Duration::from_secs(3)
@@ -194,10 +228,16 @@ pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoE
         .fires_after(start, &utc)
         .take_while(|f| *f <= end)
         .collect();
-    let kill_at = fires
-        .iter()
-        .find(|f| **f >= start + ms(seconds as i64 * 300))
-        .map(|f| *f + ms(300));
+    // C crashes once it runs items (so that they fail over), from 30 % of the demo on (from
+    // 1.5 s in a short demo, so that the failover comes well before the end); if it runs
+    // nothing for a while by then, it crashes all the same.
+    let kill_from = start
+        + if seconds >= 20 {
+            ms(seconds as i64 * 300)
+        } else {
+            ms(1500)
+        };
+    let kill_anyway = kill_from + ms(6000);
     let leave_at = start + ms(seconds as i64 * 650);
 
     writeln!(
@@ -213,16 +253,19 @@ pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoE
     )?;
     writeln!(
         out,
-        "each row is one fire: who ran each item (A on time, A* failover, A+ misfire, . nobody); \
-         logs: RUST_LOG=info"
+        "each row is one fire: who ran each item (A on time, A* failover, A+ misfire, \
+         A✗ cancelled before it ended, . nobody); logs: RUST_LOG=info"
     )?;
     writeln!(out)?;
     let header: String = (0..DEMO_ITEMS).map(|i| format!("{i:>4}")).collect();
     writeln!(out, "  fire (UTC) {header}")?;
 
     let mut printed: BTreeSet<DateTime<Utc>> = BTreeSet::new();
-    let mut reported: Vec<bool> = Vec::new();
+    let mut reported: Vec<Shown> = Vec::new();
     let mut killed = false;
+    // The items C was running when it crashed: they must fail over.
+    let mut crashed_items: Vec<u32> = Vec::new();
+    let mut said_waiting = false;
     let mut leaving: Option<tokio::task::JoinHandle<()>> = None;
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
@@ -231,22 +274,26 @@ pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoE
         while let Ok(note) = notes.try_recv() {
             writeln!(out, "             · {note}")?;
         }
-        if !killed && kill_at.is_some_and(|t| now >= t) {
+        let c_running = || -> Vec<u32> {
+            runs_of(&log)
+                .iter()
+                .filter(|r| r.letter == 'C' && r.end.is_none() && now - r.started >= ms(100))
+                .map(|r| r.item)
+                .collect()
+        };
+        if !killed && now >= kill_from && (!c_running().is_empty() || now >= kill_anyway) {
             killed = true;
             if let Some(c) = instances.iter().find(|i| i.letter == 'C') {
+                crashed_items = c_running();
                 if let Some(session) = c.client.session_id() {
                     server.kill(session);
                 }
-                let running: Vec<String> = runs_of(&log)
-                    .iter()
-                    .filter(|r| r.letter == 'C' && !r.done)
-                    .map(|r| r.item.to_string())
-                    .collect();
+                let running: Vec<String> = crashed_items.iter().map(u32::to_string).collect();
                 writeln!(
                     out,
                     ">>> {}  C crashes: its registry client is killed, no goodbye (it was running \
-                     item(s) {}). Its session lingers until the {} s timeout, then C's items \
-                     fail over.",
+                     item(s) {}, which do not complete: C✗). Its session lingers until the {} s \
+                     timeout, then C's items fail over.",
                     now.format("%H:%M:%S"),
                     if running.is_empty() {
                         "none".to_owned()
@@ -279,7 +326,22 @@ pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoE
         }
         print_rows(out, &log, &fires, now, &mut printed, &mut reported)?;
         if now >= end {
-            break;
+            // A demo of a failover shows one: on a slow machine, wait a little for it.
+            let failed_over = crashed_items.is_empty()
+                || runs_of(&log).iter().any(|r| r.kind == RunKind::Failover);
+            if failed_over || now >= end + ms(FAILOVER_GRACE.as_millis() as i64) {
+                break;
+            }
+            if !said_waiting {
+                said_waiting = true;
+                writeln!(
+                    out,
+                    ">>> {}  time is up, but C's items have not failed over yet: waiting for \
+                     them (at most {} s more)",
+                    now.format("%H:%M:%S"),
+                    FAILOVER_GRACE.as_secs()
+                )?;
+            }
         }
     }
 
@@ -307,11 +369,12 @@ pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoE
     writeln!(out)?;
     writeln!(
         out,
-        "summary: {} fires, {} item runs ({} failover, {} misfire)",
+        "summary: {} fires, {} item runs ({} failover, {} misfire, {} cancelled before they ended)",
         fires.len(),
         summary.runs,
         summary.failovers,
-        summary.misfires
+        summary.misfires,
+        summary.cancelled
     )?;
     if summary.duplicates == 0 {
         writeln!(out, "  no item completed twice for the same fire")?;
@@ -364,36 +427,81 @@ fn cell(run: &DemoRun) -> String {
         RunKind::Trigger => "t",
         RunKind::Scheduled => "",
     };
-    format!("{}{mark}", run.letter)
+    let cancelled = if matches!(run.end, Some((RunEnd::Cancelled, _))) {
+        "✗"
+    } else {
+        ""
+    };
+    format!("{}{mark}{cancelled}", run.letter)
+}
+
+/// Why a run ran, in words, for the lines under the table.
+fn kind_words(kind: RunKind) -> &'static str {
+    match kind {
+        RunKind::Failover => "failover",
+        RunKind::Misfire => "misfire",
+        RunKind::Trigger => "trigger",
+        RunKind::Scheduled => "on time",
+    }
 }
 
 /// Prints the rows of fires at least [`ROW_DELAY_MS`] old, then runs of printed fires that
-/// started after their row.
+/// started after their row (with why and when they ran), and runs shown while they ran that
+/// were cancelled since.
 fn print_rows(
     out: &mut dyn Write,
     log: &Log,
     fires: &[DateTime<Utc>],
     now: DateTime<Utc>,
     printed: &mut BTreeSet<DateTime<Utc>>,
-    reported: &mut Vec<bool>,
+    reported: &mut Vec<Shown>,
 ) -> std::io::Result<()> {
     let runs = runs_of(log);
-    reported.resize(runs.len(), false);
+    reported.resize(runs.len(), Shown::No);
+    let shown = |run: &DemoRun| {
+        if run.end.is_some() {
+            Shown::Ended
+        } else {
+            Shown::Running
+        }
+    };
     let mut late: BTreeMap<DateTime<Utc>, Vec<String>> = BTreeMap::new();
     for (i, run) in runs.iter().enumerate() {
-        if !reported[i] && printed.contains(&run.fire) {
-            reported[i] = true;
-            late.entry(run.fire)
-                .or_default()
-                .push(format!("{}→{}", run.item, cell(run)));
+        match reported[i] {
+            Shown::No if printed.contains(&run.fire) => {
+                reported[i] = shown(run);
+                late.entry(run.fire).or_default().push(format!(
+                    "item {} → {} ({}, ran at {})",
+                    run.item,
+                    cell(run),
+                    kind_words(run.kind),
+                    run.started.format("%H:%M:%S%.3f")
+                ));
+            }
+            Shown::Running => match run.end {
+                Some((RunEnd::Cancelled, at)) => {
+                    reported[i] = Shown::Ended;
+                    writeln!(
+                        out,
+                        "             ↳ {}: item {} on {} was cancelled at {} before it ended",
+                        run.fire.format("%H:%M:%S"),
+                        run.item,
+                        run.letter,
+                        at.format("%H:%M:%S%.3f")
+                    )?;
+                }
+                Some((RunEnd::Completed, _)) => reported[i] = Shown::Ended,
+                None => {}
+            },
+            _ => {}
         }
     }
     for (fire, cells) in late {
         writeln!(
             out,
-            "             ↳ later for {}: {}",
+            "             ↳ later for the fire of {}: {}",
             fire.format("%H:%M:%S"),
-            cells.join(" ")
+            cells.join("; ")
         )?;
     }
     // Fires of runs (a failover can bring back a fire before the demo began) and of the cron.
@@ -407,7 +515,7 @@ fn print_rows(
         let mut cells: BTreeMap<u32, Vec<String>> = BTreeMap::new();
         for (i, run) in runs.iter().enumerate() {
             if run.fire == fire {
-                reported[i] = true;
+                reported[i] = shown(run);
                 cells.entry(run.item).or_default().push(cell(run));
             }
         }
@@ -428,7 +536,8 @@ fn summarize(runs: &[DemoRun]) -> DemoSummary {
     let mut done: BTreeMap<(u32, DateTime<Utc>), usize> = BTreeMap::new();
     let mut lateness: Vec<i64> = Vec::new();
     for run in runs {
-        if run.done && run.kind != RunKind::Trigger {
+        let completed = matches!(run.end, Some((RunEnd::Completed, _)));
+        if completed && run.kind != RunKind::Trigger {
             *done.entry((run.item, run.fire)).or_default() += 1;
         }
         if run.kind == RunKind::Scheduled {
@@ -444,6 +553,10 @@ fn summarize(runs: &[DemoRun]) -> DemoSummary {
         runs: runs.len(),
         failovers: runs.iter().filter(|r| r.kind == RunKind::Failover).count(),
         misfires: runs.iter().filter(|r| r.kind == RunKind::Misfire).count(),
+        cancelled: runs
+            .iter()
+            .filter(|r| matches!(r.end, Some((RunEnd::Cancelled, _))))
+            .count(),
         duplicates: done.values().filter(|n| **n > 1).count(),
         lateness_ms: (!lateness.is_empty()).then(|| {
             (

@@ -383,3 +383,80 @@ fn durations_of_wait_for_registry() {
         assert!(parse_duration(bad).is_err(), "{bad:?}");
     }
 }
+
+/// Runs the binary with its stdout read by a reader that takes the first line and goes away
+/// (as `| head -1` does); returns that line and how the binary ended.
+fn through_closed_pipe(args: &[&str]) -> (String, std::process::Output) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shardjob"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    {
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        reader.read_line(&mut first).unwrap();
+    }
+    (first, child.wait_with_output().unwrap())
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_with_status_0() {
+    // 10,000 fire times are far more than a pipe holds: the binary writes after the reader
+    // is gone.
+    let (first, out) = through_closed_pipe(&[
+        "cron",
+        "next",
+        "0/1 * * * * ?",
+        "--after",
+        "2027-01-30T16:00:00Z",
+        "--count",
+        "10000",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(first.starts_with("2027-01-30"), "{first}");
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.is_empty(), "nothing said on stderr: {err}");
+}
+
+/// `demo --seconds 4` runs the minimum demo (and says so), in which C crashes while it runs
+/// items: those runs show as cancelled (`C✗`), not as completed, and its items fail over
+/// (`A*`/`B*`, with the time they ran) before the demo ends.
+#[test]
+fn the_shortest_demo_shows_a_cancelled_run_and_its_failover_before_it_ends() {
+    let (code, out) = run_cli(&["demo", "--seconds", "4"]);
+    assert_eq!(code, ExitCode::SUCCESS, "{out}");
+    assert!(
+        out.contains("--seconds 4 is below the minimum of 10"),
+        "{out}"
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let at = |what: &str| lines.iter().position(|l| l.contains(what));
+    let crash = at("C crashes").unwrap_or_else(|| panic!("no crash in:\n{out}"));
+    let end = at("time is up: A leaves too").unwrap_or_else(|| panic!("no end in:\n{out}"));
+    assert!(
+        !lines[crash].contains("running item(s) none"),
+        "C crashed while running nothing:\n{out}"
+    );
+    // The runs the crash cut short show as cancelled, in their row or in a line below it.
+    assert!(
+        lines[crash..].iter().any(|l| l.contains("C✗")
+            || (l.contains("on C was cancelled at") && l.contains("before it ended"))),
+        "no cancelled run of C:\n{out}"
+    );
+    // A failover ran before the end, and its line says when it ran.
+    let failover = lines[crash..end]
+        .iter()
+        .any(|l| l.contains("(failover, ran at ") || (l.starts_with("    ") && l.contains('*')));
+    assert!(failover, "no failover before the end:\n{out}");
+    let summary = lines
+        .iter()
+        .find(|l| l.starts_with("summary:"))
+        .unwrap_or_else(|| panic!("no summary in:\n{out}"));
+    assert!(!summary.contains("(0 failover"), "{summary}");
+    assert!(!summary.contains(", 0 cancelled"), "{summary}");
+    assert!(out.contains("no item completed twice"), "{out}");
+}

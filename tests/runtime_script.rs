@@ -160,7 +160,7 @@ async fn driver_runs_a_script_job_and_reports_outcomes() {
     let mut events = handle.subscribe();
     handle.trigger("script-job", None).await.unwrap();
     let mut finished = BTreeMap::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while finished.len() < 3 {
         let ev = tokio::time::timeout_at(deadline, events.recv())
             .await

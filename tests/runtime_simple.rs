@@ -89,6 +89,34 @@ async fn start(
         .unwrap()
 }
 
+/// How long a test waits for what must come: generous, so that a loaded machine only makes a
+/// test slower, never fails it.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Waits (up to [`WAIT`]) until `done` holds of the runs seen so far.
+async fn wait_seen(seen: &Arc<Mutex<Vec<Seen>>>, what: &str, done: impl Fn(&[Seen]) -> bool) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        if done(&seen.lock().unwrap()) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {what} within {WAIT:?}: {:#?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Fires whose runs cover `items` items.
+fn full_fires(seen: &[Seen], items: usize) -> usize {
+    runs_by_fire(seen)
+        .values()
+        .filter(|runs| runs.len() == items)
+        .count()
+}
+
 fn runs_by_fire(seen: &[Seen]) -> BTreeMap<DateTime<Utc>, Vec<Seen>> {
     let mut by: BTreeMap<DateTime<Utc>, Vec<Seen>> = BTreeMap::new();
     for s in seen.iter().filter(|s| s.kind != RunKind::Trigger) {
@@ -138,7 +166,7 @@ async fn one_instance_runs_every_item_on_time() {
     config.job_parameter = "p".to_owned();
     let handle = start(&server, 1, config, &seen).await;
     let mut events = handle.subscribe();
-    tokio::time::sleep(Duration::from_millis(3300)).await;
+    wait_seen(&seen, "two whole fires", |s| full_fires(s, 3) >= 2).await;
     handle.shutdown().await.unwrap();
     assert_eq!(handle.state(), SchedulerState::Stopped);
 
@@ -224,7 +252,13 @@ async fn two_instances_share_items_and_shutdown_hands_over() {
     let config = every_second("shared", 4);
     let a = start(&server, 1, config.clone(), &seen).await;
     let b = start(&server, 2, config, &seen).await;
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    wait_seen(&seen, "a fire shared by both", |s| {
+        runs_by_fire(s).values().any(|runs| {
+            let who: BTreeSet<&str> = runs.iter().map(|s| s.instance.as_str()).collect();
+            runs.len() == 4 && who.len() == 2
+        })
+    })
+    .await;
 
     // Both ran items; each fire's items ran once, spread over both.
     let shared_fires = {
@@ -244,7 +278,14 @@ async fn two_instances_share_items_and_shutdown_hands_over() {
     // to wait for (3 s here).
     let left = Utc::now();
     b.shutdown().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    wait_seen(&seen, "two whole fires on A after B left", |s| {
+        fires_after(&runs_by_fire(s), left)
+            .iter()
+            .filter(|(_, runs)| runs.len() == 4)
+            .count()
+            >= 2
+    })
+    .await;
     a.shutdown().await.unwrap();
 
     let seen = seen.lock().unwrap().clone();
@@ -279,7 +320,7 @@ async fn jobs_are_added_and_removed_at_run_time() {
         .unwrap();
     let dup = handle.add_job(every_second("added", 2), job).await;
     assert!(dup.is_err());
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    wait_seen(&seen, "two runs of the added job", |s| s.len() >= 2).await;
     let before = seen.lock().unwrap().len();
     assert!(before >= 2, "{before}");
     handle.remove_job("added").await.unwrap();
@@ -333,7 +374,7 @@ async fn a_removed_job_is_added_again_with_a_new_configuration_once_it_has_left(
         .await
         .unwrap();
     // Runs start and hold until the gate opens; then the job is removed.
-    let wait = tokio::time::Instant::now() + Duration::from_secs(10);
+    let wait = tokio::time::Instant::now() + WAIT;
     while items.lock().unwrap().is_empty() && tokio::time::Instant::now() < wait {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -358,20 +399,25 @@ async fn a_removed_job_is_added_again_with_a_new_configuration_once_it_has_left(
         "remove_job returned while runs held"
     );
     gate.send_replace(true);
-    let removed = tokio::time::timeout(Duration::from_secs(10), removing).await;
+    let removed = tokio::time::timeout(WAIT, removing).await;
     assert!(matches!(removed, Ok(Ok(Ok(())))), "{removed:?}");
     // Gone: it is added again at once, with three items.
     let left_at = Utc::now();
     handle.add_job(bigger, job).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2600)).await;
-    let after: BTreeSet<u32> = items
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, at)| *at > left_at)
-        .map(|(item, _)| *item)
-        .collect();
-    assert_eq!(after, BTreeSet::from([0, 1, 2]));
+    let items_after = || -> BTreeSet<u32> {
+        items
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, at)| *at > left_at)
+            .map(|(item, _)| *item)
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while items_after().len() < 3 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(items_after(), BTreeSet::from([0, 1, 2]));
     handle.shutdown().await.unwrap();
 }
 
@@ -401,7 +447,7 @@ async fn a_crashed_instance_items_fail_over() {
         clients.push(client);
     }
     // Wait until instance 2 is in the middle of a run, then kill its client: no goodbye.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(6);
+    let deadline = tokio::time::Instant::now() + WAIT;
     let crashed_fire = loop {
         assert!(
             tokio::time::Instant::now() < deadline,
@@ -419,13 +465,43 @@ async fn a_crashed_instance_items_fail_over() {
     };
     server.kill(clients[1].session_id().unwrap());
     // Instance 2's driver notices that its client is gone and stops.
-    let err = tokio::time::timeout(Duration::from_secs(3), handles[1].wait())
+    let err = tokio::time::timeout(WAIT, handles[1].wait())
         .await
         .unwrap()
         .unwrap_err();
     assert!(err.to_string().contains("registry"), "{err}");
-    // Session timeout 2 s, then failover and re-sharding.
-    tokio::time::sleep(Duration::from_millis(4500)).await;
+    // Session timeout 2 s, then failover and re-sharding: instance 1 runs the crashed fire's
+    // items again, then whole fires alone.
+    let one = id(1).to_string();
+    wait_seen(
+        &seen,
+        "the failover and two whole fires on instance 1",
+        |s| {
+            let crashed: BTreeSet<u32> = s
+                .iter()
+                .filter(|r| r.instance == id(2).to_string() && r.fire == crashed_fire)
+                .map(|r| r.item)
+                .collect();
+            let failed_over = crashed.iter().all(|item| {
+                s.iter().any(|r| {
+                    r.instance == one
+                        && r.item == *item
+                        && r.fire == crashed_fire
+                        && r.kind == RunKind::Failover
+                })
+            });
+            let alone = runs_by_fire(s)
+                .iter()
+                .filter(|(f, runs)| {
+                    **f > crashed_fire && runs.len() == 4 && runs.iter().all(|r| r.instance == one)
+                })
+                .count();
+            failed_over && alone >= 2
+        },
+    )
+    .await;
+    // The last whole fire is older than 900 ms by now (runs last 700 ms).
+    tokio::time::sleep(Duration::from_millis(900)).await;
     let end = Utc::now();
     handles[0].shutdown().await.unwrap();
 
@@ -513,16 +589,19 @@ async fn dropping_every_handle_leaves_gracefully() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let handle = start(&server, 1, every_second("dropped", 1), &seen).await;
     let id = handle.instance_id().to_string();
-    tokio::time::sleep(Duration::from_millis(500)).await;
     let alive = |server: &MemServer| {
         server
             .dump()
             .iter()
             .any(|n| n.path.to_string() == format!("/dropped/instances/{id}"))
     };
-    assert!(alive(&server));
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while !alive(&server) {
+        assert!(tokio::time::Instant::now() < deadline, "never registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     drop(handle);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    let deadline = tokio::time::Instant::now() + WAIT;
     while alive(&server) {
         assert!(tokio::time::Instant::now() < deadline, "still registered");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -556,7 +635,7 @@ async fn trigger_and_collect(
     handle.trigger(job, None).await.unwrap();
     let mut outcomes = BTreeMap::new();
     while outcomes.len() < items {
-        let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+        let ev = tokio::time::timeout(WAIT, events.recv())
             .await
             .unwrap()
             .unwrap();
@@ -623,7 +702,7 @@ async fn an_item_that_ignores_cancellation_is_stopped_after_the_cancel_timeout()
         handle.trigger("deaf", None).await.unwrap();
         let mut started = 0;
         while started < items {
-            let ev = tokio::time::timeout(Duration::from_secs(5), events.recv())
+            let ev = tokio::time::timeout(WAIT, events.recv())
                 .await
                 .unwrap()
                 .unwrap();
@@ -674,7 +753,7 @@ async fn a_subscription_on_the_builder_sees_the_start_up() {
     let mut events = builder.subscribe();
     let handle = builder.build().await.unwrap();
     let (mut active, mut finished) = (false, false);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + WAIT;
     while !(active && finished) {
         match tokio::time::timeout_at(deadline, events.recv()).await {
             Ok(Ok(RunEvent::Machine(MachineEvent::JobActive { job }))) => {
@@ -689,7 +768,7 @@ async fn a_subscription_on_the_builder_sees_the_start_up() {
             }
             Ok(Ok(_)) => {}
             Ok(Err(e)) => panic!("events: {e}"),
-            Err(_) => panic!("no JobActive and ItemFinished within 10 s: {active} {finished}"),
+            Err(_) => panic!("no JobActive and ItemFinished within {WAIT:?}: {active} {finished}"),
         }
     }
     handle.shutdown().await.unwrap();
@@ -750,7 +829,18 @@ async fn a_custom_sharding_strategy_places_the_items() {
     let a = with_strategy(1).build().await.unwrap();
     let b = with_strategy(2).build().await.unwrap();
     let joined = Utc::now();
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    wait_seen(
+        &seen,
+        "two whole fires after the second instance joined",
+        |s| {
+            fires_after(&runs_by_fire(s), joined)
+                .iter()
+                .filter(|(_, runs)| runs.len() == 3)
+                .count()
+                >= 2
+        },
+    )
+    .await;
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 

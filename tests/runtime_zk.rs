@@ -39,6 +39,35 @@ impl SimpleJob for Record {
     }
 }
 
+/// The runs seen so far, by fire (triggers left out).
+fn by_fire(seen: &Seen) -> BTreeMap<DateTime<Utc>, Vec<(String, u32)>> {
+    let mut by: BTreeMap<DateTime<Utc>, Vec<(String, u32)>> = BTreeMap::new();
+    for (who, item, fire, kind) in seen.lock().unwrap().iter() {
+        if *kind != RunKind::Trigger {
+            by.entry(*fire).or_default().push((who.clone(), *item));
+        }
+    }
+    by
+}
+
+/// Waits up to 30 s (a loaded machine only makes it slower) until `done` holds of the runs
+/// by fire.
+async fn wait_fires(
+    seen: &Seen,
+    what: &str,
+    done: impl Fn(&BTreeMap<DateTime<Utc>, Vec<(String, u32)>>) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !done(&by_fire(seen)) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no {what} within 30 s: {:#?}",
+            by_fire(seen)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 async fn instance(connect: &str, n: u32, seen: &Seen) -> SchedulerHandle {
     let config = ZkConfig::new(connect)
         .namespace("runtime-zk")
@@ -73,10 +102,23 @@ async fn two_instances_share_items_over_zookeeper() {
     let seen: Seen = Arc::default();
     let a = instance(&connect, 1, &seen).await;
     let b = instance(&connect, 2, &seen).await;
-    tokio::time::sleep(Duration::from_millis(3500)).await;
+    wait_fires(&seen, "a fire shared by both", |by| {
+        by.values().any(|runs| {
+            let who: BTreeSet<&str> = runs.iter().map(|r| r.0.as_str()).collect();
+            runs.len() == 4 && who.len() == 2
+        })
+    })
+    .await;
     let left = Utc::now();
     b.shutdown().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let settled = left + chrono::Duration::milliseconds(1200);
+    wait_fires(&seen, "two whole fires on A after B left", |by| {
+        by.range(settled..)
+            .filter(|(_, runs)| runs.len() == 4)
+            .count()
+            >= 2
+    })
+    .await;
     a.shutdown().await.unwrap();
 
     let seen = seen.lock().unwrap().clone();

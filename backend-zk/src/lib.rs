@@ -273,13 +273,16 @@ impl ZkRegistry {
         let config = &self.inner.config;
         let work = async {
             // The client reconnects at once and may take the session back before the second
-            // connection's close is processed: try again until the session is gone.
+            // connection's close is processed: try again until the session is gone. Each
+            // attempt waits twice as long as the one before (0.5 s, 1 s, ... 8 s): a server
+            // on a loaded machine may answer slower than the first attempts wait.
+            let mut wait = Duration::from_millis(500);
             loop {
                 let other = tokio::time::timeout(
-                    Duration::from_millis(500),
+                    wait,
                     zk::Client::connector()
                         .with_session_timeout(config.session_timeout)
-                        .with_connection_timeout(Duration::from_millis(250))
+                        .with_connection_timeout(wait / 2)
                         .with_session(credentials.clone())
                         .with_fail_eagerly()
                         .connect(hosts),
@@ -294,7 +297,7 @@ impl ZkRegistry {
                         // wait and try again.
                         let mut other_state = other.state_watcher();
                         drop(other);
-                        let _ = tokio::time::timeout(Duration::from_millis(1000), async {
+                        let _ = tokio::time::timeout(wait * 2, async {
                             let mut s = other_state.peek_state();
                             while !s.is_terminated() {
                                 s = other_state.changed().await;
@@ -305,7 +308,7 @@ impl ZkRegistry {
                     Err(zk::Error::SessionExpired) => {}
                     Err(e) => tracing::debug!(error = %e, "expire hook: attaching failed"),
                 }
-                let ended = tokio::time::timeout(Duration::from_millis(500), async {
+                let ended = tokio::time::timeout(wait, async {
                     let mut s = state.peek_state();
                     while !s.is_terminated() {
                         s = state.changed().await;
@@ -315,9 +318,10 @@ impl ZkRegistry {
                 if ended.is_ok() {
                     return Ok(());
                 }
+                wait = (wait * 2).min(Duration::from_secs(8));
             }
         };
-        tokio::time::timeout(config.request_timeout.max(Duration::from_secs(30)), work)
+        tokio::time::timeout(config.request_timeout.max(Duration::from_secs(60)), work)
             .await
             .map_err(|_| RegistryError::Timeout)?
     }

@@ -21,7 +21,7 @@ async fn expire_hook_ends_the_session() {
         eprintln!("expire_session: {r:?} after {:?}", t.elapsed());
         r.unwrap();
         loop {
-            let e = tokio::time::timeout(Duration::from_secs(10), events.next())
+            let e = tokio::time::timeout(Duration::from_secs(30), events.next())
                 .await
                 .unwrap()
                 .unwrap();
@@ -62,7 +62,7 @@ async fn ensemble_survives_the_loss_of_its_leader() {
         match c.set(&eph, b"y".to_vec(), None).await {
             Ok(_) => break,
             Err(e) => {
-                assert!(t.elapsed() < Duration::from_secs(20), "{e:?}");
+                assert!(t.elapsed() < Duration::from_secs(60), "{e:?}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -76,7 +76,7 @@ async fn ensemble_survives_the_loss_of_its_leader() {
     // The watcher carries on (after its own reconnection if it was on the dead member).
     let mut changed = false;
     while !changed {
-        let e = tokio::time::timeout(Duration::from_secs(15), events.next())
+        let e = tokio::time::timeout(Duration::from_secs(30), events.next())
             .await
             .unwrap()
             .unwrap();

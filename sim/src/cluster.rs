@@ -18,6 +18,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::hash::{Hash, Hasher};
 
 use siphasher::sip::SipHasher13;
+
+use crate::timeline;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -360,7 +362,7 @@ impl Cluster {
         self.now.hash(&mut self.trace);
         what.hash(&mut self.trace);
         if self.keep_log {
-            let line = format!("{:>9.3}s {}", self.now as f64 / 1000.0, text());
+            let line = format!("{:>10} {}", timeline::clock(self.now), text());
             self.log.push(line);
         }
     }
@@ -663,6 +665,7 @@ impl Cluster {
 
     /// Carries out a node's commands until it has none.
     fn pump(&mut self, n: usize) {
+        let origin = self.wall_origin.timestamp_millis();
         self.nodes[n].timer = None;
         while let Some(cmd) = self.nodes[n].machine.poll_command() {
             if !self.nodes[n].up {
@@ -710,8 +713,11 @@ impl Cluster {
                 Command::Prepare(exec) => {
                     self.note(("prepare", n, exec.id.0), || {
                         format!(
-                            "node {n}: prepare {:?} of {} at {}",
-                            exec.id, exec.job_name, exec.fire_time
+                            "node {n}: prepare run #{} of {} ({}, fire {})",
+                            exec.id.0,
+                            exec.job_name,
+                            timeline::kind(exec.kind),
+                            timeline::fire(exec.fire_time.timestamp_millis(), origin)
                         )
                     });
                     let id = exec.id;
@@ -724,7 +730,9 @@ impl Cluster {
                     }
                 }
                 Command::Discard(id) => {
-                    self.note(("discard", n, id.0), || format!("node {n}: discard {id:?}"));
+                    self.note(("discard", n, id.0), || {
+                        format!("node {n}: discard prepared run #{}", id.0)
+                    });
                     self.prepared.1 += 1;
                     if self.nodes[n].prepared.remove(&id).is_none() {
                         let why = format!("node {n}: discard of {id:?}, which is not prepared");
@@ -735,7 +743,11 @@ impl Cluster {
                     let now = self.now;
                     let delay = self.cancel_delay;
                     self.note(("cancel", n, id.0), || {
-                        format!("node {n}: cancel {id:?} ({reason:?})")
+                        format!(
+                            "node {n}: cancel run #{} because {}",
+                            id.0,
+                            timeline::cancel_reason(reason)
+                        )
                     });
                     if let Some(r) = self.nodes[n].running.get_mut(&id) {
                         for &i in &r.runs {
@@ -766,7 +778,9 @@ impl Cluster {
                             }
                         }
                     }
-                    self.note(("event", n), || format!("node {n}: {e:?}"));
+                    self.note(("event", n), || {
+                        format!("node {n}: {}", timeline::event(&e))
+                    });
                     self.nodes[n].events.push((now, e));
                 }
             }
@@ -774,6 +788,7 @@ impl Cluster {
     }
 
     fn start(&mut self, n: usize, exec: Execution) {
+        let origin = self.wall_origin.timestamp_millis();
         let mut runs = Vec::new();
         let mut longest = 0;
         for item in &exec.items {
@@ -806,8 +821,12 @@ impl Cluster {
             let key = (n, run.job.clone(), run.item, run.fire, run.token);
             self.note(("start", key), || {
                 format!(
-                    "node {n}: start {}/{} fire {} {:?} token {}",
-                    run.job, run.item, run.fire, run.kind, run.token
+                    "node {n}: start {}/{} ({}, fire {}, token {})",
+                    run.job,
+                    run.item,
+                    timeline::kind(run.kind),
+                    timeline::fire(run.fire, origin),
+                    run.token
                 )
             });
             self.runs.push(run);
@@ -961,7 +980,14 @@ impl Cluster {
                 }
             }
             let job = r.exec.job_name.clone();
-            self.note(("end", n, id.0), || format!("node {n}: {job} {id:?} ends"));
+            let how = if r.cancelled {
+                "ends, cancelled"
+            } else {
+                "ends"
+            };
+            self.note(("end", n, id.0), || {
+                format!("node {n}: {job} run #{} {how}", id.0)
+            });
             let t = self.time_of(n);
             self.nodes[n]
                 .machine
@@ -1010,7 +1036,7 @@ impl Cluster {
                         }
                     }
                     self.note(("session", n, format!("{s:?}")), || {
-                        format!("node {n}: {s:?}")
+                        format!("node {n}: {}", timeline::session(&s))
                     });
                     let t = self.time_of(n);
                     self.nodes[n]

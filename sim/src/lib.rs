@@ -88,4 +88,5 @@ pub use shardjob_backend_mem as mem;
 
 pub mod checkers;
 pub mod cluster;
+pub mod timeline;
 pub mod world;

@@ -557,6 +557,30 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     }
     // A job on every instance is hosted as by default.
     hosts.retain(|_, some| some.len() < slots);
+    if c.keep_log {
+        // What the world is, ahead of its timeline (the log only: the trace hashes none of it).
+        let sweep = c
+            .options
+            .clone()
+            .or_else(default_options)
+            .is_none_or(|o| o.safety_sweep);
+        let prepare = c.options.as_ref().is_some_and(|o| o.prepare_ahead);
+        let header = Header {
+            cfg,
+            jobs: &jobs,
+            durations: &base,
+            ignore_cancel: &ignore_cancel,
+            hosts: &hosts,
+            faults: &faults,
+            txn_limit,
+            session_timeout: c.session_timeout,
+            latency: (c.latency, c.watch_delay),
+            sweep,
+            prepare,
+            origin: c.wall_origin,
+        };
+        c.log.extend(header.lines());
+    }
     for (job, some) in &hosts {
         c.note(("hosts", job, some), || {
             format!("job {job} is hosted by instances {some:?} only")
@@ -1130,6 +1154,101 @@ fn operator(
                 }
             }
         }
+    }
+}
+
+/// What a world is, for the head of its timeline.
+struct Header<'a> {
+    cfg: &'a WorldConfig,
+    jobs: &'a [JobConfig],
+    durations: &'a BTreeMap<String, (u64, u64)>,
+    ignore_cancel: &'a BTreeSet<String>,
+    hosts: &'a BTreeMap<String, BTreeSet<usize>>,
+    faults: &'a BTreeSet<Fault>,
+    txn_limit: Option<usize>,
+    session_timeout: Duration,
+    latency: (u64, u64),
+    sweep: bool,
+    prepare: bool,
+    origin: DateTime<Utc>,
+}
+
+impl Header<'_> {
+    /// The header's lines, each starting with `world:` or `  job` (no time: they are not
+    /// events).
+    fn lines(&self) -> Vec<String> {
+        let cfg = self.cfg;
+        let on_off = |b: bool| if b { "on" } else { "off" };
+        let faults: Vec<String> = self
+            .faults
+            .iter()
+            .map(|f| {
+                // `RegistryRestart` as `registry restart`.
+                let mut name = String::new();
+                for ch in format!("{f:?}").chars() {
+                    if ch.is_uppercase() && !name.is_empty() {
+                        name.push(' ');
+                    }
+                    name.extend(ch.to_lowercase());
+                }
+                name
+            })
+            .collect();
+        let mut out = vec![
+            format!(
+                "world: seed {}, {} instances at the start (10.0.0.1 to 10.0.0.{}), {} jobs, \
+                 {:.3} simulated hours from {} (shown as +0.000s)",
+                cfg.seed,
+                cfg.instances,
+                cfg.instances.max(1),
+                self.jobs.len(),
+                cfg.duration_ms as f64 / 3_600_000.0,
+                self.origin.format("%Y-%m-%d %H:%M:%S UTC"),
+            ),
+            format!(
+                "world: session timeout {} ms; faults drawn: {}; safety sweep {}; runs announced \
+                 ahead (prepare) {}; registry txn limit {}; latency {} ms, watch delay {} ms",
+                self.session_timeout.as_millis(),
+                if faults.is_empty() {
+                    "none".to_owned()
+                } else {
+                    faults.join(", ")
+                },
+                on_off(self.sweep),
+                on_off(self.prepare),
+                self.txn_limit
+                    .map_or_else(|| "none".to_owned(), |l| format!("{l} operations")),
+                self.latency.0,
+                self.latency.1,
+            ),
+        ];
+        for j in self.jobs {
+            let cron = j
+                .cron
+                .as_ref()
+                .map_or_else(|| "no cron".to_owned(), |c| format!("cron '{c}'"));
+            let mut line = format!(
+                "world:   job {}: {cron} ({}), {} item{}, failover {}, misfire {}",
+                j.job_name,
+                j.time_zone,
+                j.sharding_total_count,
+                if j.sharding_total_count == 1 { "" } else { "s" },
+                on_off(j.failover),
+                on_off(j.misfire),
+            );
+            if let Some((lo, hi)) = self.durations.get(&j.job_name) {
+                line.push_str(&format!(", runs last {lo} to {hi} ms"));
+            }
+            if self.ignore_cancel.contains(&j.job_name) {
+                line.push_str(", ignores cancellation");
+            }
+            if let Some(some) = self.hosts.get(&j.job_name) {
+                let list: Vec<String> = some.iter().map(|k| k.to_string()).collect();
+                line.push_str(&format!(", hosted by instances {} only", list.join(", ")));
+            }
+            out.push(line);
+        }
+        out
     }
 }
 

@@ -31,8 +31,19 @@ fn main() -> ExitCode {
             .init(),
     }
     let mut stdout = std::io::stdout().lock();
-    match shardjob::cli::run(cli, chrono::Utc::now(), &mut stdout) {
+    let result = shardjob::cli::run(cli, chrono::Utc::now(), &mut stdout);
+    exit_code(result)
+}
+
+/// The process's exit code for the outcome of a command. A reader that went away
+/// (`shardjob cron next ... | head -1`) is no failure: nobody reads the rest, so the command
+/// ends quietly with status 0. Any other failure is said on stderr, with status 2.
+fn exit_code(result: Result<ExitCode, shardjob::cli::CliError>) -> ExitCode {
+    match result {
         Ok(code) => code,
+        Err(shardjob::cli::CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("shardjob: {e}");
             ExitCode::from(2)

@@ -381,6 +381,7 @@ impl SchedulerBuilder {
         let (ops_tx, ops_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(SchedulerState::Running);
         let events_tx = self.events;
+        let status_registry = Arc::clone(&registry);
         let driver = driver::Driver::new(driver::Parts {
             machine,
             registry,
@@ -403,6 +404,7 @@ impl SchedulerBuilder {
                 state: state_rx,
                 events: events_tx,
                 instance_id,
+                registry: status_registry,
             }),
         })
     }
@@ -434,6 +436,8 @@ struct Inner {
     state: watch::Receiver<SchedulerState>,
     events: broadcast::Sender<RunEvent>,
     instance_id: InstanceId,
+    /// The scheduler's registry client, for reads a status page makes.
+    registry: Arc<dyn Registry>,
 }
 
 /// A running scheduler. Cheap to clone; when every clone is dropped the scheduler shuts down
@@ -461,6 +465,33 @@ impl SchedulerHandle {
     /// Where the scheduler is in its life.
     pub fn state(&self) -> SchedulerState {
         self.inner.state.borrow().clone()
+    }
+
+    /// The items of `job` that the registry's sharding plan gives this instance (the job's
+    /// `sharding/{item}/instance` nodes that hold its id), ascending: what a status page
+    /// shows. Read from the registry at each call (one read of the job's `sharding` subtree),
+    /// so it may be a moment behind a plan the leader is writing; a failover run of another
+    /// instance's item is not in it. Empty while the job has no plan yet, and for a job that
+    /// is not in the registry.
+    pub async fn owned_items(&self, job: &str) -> Result<Vec<u32>, RegistryError> {
+        use shardjob_core::layout::{ItemLeaf, JobNode, JobPaths};
+        let paths = JobPaths::new(job)?;
+        let nodes = self.inner.registry.get_tree(&paths.sharding()).await?;
+        let mine = self.inner.instance_id.as_str();
+        let mut items: Vec<u32> = nodes
+            .iter()
+            .filter_map(|node| match JobNode::parse(&node.path)? {
+                (name, JobNode::ItemState(item, ItemLeaf::Instance))
+                    if name == job && node.text() == Some(mine) =>
+                {
+                    Some(item)
+                }
+                _ => None,
+            })
+            .collect();
+        items.sort_unstable();
+        items.dedup();
+        Ok(items)
     }
 
     /// Events from now on: items started and finished, and what the state machine reports. A

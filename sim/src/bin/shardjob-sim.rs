@@ -6,11 +6,33 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+use std::io::Write as _;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::Parser;
 use shardjob_sim::world::{self, SeedReport, WorldConfig};
+
+/// Prints a line on stdout (as `println!`, which panics when stdout is closed).
+macro_rules! say {
+    ($($arg:tt)*) => {
+        emit(format_args!($($arg)*))
+    };
+}
+
+/// Writes one line on stdout. A reader that went away (`shardjob-sim ... | head`) ends the
+/// program quietly with status 0: nobody reads the rest; another write error ends it with
+/// status 1 and says why.
+fn emit(line: std::fmt::Arguments<'_>) {
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(line).and_then(|()| out.write_all(b"\n")) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("shardjob-sim: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
 
 /// Runs seeded worlds of real shardjob machines under faults and checks the invariants.
 #[derive(Debug, Parser)]
@@ -62,7 +84,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     if args.list_plants {
         for name in plant_names() {
-            println!("{name}");
+            say!("{name}");
         }
         return ExitCode::SUCCESS;
     }
@@ -97,9 +119,10 @@ fn main() -> ExitCode {
             let again = world::run(&cfg);
             if again.trace_hash != report.trace_hash {
                 violations += 1;
-                println!(
+                say!(
                     "seed {seed}: determinism: trace hash {:#x} then {:#x}",
-                    report.trace_hash, again.trace_hash
+                    report.trace_hash,
+                    again.trace_hash
                 );
             }
         }
@@ -107,7 +130,7 @@ fn main() -> ExitCode {
             violations += report.violations.len() as u64;
             print_failure(&report, &args, &cfg);
             if args.plant.is_some() {
-                println!(
+                say!(
                     "plant {} caught at seed {seed} after {ran} seeds",
                     args.plant.as_deref().unwrap_or("")
                 );
@@ -115,7 +138,7 @@ fn main() -> ExitCode {
             }
         } else if args.seed.is_some() {
             for line in &report.log {
-                println!("{line}");
+                say!("{line}");
             }
         }
     }
@@ -126,11 +149,11 @@ fn main() -> ExitCode {
     } else {
         0.0
     };
-    println!(
+    say!(
         "seeds={ran} violations={violations} sim_hours={hours:.2} wall_s={wall:.2} compression={compression:.0}x"
     );
     // What a simulated hour costs depends mostly on how many item runs the seeds drew.
-    println!(
+    say!(
         "(item_runs={runs} retries={retries} overlaps_of_jobs_ignoring_cancel={ignored} fenced_after_pause={fenced})"
     );
     if args.plant.is_some() {
@@ -148,21 +171,23 @@ fn main() -> ExitCode {
 }
 
 fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
-    println!(
-        "seed {} FAILED ({} violations; faults {:?}; registry txn limit {:?})",
+    say!(
+        "seed {} FAILED ({} violations; faults {:?}; registry txn limit {})",
         report.seed,
         report.violations.len(),
         report.faults,
-        report.txn_limit
+        report
+            .txn_limit
+            .map_or_else(|| "none".to_owned(), |l| format!("{l} operations"))
     );
     for (job, some) in &report.hosts {
-        println!("  job {job} is hosted by instances {some:?} only");
+        say!("  job {job} is hosted by instances {some:?} only");
     }
     for v in report.violations.iter().take(10) {
-        println!(
-            "  [{}] at {:.3}s: {}",
+        say!(
+            "  [{}] at {}: {}",
             v.checker,
-            v.time as f64 / 1000.0,
+            shardjob_sim::timeline::clock(v.time),
             v.message
         );
     }
@@ -186,19 +211,20 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
         first as f64 / 1000.0 + 0.5
     };
     if args.full_log {
-        println!("  timeline, whole:");
+        say!("  timeline, whole:");
     } else {
-        println!("  timeline {from:.1}s..{to:.1}s:");
+        say!("  timeline +{from:.1}s..+{to:.1}s:");
     }
+    // The world's header (lines without a time) always; events within the window.
     for line in log.iter().filter(|l| {
-        let t: f64 = l
+        let t: Option<f64> = l
             .split_whitespace()
             .next()
-            .and_then(|s| s.trim_end_matches('s').parse().ok())
-            .unwrap_or(0.0);
-        t >= from && t <= to
+            .and_then(|s| s.strip_prefix('+'))
+            .and_then(|s| s.trim_end_matches('s').parse().ok());
+        t.is_none_or(|t| t >= from && t <= to)
     }) {
-        println!("    {line}");
+        say!("    {line}");
     }
     let mut replay_cmd = format!(
         "  replay: shardjob-sim --seed {} --instances {} --jobs {} --hours {} --max-items {}",
@@ -213,7 +239,7 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     if let Some(p) = &args.plant {
         replay_cmd.push_str(&format!(" --plant {p}"));
     }
-    println!("{replay_cmd}");
+    say!("{replay_cmd}");
 }
 
 fn config(args: &Args) -> Result<WorldConfig, String> {

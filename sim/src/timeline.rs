@@ -1,0 +1,187 @@
+//! The readable timeline of a world (`shardjob-sim --seed N`): times as `+12.345s` from the
+//! world's start, and what happened in words rather than `Debug` dumps.
+//!
+//! Only the text of the log comes from here: the trace hash of a world hashes what happened,
+//! never these words, so changing them changes no seed's trace.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use shardjob_core::InstanceId;
+use shardjob_core::machine::record::RunKind;
+use shardjob_core::machine::{CancelReason, MachineEvent};
+use shardjob_core::registry::SessionEvent;
+
+/// A virtual time, ms from the world's start, as `+12.345s`.
+pub fn clock(ms: u64) -> String {
+    format!("+{}.{:03}s", ms / 1000, ms % 1000)
+}
+
+/// A fire time in epoch ms, as `+12.345s` from the world's start at `origin_ms` (epoch ms);
+/// a fire before the start (a clock skewed back) as `-0.250s`.
+pub fn fire(epoch_ms: i64, origin_ms: i64) -> String {
+    let d = epoch_ms.saturating_sub(origin_ms);
+    let sign = if d < 0 { '-' } else { '+' };
+    let abs = d.unsigned_abs();
+    format!("{sign}{}.{:03}s", abs / 1000, abs % 1000)
+}
+
+/// A list of items as `0, 3, 5`.
+pub fn items(items: &[u32]) -> String {
+    let mut out = String::new();
+    for (k, i) in items.iter().enumerate() {
+        if k > 0 {
+            out.push_str(", ");
+        }
+        let _ = write!(out, "{i}");
+    }
+    out
+}
+
+/// Why an item runs, in a word.
+pub fn kind(k: RunKind) -> &'static str {
+    match k {
+        RunKind::Scheduled => "scheduled",
+        RunKind::Misfire => "misfired",
+        RunKind::Failover => "failed-over",
+        RunKind::Trigger => "triggered",
+    }
+}
+
+/// Why a run is cancelled, in words.
+pub fn cancel_reason(r: CancelReason) -> &'static str {
+    match r {
+        CancelReason::SessionInDoubt => "the session is in doubt",
+        CancelReason::SessionLost => "the session is lost",
+        CancelReason::Shutdown => "the instance shuts down",
+        CancelReason::JobRemoved => "the job is removed",
+    }
+}
+
+/// A session event, in words.
+pub fn session(s: &SessionEvent) -> String {
+    match s {
+        SessionEvent::Connected(info) => format!(
+            "session {} established (timeout {} ms)",
+            info.id,
+            info.timeout.as_millis()
+        ),
+        SessionEvent::Suspended(id) => format!("session {id} suspended (connection lost)"),
+        SessionEvent::Reconnected(id) => format!("session {id} reconnected"),
+        SessionEvent::Expired(id) => format!("session {id} expired"),
+        SessionEvent::Closed => "session closed".to_owned(),
+    }
+}
+
+/// What a machine reported, in words.
+pub fn event(e: &MachineEvent) -> String {
+    match e {
+        MachineEvent::JobActive { job } => format!("{job} active here"),
+        MachineEvent::ConfigInvalid { job, error } => {
+            format!("{job}: the registry's configuration is invalid ({error})")
+        }
+        MachineEvent::JobTypeConflict {
+            job,
+            registry,
+            local,
+        } => format!("{job}: the registry holds a {registry} job, this instance a {local} job"),
+        MachineEvent::BecameLeader { job } => format!("{job}: became the leader"),
+        MachineEvent::Resharded {
+            job,
+            owners,
+            moved_running,
+        } => {
+            let mut by_owner: BTreeMap<&InstanceId, Vec<u32>> = BTreeMap::new();
+            for (item, owner) in owners {
+                by_owner.entry(owner).or_default().push(*item);
+            }
+            let mut out = format!("{job}: resharded:");
+            for (k, (owner, its)) in by_owner.iter().enumerate() {
+                let sep = if k == 0 { " " } else { "; " };
+                let _ = write!(out, "{sep}{owner} owns {}", items(its));
+            }
+            if by_owner.is_empty() {
+                out.push_str(" no owners");
+            }
+            if !moved_running.is_empty() {
+                let _ = write!(out, " (moved while running: {})", items(moved_running));
+            }
+            out
+        }
+        MachineEvent::PlanRefused {
+            job,
+            strategy,
+            problem,
+        } => format!("{job}: plan of strategy {strategy} refused: {problem}"),
+        MachineEvent::TxnSplit { job, items } => {
+            format!("{job}: transactions split to at most {items} items")
+        }
+        MachineEvent::CorruptNode { path, error } => format!("corrupt node {path}: {error}"),
+        MachineEvent::RegistryFailed {
+            job,
+            purpose,
+            error,
+        } => match job {
+            Some(job) => format!("{job}: registry request ({purpose}) failed: {error}"),
+            None => format!("registry request ({purpose}) failed: {error}"),
+        },
+        MachineEvent::RunRecorded { job, items: its } => {
+            format!("{job}: run of items {} recorded", items(its))
+        }
+        MachineEvent::CompletionLost { job, items: its } => {
+            format!(
+                "{job}: end of items {} not recorded (session lost)",
+                items(its)
+            )
+        }
+        MachineEvent::ClockStepped { by_ms } => {
+            let (dir, abs) = if *by_ms < 0 {
+                ("back", by_ms.unsigned_abs())
+            } else {
+                ("forward", by_ms.unsigned_abs())
+            };
+            format!("wall clock stepped {dir} by {abs} ms")
+        }
+        MachineEvent::SessionInDoubt => "session in doubt: items cancelled".to_owned(),
+        MachineEvent::SessionLost => "session lost: registering again".to_owned(),
+        MachineEvent::JobLeft { job } => format!("{job}: left"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clocks_and_fires_are_offsets_from_the_start() {
+        assert_eq!(clock(0), "+0.000s");
+        assert_eq!(clock(12_345), "+12.345s");
+        assert_eq!(fire(1_000_250, 1_000_000), "+0.250s");
+        assert_eq!(fire(999_750, 1_000_000), "-0.250s");
+    }
+
+    #[test]
+    fn events_are_words() {
+        let id = |s: &str| InstanceId::new(s).unwrap();
+        let e = MachineEvent::Resharded {
+            job: "job0".into(),
+            owners: [
+                (0, id("10.0.0.3@-@102")),
+                (1, id("10.0.0.1@-@100")),
+                (2, id("10.0.0.3@-@102")),
+            ]
+            .into(),
+            moved_running: vec![2],
+        };
+        assert_eq!(
+            event(&e),
+            "job0: resharded: 10.0.0.1@-@100 owns 1; 10.0.0.3@-@102 owns 0, 2 (moved while running: 2)"
+        );
+        let e = MachineEvent::RunRecorded {
+            job: "job1".into(),
+            items: vec![0, 3],
+        };
+        assert_eq!(event(&e), "job1: run of items 0, 3 recorded");
+        assert!(!event(&MachineEvent::ClockStepped { by_ms: -40 }).contains('{'));
+    }
+}
