@@ -28,5 +28,6 @@ pub mod demo;
 pub mod jobfile;
 pub mod jobs;
 pub mod listeners;
+pub mod ops_cli;
 pub mod registry_url;
 pub mod runtime;
