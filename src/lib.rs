@@ -15,6 +15,8 @@
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
 //!   with the `etcd` feature);
 //! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
+//! - [`ops_cli`]: its operating commands (`jobs`, `status`, `trigger`, `config set`, ...) on
+//!   [`shardjob_ops`].
 #![warn(missing_docs)]
 
 pub use shardjob_core as core;

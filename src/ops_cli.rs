@@ -882,7 +882,7 @@ mod tests {
     }
 
     #[test]
-    fn the_registry_comes_from_the_flag_then_nowhere_else_when_given() {
+    fn a_given_registry_wins_and_a_blank_one_is_refused() {
         assert_eq!(registry_url(Some("zk://a:1/n")).unwrap(), "zk://a:1/n");
         assert!(matches!(registry_url(Some(" ")), Err(Failure::Input(_))));
     }

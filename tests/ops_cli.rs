@@ -157,16 +157,23 @@ fn cli(args: &[&str]) -> (ExitCode, String) {
 
 /// Runs a `config` request with stdout and stderr captured, stdin not a terminal.
 fn config_cli(args: &[&str]) -> (ExitCode, String, String) {
+    config_cli_answering(args, None)
+}
+
+/// Runs a `config` request with stdout and stderr captured; `answer` is what the operator
+/// types on the terminal, `None` for no terminal.
+fn config_cli_answering(args: &[&str], answer: Option<&str>) -> (ExitCode, String, String) {
     let request = match parse(args).command {
         Command::Config(ConfigCommand::Set(a)) => Request::from(a),
         Command::Config(ConfigCommand::Get(a)) => Request::from(a),
         other => panic!("not a config request: {other:?}"),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
+    let mut typed = answer.map(|a| std::io::Cursor::new(a.as_bytes().to_vec()));
     let console = Console {
         out: &mut out,
         err: &mut err,
-        input: None,
+        input: typed.as_mut().map(|t| t as &mut dyn std::io::BufRead),
     };
     let code = run_with(request, Utc::now(), console).unwrap();
     (
@@ -304,11 +311,24 @@ fn config_set_validates_then_applies_with_yes() {
     assert!(err.contains("--yes"), "{err}");
     assert_eq!(c.node(&format!("/{JOB}/config")).unwrap(), before);
 
+    // On a terminal, anything but "y" leaves it unwritten; the question is asked on stderr.
+    let args = ["config", "set", JOB, good, "--registry", &c.url];
+    let (code, _, err) = config_cli_answering(&args, Some("n\n"));
+    assert_eq!(code, ExitCode::from(1), "{err}");
+    assert!(
+        err.contains("[y/N]") && err.contains("not confirmed"),
+        "{err}"
+    );
+    assert_eq!(c.node(&format!("/{JOB}/config")).unwrap(), before);
+
     let (code, out) = c.cli(&["config", "set", JOB, good, "--yes"]);
     assert_eq!(code, ExitCode::SUCCESS, "{out}");
     assert!(out.contains("applied"), "{out}");
     let after = c.node(&format!("/{JOB}/config")).unwrap();
     assert!(after.contains("shardingTotalCount: 5"), "{after}");
+    let (code, out, _) = config_cli_answering(&args, Some("y\n"));
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains("no change"), "{out}");
     // The scheduler re-shards to the new count.
     c.wait("five items owned", |s| {
         s.items.len() == 5 && s.items.iter().all(|i| i.instance.is_some())
