@@ -41,7 +41,7 @@ pub enum Command {
     /// Quartz cron expressions.
     #[command(subcommand)]
     Cron(CronCommand),
-    /// Job configuration files.
+    /// Job configurations: check a file; get or set a job's configuration in a registry.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Three instances in this process share a sharded job over the in-memory registry: see
