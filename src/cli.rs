@@ -55,7 +55,7 @@ pub enum Command {
     /// Quartz cron expressions.
     #[command(subcommand)]
     Cron(CronCommand),
-    /// Job configuration files.
+    /// Job configurations: check a file; get or set a job's configuration in a registry.
     #[command(subcommand)]
     Config(ConfigCommand),
     /// Three instances in this process share a sharded job over the in-memory registry: see
@@ -64,6 +64,9 @@ pub enum Command {
     /// Run the Script and HTTP jobs of a YAML file until SIGTERM or Ctrl-C, then leave
     /// gracefully.
     Run(RunArgs),
+    /// Operating a cluster through its registry (`jobs`, `status`, `trigger`, ...).
+    #[command(flatten)]
+    Ops(crate::ops_cli::OpsCommand),
 }
 
 /// Arguments of `shardjob demo`.
@@ -172,6 +175,11 @@ pub enum ConfigCommand {
     /// would do (registry, jobs and kinds, skipped jobs, warnings) and the effective
     /// configuration with defaults filled in.
     Check(ConfigCheckArgs),
+    /// Print a job's configuration as the registry holds it.
+    Get(crate::ops_cli::JobArgs),
+    /// Replace a job's configuration in the registry with a YAML file: validated, the changes
+    /// shown, applied after a confirmation (or `--yes`).
+    Set(crate::ops_cli::ConfigSetArgs),
 }
 
 /// Arguments of `shardjob config check`.
@@ -227,6 +235,9 @@ pub fn run(cli: Cli, now: DateTime<Utc>, out: &mut dyn Write) -> Result<ExitCode
         Command::Config(ConfigCommand::Check(args)) => config_check(&args, out)?,
         Command::Demo(args) => demo(&args, out)?,
         Command::Run(args) => run_jobs(&args, out)?,
+        Command::Ops(c) => return crate::ops_cli::run(c, now, out),
+        Command::Config(ConfigCommand::Get(a)) => return crate::ops_cli::run(a, now, out),
+        Command::Config(ConfigCommand::Set(a)) => return crate::ops_cli::run(a, now, out),
     };
     Ok(match result {
         Ok(()) => ExitCode::SUCCESS,

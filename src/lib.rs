@@ -102,6 +102,8 @@
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
 //!   with the `etcd` feature);
 //! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
+//! - [`ops_cli`]: its operating commands (`jobs`, `status`, `trigger`, `config set`, ...) on
+//!   [`shardjob_ops`].
 #![warn(missing_docs)]
 
 pub use shardjob_core as core;
@@ -115,5 +117,6 @@ pub mod demo;
 pub mod jobfile;
 pub mod jobs;
 pub mod listeners;
+pub mod ops_cli;
 pub mod registry_url;
 pub mod runtime;

@@ -13,6 +13,8 @@ fn main() -> ExitCode {
     // on purpose), so it logs nothing by default.
     let default = match cli.command {
         shardjob::cli::Command::Demo(_) => "off",
+        // The operating commands print their result; the client's connection logs are noise.
+        shardjob::cli::Command::Ops(_) | shardjob::cli::Command::Config(_) => "warn",
         _ => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
