@@ -622,9 +622,17 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     };
     let rt = runtime()?;
     let outcome = rt.block_on(async {
-        let client = match registry.connect_with(&plan.connect).await {
-            Ok(c) => c,
-            Err(e) => return Ok(Err(format!("error: {e}"))),
+        // Caught from here on: a signal while the registry is awaited stops the start-up, and
+        // one that comes while the jobs are set up is acted on as soon as they are.
+        let mut signals = Signals::new();
+        let client = tokio::select! {
+            connected = registry.connect_with(&plan.connect) => match connected {
+                Ok(c) => c,
+                Err(e) => return Ok(Err(format!("error: {e}"))),
+            },
+            why = signals.next() => {
+                return Ok(Err(format!("shardjob: {why} while connecting to the registry: stopped")));
+            }
         };
         let mut builder = crate::runtime::Scheduler::builder()
             .registry(client)
@@ -643,13 +651,14 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
             Ok(h) => h,
             Err(e) => return Ok(Err(format!("error: {e}"))),
         };
-        writeln!(
+        say(
             out,
-            "shardjob: running {count} job(s) as {} on {registry}; SIGTERM or Ctrl-C leaves gracefully",
-            handle.instance_id()
-        )?;
-        out.flush()?;
-        stop_and_leave(&handle, args.exit_after, out).await
+            format_args!(
+                "shardjob: running {count} job(s) as {} on {registry}; SIGTERM or Ctrl-C leaves gracefully",
+                handle.instance_id()
+            ),
+        );
+        stop_and_leave(&handle, signals, args.exit_after, out).await
     });
     // A job body stuck in a blocking call must not hold the exit up.
     rt.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
@@ -684,26 +693,27 @@ pub const FORCED_LEAVE_BOUND: std::time::Duration = std::time::Duration::from_se
 /// after a graceful leave, 1 after a leave at once or a failure.
 async fn stop_and_leave(
     handle: &crate::runtime::SchedulerHandle,
+    mut signals: Signals,
     exit_after: Option<u64>,
     out: &mut dyn Write,
 ) -> Result<Outcome, CliError> {
-    let mut signals = Signals::new();
     let why = tokio::select! {
         why = signals.next() => why,
         () = sleep_secs(exit_after) => "time is up",
     };
-    writeln!(
+    say(
         out,
-        "shardjob: {why}: leaving gracefully (a second SIGTERM or Ctrl-C cancels running items and leaves at once)"
-    )?;
-    out.flush()?;
+        format_args!(
+            "shardjob: {why}: leaving gracefully (a second SIGTERM or Ctrl-C cancels running items and leaves at once)"
+        ),
+    );
     let graceful = handle.shutdown();
     tokio::pin!(graceful);
     let second = tokio::select! {
         result = &mut graceful => {
             return match result {
                 Ok(()) => {
-                    writeln!(out, "shardjob: left")?;
+                    say(out, format_args!("shardjob: left"));
                     Ok(Ok(()))
                 }
                 Err(e) => Ok(Err(format!("error: {e}"))),
@@ -711,11 +721,10 @@ async fn stop_and_leave(
         }
         second = signals.next() => second,
     };
-    writeln!(
+    say(
         out,
-        "shardjob: {second} again: cancelling running items and leaving at once"
-    )?;
-    out.flush()?;
+        format_args!("shardjob: {second} again: cancelling running items and leaving at once"),
+    );
     match tokio::time::timeout(FORCED_LEAVE_BOUND, handle.shutdown_now()).await {
         Ok(Ok(())) => Ok(Err(format!(
             "shardjob: left at once after a second {second}: running items were cancelled"
@@ -725,6 +734,14 @@ async fn stop_and_leave(
             "error: the leave at once did not end within {}s: exiting anyway (the registry ends the session at its timeout)",
             FORCED_LEAVE_BOUND.as_secs()
         ))),
+    }
+}
+
+/// Writes a status line of `shardjob run`. A stdout that went away (`shardjob run | head -1`)
+/// must not cut the leave short, so a failed write is only logged.
+fn say(out: &mut dyn Write, line: std::fmt::Arguments<'_>) {
+    if let Err(e) = writeln!(out, "{line}").and_then(|()| out.flush()) {
+        tracing::debug!("status line not written ({e}): {line}");
     }
 }
 

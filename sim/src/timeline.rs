@@ -144,6 +144,9 @@ pub fn event(e: &MachineEvent) -> String {
         }
         MachineEvent::SessionInDoubt => "session in doubt: items cancelled".to_owned(),
         MachineEvent::SessionLost => "session lost: registering again".to_owned(),
+        MachineEvent::LeftUnloaded { job, reason } => {
+            format!("{job}: leaving without its subtree loaded ({reason})")
+        }
         MachineEvent::JobLeft { job } => format!("{job}: left"),
     }
 }
