@@ -169,9 +169,16 @@ fn binary_leaves_on_sigterm() {
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let banner = {
         let (tx, rx) = std::sync::mpsc::channel();
+        // mem:// says first that it is shared by no other process: read up to the banner.
         let reader = std::thread::spawn(move || {
             let mut line = String::new();
-            let _ = std::io::BufRead::read_line(&mut stdout, &mut line);
+            loop {
+                line.clear();
+                match std::io::BufRead::read_line(&mut stdout, &mut line) {
+                    Ok(n) if n > 0 && !line.contains("running") => continue,
+                    _ => break,
+                }
+            }
             let _ = tx.send(line);
             stdout
         });
