@@ -38,11 +38,13 @@ pub enum Plant {
     /// Ignore the cluster's start: run the fires missed while no instance was registered, as
     /// before the misfire policy on start-up.
     CatchUpAfterDowntime,
+    /// Give up every fire from before the cluster's start, ignoring the job's catch-up bound.
+    IgnoreCatchUpBound,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 14] = [
+    pub const ALL: [Plant; 15] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -57,6 +59,7 @@ impl Plant {
         Plant::LeaveWhileRunning,
         Plant::ForgetWakes,
         Plant::CatchUpAfterDowntime,
+        Plant::IgnoreCatchUpBound,
     ];
 
     /// The name used on the command line.
@@ -76,6 +79,7 @@ impl Plant {
             Plant::LeaveWhileRunning => "leave-while-running",
             Plant::ForgetWakes => "forget-wakes",
             Plant::CatchUpAfterDowntime => "catch-up-after-downtime",
+            Plant::IgnoreCatchUpBound => "ignore-catch-up-bound",
         }
     }
 }
