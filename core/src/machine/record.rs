@@ -13,6 +13,11 @@
 //! finished; `run` is the run in progress, if any. A `run` whose `running` marker is gone died
 //! with its instance's session: failover runs it again, or, with failover off, the fire is
 //! given up.
+//!
+//! Beside the items' records, the `instances` node's data holds when the job's cluster last
+//! started ([`StartRecord`]): fires from before it were missed while no instance was
+//! registered, and are not due (beyond the job's catch-up bound). The items' records are not
+//! changed by that rule, so any owner derives it from the same two numbers.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +29,9 @@ use crate::instance::InstanceId;
 pub enum RunKind {
     /// A cron fire, on time.
     Scheduled,
-    /// A cron fire run late, after the item's previous run ended or ownership moved
-    /// (ElasticJob's `MISFIRE` source). Several missed fires collapse into one such run.
+    /// A cron fire run late, after the item's previous run ended or ownership moved, or after
+    /// downtime within the job's catch-up bound (ElasticJob's `MISFIRE` source). Several
+    /// missed fires collapse into one such run.
     Misfire,
     /// A fire whose run died with its instance, run again elsewhere.
     Failover,
