@@ -136,8 +136,9 @@ pub struct RunRecord {
     pub recorded: bool,
 }
 
-/// A registration that found no instance node of its job in the store: the job's cluster
-/// (re)started. Seen by the cluster in the store, not told by the machine.
+/// A registration that found the `instances` node of its job in the store without any instance
+/// node below it: the job's cluster (re)started. Seen by the cluster in the store, not told by
+/// the machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterStart {
     /// Virtual ms of the registration.
@@ -862,7 +863,9 @@ impl Cluster {
                     .filter_map(|path| match JobNode::parse(path) {
                         Some((job, JobNode::Instance(_))) => {
                             let dir = path.parent()?;
-                            (self.store.tree(&dir).len() <= 1).then(|| job.to_owned())
+                            // The directory, and nothing below it (a job's first registration,
+                            // which creates the directory, is no start: no item has a record).
+                            (self.store.tree(&dir).len() == 1).then(|| job.to_owned())
                         }
                         _ => None,
                     })

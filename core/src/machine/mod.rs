@@ -97,16 +97,21 @@
 //! the cluster is deployed). shardjob does the same, by one rule every instance applies to the
 //! same registry data, so it does not matter which instance owns an item, or when it moves:
 //!
-//! - **A start**: a registration that finds no instance node of the job at all (not even one
-//!   of a dead session that the registry still shows) starts the job's cluster. It writes its
-//!   wall clock `S` into the `instances` node's data ([`record::StartRecord`]) in the same
-//!   transaction that creates its instance node, so there is no moment between the two for a
-//!   crash. The transaction proves the directory was empty: it checks the `instances` node's
-//!   version as the instance saw it beside an empty directory, and every registration into a
-//!   directory that is not empty checks that one instance node it saw there still exists (a
-//!   create into an empty directory must therefore be a start, which changes that version).
-//!   Of several instances that start at once, one starts the cluster; the others' checks
-//!   fail and they register again, into a directory that is no longer empty.
+//! - **A start**: a registration that finds the `instances` node without any instance node
+//!   below it (not even one of a dead session that the registry still shows) starts the job's
+//!   cluster. It writes its wall clock `S` into the `instances` node's data
+//!   ([`record::StartRecord`]) in the same transaction that creates its instance node, so
+//!   there is no moment between the two for a crash. The transaction proves the directory
+//!   was empty: it checks the `instances` node's version as the instance saw it beside an
+//!   empty directory, and every registration into a directory that is not empty checks that
+//!   one instance node it saw there still exists (a create into an empty directory must
+//!   therefore be a start, which changes that version). The write comes after the instance
+//!   node's creation, so an instance that has seen only a part of the transaction sees the
+//!   old version or the new instance, never an empty directory with the new version. Of
+//!   several instances that start at once, one starts the cluster; the others' checks fail
+//!   and they register again, into a directory that is no longer empty. A job's very first
+//!   registration (no `instances` node yet) records no start: no item has a record then, and
+//!   items are created with a record of their creation time.
 //! - **The rule**: a fire earlier than `S - catch-up` is never due; `catch-up` is the job's
 //!   `shardjob.misfire.catchup.seconds` prop ([`crate::config::MISFIRE_CATCHUP_PROP`], 0 by
 //!   default). So by default no fire from before the start runs; with a catch-up bound, the
@@ -2889,34 +2894,24 @@ fn setup_ops(
         });
     }
     let p = &j.paths;
-    // Whether this registration starts the job's cluster: no instance node exists, not even
-    // one of ours from an earlier session. Proved in the transaction (see "Start-up after
-    // downtime" in the module documentation): a start writes the `instances` node, checking
-    // its version, and every registration into a non-empty directory checks that one node
-    // it saw there still exists.
+    // Whether this registration starts the job's cluster: the `instances` node exists and no
+    // instance node does, not even one of ours from an earlier session. Proved in the
+    // transaction (see "Start-up after downtime" in the module documentation): a start
+    // writes the `instances` node after creating its instance node, checking the version it
+    // saw, and every registration into a non-empty directory checks that one node it saw
+    // there still exists.
     let registers = j
         .cache
         .own_instance()
         .is_none_or(|stat| stat.ephemeral_owner.is_some_and(|o| o != sid));
     let other = view.instances.iter().find(|id| *id != me);
-    let starts = registers && other.is_none() && j.cache.own_instance().is_none();
-    let start = StartRecord {
-        started: Some(now_ms),
-    };
+    let starts = registers
+        && other.is_none()
+        && j.cache.own_instance().is_none()
+        && j.cache.has_dir(Dir::Instances);
     for (dir, path) in Dir::all(p) {
         if !j.cache.has_dir(dir) {
-            let data = if dir == Dir::Instances && starts {
-                start.to_bytes()
-            } else {
-                Vec::new()
-            };
-            ops.push(TxnOp::create(path, data));
-        } else if dir == Dir::Instances && starts {
-            ops.push(TxnOp::Set {
-                path,
-                data: start.to_bytes(),
-                expected: j.cache.instances_version(),
-            });
+            ops.push(TxnOp::create(path, Vec::<u8>::new()));
         }
     }
     if let (true, Some(other)) = (registers, other) {
@@ -2944,6 +2939,18 @@ fn setup_ops(
             ops.push(TxnOp::create_ephemeral(instance, value));
         }
         None => ops.push(TxnOp::create_ephemeral(instance, value)),
+    }
+    if starts {
+        // After the instance node: a watcher that has seen only a part of this transaction
+        // sees either the old version (its own start fails the check) or this instance.
+        let start = StartRecord {
+            started: Some(now_ms),
+        };
+        ops.push(TxnOp::Set {
+            path: p.instances(),
+            data: start.to_bytes(),
+            expected: j.cache.instances_version(),
+        });
     }
     Ok(ops)
 }
