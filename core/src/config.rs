@@ -47,6 +47,15 @@ pub const MAX_SHARDING_TOTAL_COUNT: u32 = 100_000;
 /// The longest job name accepted, in bytes.
 pub const MAX_JOB_NAME_LEN: usize = 255;
 
+/// The prop that lets a job catch up, after downtime, the fires missed while no instance of
+/// it was registered: fires at most this many seconds before the cluster's start run once,
+/// collapsed into one run of the latest (a MISFIRE run). `0` or absent: none run, as in
+/// ElasticJob, whose scheduler starts afresh from now.
+pub const MISFIRE_CATCHUP_PROP: &str = "shardjob.misfire.catchup.seconds";
+
+/// The largest [`MISFIRE_CATCHUP_PROP`]: a year.
+pub const MAX_MISFIRE_CATCHUP_SECONDS: u64 = 366 * 24 * 3600;
+
 /// The executor strategy: how many items of one job run at once in one instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum ExecutorType {
@@ -234,6 +243,32 @@ impl JobConfig {
         self
     }
 
+    /// The catch-up bound after downtime, [`MISFIRE_CATCHUP_PROP`], in ms: `0` (the default)
+    /// runs no fire missed while no instance of the job was registered. A value that is not a
+    /// whole number of seconds within `0..=`[`MAX_MISFIRE_CATCHUP_SECONDS`] counts as `0`;
+    /// [`JobConfig::validate`] reports it.
+    pub fn misfire_catchup_ms(&self) -> i64 {
+        self.misfire_catchup().ok().map_or(0, |s| s as i64 * 1000)
+    }
+
+    /// [`MISFIRE_CATCHUP_PROP`] read and checked, in seconds.
+    fn misfire_catchup(&self) -> Result<u64, Problem> {
+        let Some(raw) = self.props.get(MISFIRE_CATCHUP_PROP) else {
+            return Ok(0);
+        };
+        let seconds: u64 = raw.trim().parse().map_err(|_| Problem::WrongType {
+            expected: "a whole number of seconds (0 for no catch-up after downtime)",
+            found: format!("{raw:?}"),
+        })?;
+        if seconds > MAX_MISFIRE_CATCHUP_SECONDS {
+            return Err(Problem::TooLarge(
+                seconds.try_into().unwrap_or(i64::MAX),
+                MAX_MISFIRE_CATCHUP_SECONDS as i64,
+            ));
+        }
+        Ok(seconds)
+    }
+
     /// The parameter of an item, if it has one.
     pub fn item_parameter(&self, item: u32) -> Option<&str> {
         self.sharding_item_parameters.get(&item).map(String::as_str)
@@ -318,6 +353,9 @@ impl JobConfig {
             if key.trim().is_empty() {
                 report("props", Problem::Empty);
             }
+        }
+        if let Err(p) = self.misfire_catchup() {
+            report(MISFIRE_CATCHUP_PROP, p);
         }
     }
 

@@ -34,7 +34,7 @@ use shardjob_core::machine::{
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
-    SessionEvent, SessionId,
+    SessionEvent, SessionId, TxnOp,
 };
 use shardjob_core::{InstanceId, JobConfig, ShardingStrategy};
 
@@ -138,6 +138,21 @@ pub struct RunRecord {
     pub recorded: bool,
 }
 
+/// A registration that found the `instances` node of its job in the store without any instance
+/// node below it: the job's cluster (re)started. Seen by the cluster in the store, not told by
+/// the machine.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterStart {
+    /// Virtual ms of the registration.
+    pub at: u64,
+    /// The job.
+    pub job: String,
+    /// The node that registered.
+    pub node: usize,
+    /// That node's wall clock then (epoch ms).
+    pub wall: i64,
+}
+
 /// How long a run of (job, item) that starts at a virtual time lasts, ms.
 pub type RunDuration = Box<dyn Fn(&str, u32, u64) -> u64>;
 
@@ -226,6 +241,8 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
+    /// Every start of a job's cluster, in order.
+    pub starts: Vec<ClusterStart>,
     /// The last run of each (node, job, item) that ended, an index into `runs`.
     last_ended: BTreeMap<(usize, String, u32), usize>,
     /// Registry round-trip latency, ms.
@@ -296,6 +313,7 @@ impl Cluster {
             wall_origin: wall_origin(),
             nodes: Vec::new(),
             runs: Vec::new(),
+            starts: Vec::new(),
             last_ended: BTreeMap::new(),
             latency: 1,
             watch_delay: 0,
@@ -853,10 +871,38 @@ impl Cluster {
             RegistryOp::Get(p) => self.store.get(s, &p, now).map(RegistryReply::Node),
             RegistryOp::Children(p) => self.store.children(s, &p, now).map(RegistryReply::Children),
             RegistryOp::GetTree(p) => self.store.get_tree(s, &p, now).map(RegistryReply::Tree),
-            RegistryOp::Transact(ops) => self
-                .store
-                .transact(s, ops, now)
-                .map(RegistryReply::Transacted),
+            RegistryOp::Transact(ops) => {
+                // Registrations into an empty `instances/`, seen in the store as it stands.
+                let starting: Vec<String> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        TxnOp::Create { path, .. } => Some(path),
+                        _ => None,
+                    })
+                    .filter_map(|path| match JobNode::parse(path) {
+                        Some((job, JobNode::Instance(_))) => {
+                            let dir = path.parent()?;
+                            // The directory, and nothing below it (a job's first registration,
+                            // which creates the directory, is no start: no item has a record).
+                            (self.store.tree(&dir).len() == 1).then(|| job.to_owned())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                let result = self.store.transact(s, ops, now);
+                if result.is_ok() {
+                    let wall = self.time_of(n).wall_ms();
+                    for job in starting {
+                        self.starts.push(ClusterStart {
+                            at: self.now,
+                            job,
+                            node: n,
+                            wall,
+                        });
+                    }
+                }
+                result.map(RegistryReply::Transacted)
+            }
         };
         result.unwrap_or_else(RegistryReply::Failed)
     }

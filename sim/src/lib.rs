@@ -8,11 +8,14 @@
 //! requests and watch events, skews and jumps clocks, makes jobs overrun, acts as an
 //! operator (disable and enable servers and items, trigger, change the item count, the cron,
 //! the failover and misfire flags), and redeploys: a live process stops hosting a job and
-//! takes it back, at once or later, as `SchedulerHandle::remove_job` and `add_job` do. Each seed
+//! takes it back, at once or later, as `SchedulerHandle::remove_job` and `add_job` do, and
+//! takes the whole cluster down (every process crashes and comes back later). Each seed
 //! draws its own mix of faults (swarm testing).
 //! Then everything heals, the cluster must converge, and the checkers in [`checkers`] look at
 //! what happened: no overlapping runs of an item, no fire started twice (except retries of
-//! attempts that died), every fire completed after the heal, a plan that covers every item
+//! attempts that died), every fire completed after the heal, no fire missed while a job had
+//! no registered instance run after its cluster's start beyond the job's catch-up bound
+//! (and, after the heal, the fires within it run), a plan that covers every item
 //! with live owners and one leader, and the same trace for the same seed. Throughout the run,
 //! every job's wake must come no later than its own decision wants it (audited once a
 //! simulated second on every node, safety sweep or not).

@@ -46,11 +46,15 @@ pub enum Fault {
     /// A live process stops hosting one of its jobs (`SchedulerHandle::remove_job`) and takes it
     /// back later, as a redeploy that reloads the job does.
     Deploy,
+    /// Every process crashes at once and comes back later (a whole-cluster outage, or a
+    /// deploy that stops everything): fires missed meanwhile are given up at the start, or
+    /// caught up within a job's catch-up bound.
+    Outage,
 }
 
 impl Fault {
     /// Every fault kind.
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::Crash,
         Fault::Partition,
         Fault::Deaf,
@@ -61,6 +65,7 @@ impl Fault {
         Fault::Overrun,
         Fault::Operator,
         Fault::Deploy,
+        Fault::Outage,
     ];
 }
 
@@ -359,22 +364,28 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
 pub fn run(cfg: &WorldConfig) -> SeedReport {
     let mut rng = Rng(ChaCha8Rng::seed_from_u64(cfg.seed));
     // Swarm: this seed's own mix of faults.
-    // Deploys are drawn apart, so that the other draws of a seed stay what they were.
+    // Deploys and outages are drawn apart, so that the other draws of a seed stay what they
+    // were.
+    let apart = |f: &Fault| matches!(f, Fault::Deploy | Fault::Outage);
     let mut faults: BTreeSet<Fault> = cfg
         .faults
         .iter()
         .copied()
-        .filter(|f| *f != Fault::Deploy)
+        .filter(|f| !apart(f))
         .filter(|_| rng.chance(50))
         .collect();
     if faults.is_empty() {
-        if let Some(f) = cfg.faults.iter().find(|f| **f != Fault::Deploy) {
+        if let Some(f) = cfg.faults.iter().find(|f| !apart(f)) {
             faults.insert(*f);
         }
     }
     let mut deploy_rng = Rng(ChaCha8Rng::seed_from_u64(mix(cfg.seed, 0x6465_706c_6f79)));
     if cfg.faults.contains(&Fault::Deploy) && (deploy_rng.chance(50) || faults.is_empty()) {
         faults.insert(Fault::Deploy);
+    }
+    let mut outage_rng = Rng(ChaCha8Rng::seed_from_u64(mix(cfg.seed, 0x6f75_7461_6765)));
+    if cfg.faults.contains(&Fault::Outage) && (outage_rng.chance(40) || faults.is_empty()) {
+        faults.insert(Fault::Outage);
     }
 
     // Jobs. A user's job that is not valid is reported, not run (nothing panics on input).
@@ -435,6 +446,18 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             j.reconcile_interval_minutes = rng.between(0, 2) as u32;
             interval.insert(j.job_name.clone(), every);
             jobs.push(j);
+        }
+        // One job in three catches up after downtime, within 1 to 120 s; drawn apart, so
+        // that the other draws of a seed stay what they were.
+        let mut catchup_rng = Rng(ChaCha8Rng::seed_from_u64(mix(cfg.seed, 0x6361_7463_6875)));
+        for j in &mut jobs {
+            if catchup_rng.chance(33) {
+                let seconds = catchup_rng.between(1, 120);
+                j.props.insert(
+                    shardjob_core::config::MISFIRE_CATCHUP_PROP.to_owned(),
+                    seconds.to_string(),
+                );
+            }
         }
     } else {
         for j in &jobs {
@@ -641,6 +664,19 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         last_removal,
         gap: mean_gap,
     };
+    // A whole-cluster outage: when, and for how long (often long enough for every session to
+    // expire, which makes the way back a start of every job's cluster; sometimes not). Half
+    // of them last until the heal, so that the catch-up after them is checked.
+    let mut outage: Option<(u64, u64)> = faults.contains(&Fault::Outage).then(|| {
+        let timeout = c.session_timeout.as_millis() as u64;
+        let at = outage_rng.between(mean_gap, heal_at.saturating_sub(mean_gap));
+        let length = if outage_rng.chance(50) {
+            heal_at.saturating_sub(at)
+        } else {
+            outage_rng.between(1_000, 3 * timeout + 20_000)
+        };
+        (at, length)
+    });
     let mut t = rng.between(1_000, mean_gap);
     while t < heal_at {
         deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, t, &mut refusals);
@@ -665,6 +701,27 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 _ => c.heal(n),
             }
         }
+        if let Some((at, length)) = outage.filter(|(at, _)| *at <= c.now) {
+            outage = None;
+            c.note("outage", || {
+                format!("every process crashes for {length} ms")
+            });
+            for n in 0..c.nodes.len() {
+                if c.nodes[n].up && !c.nodes[n].crashed {
+                    c.unpause(n);
+                    c.heal(n);
+                    c.crash(n);
+                    let ip = c.nodes[n].id.server_ip().to_owned();
+                    // Together, or a little apart.
+                    let apart = if outage_rng.chance(50) {
+                        outage_rng.between(1, 2_000)
+                    } else {
+                        0
+                    };
+                    restarts.push((c.now.max(at) + length + apart, ip));
+                }
+            }
+        }
         let up: Vec<usize> = (0..c.nodes.len())
             .filter(|n| c.nodes[*n].up && !c.nodes[*n].partitioned && !c.nodes[*n].deaf)
             .filter(|n| c.nodes[*n].paused.is_none())
@@ -674,7 +731,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 &faults
                     .iter()
                     .copied()
-                    .filter(|f| *f != Fault::Deploy)
+                    .filter(|f| !apart(f))
                     .collect::<Vec<_>>(),
             )
             .unwrap_or(&Fault::Deploy);
@@ -834,6 +891,24 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         check_from,
         end,
     ));
+    // Start-up after downtime: no fire from beyond a job's catch-up bound before a start of
+    // its cluster runs; after the heal, those within it do (jobs whose item count an operator
+    // may have changed are left out of that part: a new item runs no fire from before it).
+    let catchup: BTreeMap<String, i64> = jobs
+        .iter()
+        .filter_map(|j| {
+            let config = c.config_of(&j.job_name)?;
+            Some((j.job_name.clone(), config.misfire_catchup_ms()))
+        })
+        .collect();
+    violations.extend(checkers::liveness::downtime(
+        &c.runs, &c.starts, &catchup, 50,
+    ));
+    if !faults.contains(&Fault::Operator) {
+        violations.extend(checkers::liveness::catch_ups(
+            &c.runs, &c.starts, &at_end, heal_at, end, 50,
+        ));
+    }
     let slack = 2_000 + 2 * max_skew + c.latency * 4 + c.watch_delay * 2;
     violations.extend(checkers::liveness::misfires(
         &c.runs,

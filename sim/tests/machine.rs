@@ -1208,3 +1208,190 @@ fn an_adoption_waiting_on_a_lost_probe_probes_again() {
     );
     c.assert_no_overlap();
 }
+
+// Start-up after downtime. The cluster starts at 06:00 UTC on day 0; a nightly job fires at
+// 02:30 UTC, at virtual 20.5 h on day 1 and 44.5 h on day 2.
+const HOUR: u64 = 3_600_000;
+const NIGHT_1: u64 = 20 * HOUR + HOUR / 2;
+const NIGHT_2: u64 = NIGHT_1 + 24 * HOUR;
+const NIGHT_3: u64 = NIGHT_2 + 24 * HOUR;
+
+fn nightly(catchup_seconds: Option<u64>) -> JobConfig {
+    let mut j = job("nightly", "0 30 2 * * ?", 4);
+    if let Some(s) = catchup_seconds {
+        j.props.insert(
+            shardjob_core::config::MISFIRE_CATCHUP_PROP.to_owned(),
+            s.to_string(),
+        );
+    }
+    j
+}
+
+/// The runs of a fire, per item.
+fn runs_of_fire(c: &Cluster, fire: i64) -> BTreeMap<u32, Vec<RunKind>> {
+    let mut out: BTreeMap<u32, Vec<RunKind>> = BTreeMap::new();
+    for r in c.runs.iter().filter(|r| r.fire == fire) {
+        out.entry(r.item).or_default().push(r.kind);
+    }
+    out
+}
+
+/// Runs the nightly job on one instance through night 1, stops it, and starts it again at
+/// 15:00 on day 2 (night 2 was missed while no instance was alive).
+fn nightly_down_through_night_2(catchup_seconds: Option<u64>) -> Cluster {
+    let mut c = Cluster::new();
+    let j = nightly(catchup_seconds);
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.run_until(NIGHT_1 + HOUR / 2);
+    assert_eq!(
+        runs_of_fire(&c, fire_at(&c, NIGHT_1)).len(),
+        4,
+        "night 1 ran"
+    );
+    c.shutdown(0);
+    c.run_until(NIGHT_1 + HOUR);
+    assert!(c.nodes[0].machine.is_stopped());
+    // Deployed again at 15:00 on day 2.
+    c.run_until(NIGHT_2 + 12 * HOUR + HOUR / 2);
+    c.add_node("10.0.0.1@-@11", std::slice::from_ref(&j))
+        .unwrap();
+    c
+}
+
+#[test]
+fn a_restart_after_downtime_does_not_run_the_missed_nightly_fire() {
+    let mut c = nightly_down_through_night_2(None);
+    let back = c.now;
+    c.run_until(back + HOUR);
+    assert!(
+        runs_of_fire(&c, fire_at(&c, NIGHT_2)).is_empty(),
+        "the fire missed during the downtime ran: {:#?}",
+        c.runs
+    );
+    assert!(c.runs.iter().all(|r| r.start < back), "{:#?}", c.runs);
+    // Another instance joins and then takes every item over before night 3: it sees only
+    // night 1 done in the records and must give up night 2 all the same.
+    c.add_node(B, std::slice::from_ref(&nightly(None))).unwrap();
+    c.run_until(back + 2 * HOUR);
+    assert!(
+        c.owners("nightly").values().any(|o| o == B),
+        "{:?}",
+        c.owners("nightly")
+    );
+    c.shutdown(1);
+    c.run_until(back + 3 * HOUR);
+    assert!(c.owners("nightly").values().all(|o| o == B));
+    assert!(runs_of_fire(&c, fire_at(&c, NIGHT_2)).is_empty());
+    c.run_until(NIGHT_3 + HOUR / 2);
+    assert!(runs_of_fire(&c, fire_at(&c, NIGHT_2)).is_empty());
+    let night_3 = runs_of_fire(&c, fire_at(&c, NIGHT_3));
+    assert_eq!(night_3.len(), 4, "{:#?}", c.runs);
+    assert!(
+        night_3.values().all(|k| *k == [RunKind::Scheduled]),
+        "{night_3:?}"
+    );
+    c.assert_no_overlap();
+}
+
+#[test]
+fn with_a_catch_up_bound_the_missed_fire_runs_once_if_within_it() {
+    // 15:00 is 12.5 h after 02:30: a bound of 13 h catches it up, one of 12 h does not.
+    let mut c = nightly_down_through_night_2(Some(13 * 3600));
+    let back = c.now;
+    c.run_until(back + HOUR);
+    let night_2 = runs_of_fire(&c, fire_at(&c, NIGHT_2));
+    assert_eq!(night_2.len(), 4, "{:#?}", c.runs);
+    assert!(
+        night_2.values().all(|k| *k == [RunKind::Misfire]),
+        "{night_2:?}"
+    );
+    // Right after the start.
+    assert!(
+        c.runs
+            .iter()
+            .filter(|r| r.start >= back)
+            .all(|r| r.start < back + 30_000),
+        "{:#?}",
+        c.runs
+    );
+    // Moving the items does not run it again.
+    c.add_node(B, std::slice::from_ref(&nightly(Some(13 * 3600))))
+        .unwrap();
+    c.run_until(back + 2 * HOUR);
+    c.shutdown(1);
+    c.run_until(NIGHT_3 + HOUR / 2);
+    assert_eq!(
+        runs_of_fire(&c, fire_at(&c, NIGHT_2))
+            .values()
+            .map(Vec::len)
+            .collect::<Vec<_>>(),
+        [1, 1, 1, 1]
+    );
+    assert_eq!(runs_of_fire(&c, fire_at(&c, NIGHT_3)).len(), 4);
+
+    let mut c = nightly_down_through_night_2(Some(12 * 3600));
+    let back = c.now;
+    c.run_until(back + HOUR);
+    assert!(runs_of_fire(&c, fire_at(&c, NIGHT_2)).is_empty());
+}
+
+#[test]
+fn an_owner_that_crashes_while_others_live_is_still_caught_up() {
+    let mut c = Cluster::new();
+    let j = nightly(None);
+    for id in [A, B] {
+        c.add_node(id, std::slice::from_ref(&j)).unwrap();
+    }
+    c.run_until(NIGHT_1 - 500);
+    let a_items: Vec<u32> = c
+        .owners("nightly")
+        .into_iter()
+        .filter(|(_, o)| o == A)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!a_items.is_empty());
+    // A dies half a second before the fire; its session outlives the fire.
+    c.crash(0);
+    c.run_until(NIGHT_1 + HOUR);
+    let night_1 = runs_of_fire(&c, fire_at(&c, NIGHT_1));
+    assert_eq!(night_1.len(), 4, "{:#?}", c.runs);
+    for i in a_items {
+        assert_eq!(night_1[&i], [RunKind::Misfire], "item {i}: {night_1:?}");
+    }
+    assert!(night_1.values().all(|k| k.len() == 1));
+}
+
+#[test]
+fn a_quick_restart_before_the_old_session_expires_catches_up() {
+    // The only instance crashes just before the fire and is back before the registry has
+    // expired its session: the job never lost its last registered instance, so this is no
+    // downtime, and the fire runs as a misfire.
+    let mut c = Cluster::new();
+    let j = nightly(None);
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.run_until(NIGHT_1 - 500);
+    c.crash(0);
+    c.run_until(NIGHT_1 + 1_000);
+    c.add_node("10.0.0.1@-@11", std::slice::from_ref(&j))
+        .unwrap();
+    c.run_until(NIGHT_1 + HOUR);
+    let night_1 = runs_of_fire(&c, fire_at(&c, NIGHT_1));
+    assert_eq!(night_1.len(), 4, "{:#?}", c.runs);
+    assert!(night_1.values().all(|k| *k == [RunKind::Misfire]));
+}
+
+#[test]
+fn concurrent_starts_record_one_start_and_agree() {
+    // Two instances come up at once after the downtime: one of them starts the cluster, the
+    // other registers into a directory that is no longer empty; night 2 runs nowhere.
+    let mut c = nightly_down_through_night_2(None);
+    c.add_node(B, std::slice::from_ref(&nightly(None))).unwrap();
+    let back = c.now;
+    c.run_until(back + HOUR);
+    assert!(runs_of_fire(&c, fire_at(&c, NIGHT_2)).is_empty());
+    let started = c.read("/nightly/instances").unwrap_or_default();
+    assert!(started.starts_with(r#"{"started":"#), "{started}");
+    c.run_until(NIGHT_3 + HOUR / 2);
+    assert_eq!(runs_of_fire(&c, fire_at(&c, NIGHT_3)).len(), 4);
+    c.assert_no_overlap();
+}

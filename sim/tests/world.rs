@@ -36,15 +36,15 @@ fn seeded_worlds_hold_every_invariant() {
 }
 
 /// A world as seeds drew it when they were found: every job on every instance (naming a job's
-/// hosts keeps the seed from drawing its own) and no deploys (drawn apart from the other
-/// faults, so leaving them out changes nothing else).
+/// hosts keeps the seed from drawing its own) and no deploys or outages (drawn apart from the
+/// other faults, so leaving them out changes nothing else).
 fn as_they_were(cfg: WorldConfig) -> WorldConfig {
     let everywhere = (0..cfg.instances).collect();
     WorldConfig {
         hosts: [("job0".to_owned(), everywhere)].into(),
         faults: Fault::ALL
             .into_iter()
-            .filter(|f| *f != Fault::Deploy)
+            .filter(|f| !matches!(f, Fault::Deploy | Fault::Outage))
             .collect(),
         ..cfg
     }
@@ -573,4 +573,56 @@ fn a_users_session_timeout_is_the_instances() {
             .message
             .contains("session_timeout is 50ms")
     );
+}
+
+#[test]
+fn whole_cluster_outages_give_up_missed_fires_or_catch_them_up_within_the_bound() {
+    // Two jobs firing every 5 s, one with a catch-up bound of 30 s; every process crashes at
+    // once and comes back later (often only at the heal). The downtime and catch-up checkers
+    // hold; the job without a bound has fires that never ran, the other catches up.
+    let job = |name: &str, catchup: Option<&str>| {
+        let mut j = shardjob_core::JobConfig::new(name, 2);
+        j.cron = shardjob_core::CronExpr::parse("0/5 * * * * ?").ok();
+        j.failover = true;
+        if let Some(s) = catchup {
+            j.props.insert(
+                shardjob_core::config::MISFIRE_CATCHUP_PROP.to_owned(),
+                s.to_owned(),
+            );
+        }
+        j
+    };
+    let (mut given_up, mut caught_up) = (0, 0);
+    for seed in 0..12 {
+        let cfg = WorldConfig {
+            instances: 3,
+            jobs: vec![job("plain", None), job("catching", Some("30"))],
+            duration_ms: 240_000,
+            faults: [Fault::Outage].into(),
+            ..WorldConfig::standard(seed)
+        };
+        let report = holds(&cfg, "(a world of the test's own jobs)");
+        assert!(report.faults.contains(&Fault::Outage));
+        let origin = report.wall_origin.timestamp_millis();
+        let ran = |job: &str, fire: i64| {
+            report
+                .records
+                .iter()
+                .any(|r| r.job == job && r.item == 0 && r.fire == fire)
+        };
+        // Fires of the chaos phase that never ran on item 0.
+        given_up += (2..34)
+            .map(|k| origin + k * 5_000)
+            .filter(|f| !ran("plain", *f))
+            .count();
+        caught_up += report
+            .records
+            .iter()
+            .filter(|r| {
+                r.job == "catching" && r.kind == shardjob_core::machine::record::RunKind::Misfire
+            })
+            .count();
+    }
+    assert!(given_up > 0, "no outage made a fire be given up");
+    assert!(caught_up > 0, "no fire was caught up after an outage");
 }

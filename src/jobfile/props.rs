@@ -28,7 +28,7 @@ pub const HTTP_PROPS: &[&str] = &[
 ];
 
 /// shardjob's own props (under `shardjob.`), read by the runtime for every job type.
-pub const SHARDJOB_PROPS: &[&str] = &[];
+pub const SHARDJOB_PROPS: &[&str] = &[shardjob_core::config::MISFIRE_CATCHUP_PROP];
 
 /// Prefixes of the props of ElasticJob's error handlers that shardjob does not build in.
 const HANDLER_PREFIXES: &[(&str, &str)] = &[

@@ -226,3 +226,21 @@ fn the_examples_pass() {
         }
     }
 }
+
+#[test]
+fn shardjobs_own_props_are_known_to_every_job_type() {
+    let with = |prop: &str| {
+        CAMEL.replace(
+            "        script.command.line: echo SCRIPT Job\n",
+            &format!("        script.command.line: echo SCRIPT Job\n        {prop}: 600\n"),
+        )
+    };
+    let file = load(&with("shardjob.misfire.catchup.seconds")).unwrap();
+    assert_eq!(file.jobs[0].config.misfire_catchup_ms(), 600_000);
+    let err = problems(&with("shardjob.misfire.catchup.second"));
+    assert!(
+        err.iter()
+            .any(|e| e.contains("did you mean `shardjob.misfire.catchup.seconds`")),
+        "{err:?}"
+    );
+}

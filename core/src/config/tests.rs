@@ -411,3 +411,21 @@ fn nearest_names() {
     );
     assert_eq!(nearest_name("somethingElse", &["cron"]), None);
 }
+
+#[test]
+fn the_catch_up_prop_is_read_and_checked() {
+    let mut c = JobConfig::new("nightly", 1);
+    assert_eq!(c.misfire_catchup_ms(), 0);
+    assert!(c.validate().is_ok());
+    c.props
+        .insert(MISFIRE_CATCHUP_PROP.to_owned(), " 3600 ".to_owned());
+    assert_eq!(c.misfire_catchup_ms(), 3_600_000);
+    assert!(c.validate().is_ok());
+    for bad in ["-1", "1.5", "an hour", "", "99999999999"] {
+        c.props
+            .insert(MISFIRE_CATCHUP_PROP.to_owned(), bad.to_owned());
+        assert_eq!(c.misfire_catchup_ms(), 0, "{bad}");
+        let message = c.validate().unwrap_err().to_string();
+        assert!(message.contains(MISFIRE_CATCHUP_PROP), "{bad}: {message}");
+    }
+}

@@ -69,7 +69,8 @@
 //! - **Execution record** (`sharding/{item}/execution`, see [`record`]): the last finished
 //!   fire and the run in progress. A fire is due when it is later than the last finished one;
 //!   missed fires collapse into one run right after (misfire), or are dropped when `misfire`
-//!   is off and they are later than [`MachineOptions::misfire_tolerance`].
+//!   is off and they are later than [`MachineOptions::misfire_tolerance`]. Fires missed
+//!   while the job had no instance at all are not due (next section).
 //! - **Failover**: a recorded run whose `running` marker vanished died with its session. With
 //!   `failover` on, every live instance computes the same split of such orphans and claims its
 //!   share at once, all of them in one transaction; unclaimed leftovers are taken by anyone
@@ -88,6 +89,43 @@
 //!   works out every job's next fire again and moves the runs claimed ahead to their fire by
 //!   the new clock ([`MachineEvent::ClockStepped`]). With [`MachineOptions::safety_sweep`]
 //!   (the default), every job is also evaluated now and then, due or not.
+//!
+//! # Start-up after downtime
+//!
+//! ElasticJob's scheduler starts afresh: a cluster that comes back after downtime does not
+//! run the fires it missed meanwhile (a nightly job missed at 02:30 does not run at 15:00 when
+//! the cluster is deployed). shardjob does the same, by one rule every instance applies to the
+//! same registry data, so it does not matter which instance owns an item, or when it moves:
+//!
+//! - **A start**: a registration that finds the `instances` node without any instance node
+//!   below it (not even one of a dead session that the registry still shows) starts the job's
+//!   cluster. It writes its wall clock `S` into the `instances` node's data
+//!   ([`record::StartRecord`]) in the same transaction that creates its instance node, so
+//!   there is no moment between the two for a crash. The transaction proves the directory
+//!   was empty: it checks the `instances` node's version as the instance saw it beside an
+//!   empty directory, and every registration into a directory that is not empty checks that
+//!   one instance node it saw there still exists (a create into an empty directory must
+//!   therefore be a start, which changes that version). The write comes after the instance
+//!   node's creation, so an instance that has seen only a part of the transaction sees the
+//!   old version or the new instance, never an empty directory with the new version. Of
+//!   several instances that start at once, one starts the cluster; the others' checks fail
+//!   and they register again, into a directory that is no longer empty. A job's very first
+//!   registration (no `instances` node yet) records no start: no item has a record then, and
+//!   items are created with a record of their creation time.
+//! - **The rule**: a fire earlier than `S - catch-up` is never due; `catch-up` is the job's
+//!   `shardjob.misfire.catchup.seconds` prop ([`crate::config::MISFIRE_CATCHUP_PROP`], 0 by
+//!   default). So by default no fire from before the start runs; with a catch-up bound, the
+//!   fires at most that much before the start collapse into one MISFIRE run of the latest
+//!   (whatever `misfire` says). An item's record is not touched by the rule: whichever
+//!   instance owns the item later reads the same `S` and gives up the same fires.
+//! - **What counts as downtime**: any time the job has no registered instance, whatever the
+//!   cause: every process stopped, or crashed and their sessions expired, or the only
+//!   instance's session expired (as in ElasticJob, whose scheduler pauses while the session is
+//!   lost and does not run the fires missed meanwhile). While any instance is registered, even
+//!   one whose process died and whose session has not expired yet, the cluster is up: missed
+//!   fires (an owner crashed, an item moved) are caught up as misfires, as before. A run cut
+//!   short by the downtime had started: with `failover` on it is failed over at the start
+//!   like any orphan.
 
 #[cfg(feature = "plant-bugs")]
 pub mod plant;
@@ -110,7 +148,7 @@ use crate::registry::{
 };
 use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_order};
 
-use record::{ItemRecord, RunKind, RunRecord};
+use record::{ItemRecord, RunKind, RunRecord, StartRecord};
 pub use types::{
     AuditMark, CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec,
     LateWake, MachineError, MachineEvent, MachineOptions, Now,
@@ -1885,7 +1923,7 @@ impl Machine {
         };
 
         if j.phase == Phase::Loaded || j.phase == Phase::Blocked {
-            return match setup_ops(j, view, &me, sid) {
+            return match setup_ops(j, view, &me, sid, now.wall_ms()) {
                 Ok(ops) if ops.len() <= 1 => {
                     j.phase = Phase::Active;
                     let job = name.to_owned();
@@ -1914,7 +1952,7 @@ impl Machine {
             // Our instance node is gone (deleted by an operator, or not yet visible): register
             // again.
             j.phase = Phase::Loaded;
-            return match setup_ops(j, view, &me, sid) {
+            return match setup_ops(j, view, &me, sid, now.wall_ms()) {
                 Ok(ops) => Action::Txn(Purpose::Setup, ops),
                 Err(_) => Action::Nothing,
             };
@@ -2863,6 +2901,7 @@ fn setup_ops(
     view: &JobView,
     me: &InstanceId,
     sid: crate::registry::SessionId,
+    now_ms: i64,
 ) -> Result<Vec<TxnOp>, MachineEvent> {
     let name = j.name().to_owned();
     let root = j.paths.root().clone();
@@ -2907,10 +2946,28 @@ fn setup_ops(
         });
     }
     let p = &j.paths;
+    // Whether this registration starts the job's cluster: the `instances` node exists and no
+    // instance node does, not even one of ours from an earlier session. Proved in the
+    // transaction (see "Start-up after downtime" in the module documentation): a start
+    // writes the `instances` node after creating its instance node, checking the version it
+    // saw, and every registration into a non-empty directory checks that one node it saw
+    // there still exists.
+    let registers = j
+        .cache
+        .own_instance()
+        .is_none_or(|stat| stat.ephemeral_owner.is_some_and(|o| o != sid));
+    let other = view.instances.iter().find(|id| *id != me);
+    let starts = registers
+        && other.is_none()
+        && j.cache.own_instance().is_none()
+        && j.cache.has_dir(Dir::Instances);
     for (dir, path) in Dir::all(p) {
         if !j.cache.has_dir(dir) {
             ops.push(TxnOp::create(path, Vec::<u8>::new()));
         }
+    }
+    if let (true, Some(other)) = (registers, other) {
+        ops.push(TxnOp::Check(Check::Exists(p.instance(other))));
     }
     if !view.servers.contains_key(me.server_ip()) {
         let server = p.server_of(me);
@@ -2934,6 +2991,18 @@ fn setup_ops(
             ops.push(TxnOp::create_ephemeral(instance, value));
         }
         None => ops.push(TxnOp::create_ephemeral(instance, value)),
+    }
+    if starts {
+        // After the instance node: a watcher that has seen only a part of this transaction
+        // sees either the old version (its own start fails the check) or this instance.
+        let start = StartRecord {
+            started: Some(now_ms),
+        };
+        ops.push(TxnOp::Set {
+            path: p.instances(),
+            data: start.to_bytes(),
+            expected: j.cache.instances_version(),
+        });
     }
     Ok(ops)
 }
@@ -3394,7 +3463,17 @@ fn claims(
         }
     }
 
-    // Scheduled fires and misfires of my items.
+    // Scheduled fires and misfires of my items. Fires before the cluster's last start (a
+    // registration into an empty `instances/`) were missed while no instance was registered:
+    // only those within the catch-up bound are due (see "Start-up after downtime").
+    let catchup_ms = if planted!(opts, IgnoreCatchUpBound) {
+        0
+    } else {
+        config.misfire_catchup_ms()
+    };
+    let started = view
+        .started
+        .filter(|_| !planted!(opts, CatchUpAfterDowntime));
     if trigger_param.is_none() && !held {
         if let Some(cron) = &config.cron {
             for &i in &mine {
@@ -3419,8 +3498,12 @@ fn claims(
                         }
                     }
                 }
-                let baseline =
+                let mut baseline =
                     done.unwrap_or_else(|| j.owned_since.get(&i).copied().unwrap_or(now_ms));
+                if let Some(s) = started {
+                    // Fires earlier than `s - catchup_ms` are given up.
+                    baseline = baseline.max(s.saturating_sub(catchup_ms).saturating_sub(1));
+                }
                 let Some(first_ms) = j.fires.next_after(config, baseline) else {
                     continue;
                 };
@@ -3442,7 +3525,12 @@ fn claims(
                 // A fire that came while the item ran here is a misfire, however recent.
                 let overlapped = j.last_end.get(&i).is_some_and(|end| last <= *end);
                 let on_time = late <= tolerance && !overlapped;
-                let kind = if last == first_ms && on_time {
+                // A fire from before the cluster's start, within the catch-up bound: it runs
+                // once, as a misfire, whatever `misfire` says (catching up is its own opt-in).
+                let caught_up = started.is_some_and(|s| last <= s);
+                let kind = if caught_up {
+                    RunKind::Misfire
+                } else if last == first_ms && on_time {
                     RunKind::Scheduled
                 } else if config.misfire && !planted!(opts, DropMisfires) {
                     RunKind::Misfire

@@ -35,11 +35,16 @@ pub enum Plant {
     /// Keep no wake for a job decided on a registry event: only another event, or the safety
     /// sweep, decides on it again.
     ForgetWakes,
+    /// Ignore the cluster's start: run the fires missed while no instance was registered, as
+    /// before the misfire policy on start-up.
+    CatchUpAfterDowntime,
+    /// Give up every fire from before the cluster's start, ignoring the job's catch-up bound.
+    IgnoreCatchUpBound,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 13] = [
+    pub const ALL: [Plant; 15] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -53,6 +58,8 @@ impl Plant {
         Plant::IgnoreClockSteps,
         Plant::LeaveWhileRunning,
         Plant::ForgetWakes,
+        Plant::CatchUpAfterDowntime,
+        Plant::IgnoreCatchUpBound,
     ];
 
     /// The name used on the command line.
@@ -71,6 +78,8 @@ impl Plant {
             Plant::IgnoreClockSteps => "ignore-clock-steps",
             Plant::LeaveWhileRunning => "leave-while-running",
             Plant::ForgetWakes => "forget-wakes",
+            Plant::CatchUpAfterDowntime => "catch-up-after-downtime",
+            Plant::IgnoreCatchUpBound => "ignore-catch-up-bound",
         }
     }
 }

@@ -13,6 +13,11 @@
 //! finished; `run` is the run in progress, if any. A `run` whose `running` marker is gone died
 //! with its instance's session: failover runs it again, or, with failover off, the fire is
 //! given up.
+//!
+//! Beside the items' records, the `instances` node's data holds when the job's cluster last
+//! started ([`StartRecord`]): fires from before it were missed while no instance was
+//! registered, and are not due (beyond the job's catch-up bound). The items' records are not
+//! changed by that rule, so any owner derives it from the same two numbers.
 
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +29,9 @@ use crate::instance::InstanceId;
 pub enum RunKind {
     /// A cron fire, on time.
     Scheduled,
-    /// A cron fire run late, after the item's previous run ended or ownership moved
-    /// (ElasticJob's `MISFIRE` source). Several missed fires collapse into one such run.
+    /// A cron fire run late, after the item's previous run ended or ownership moved, or after
+    /// downtime within the job's catch-up bound (ElasticJob's `MISFIRE` source). Several
+    /// missed fires collapse into one such run.
     Misfire,
     /// A fire whose run died with its instance, run again elsewhere.
     Failover,
@@ -124,6 +130,43 @@ impl ItemRecord {
         }
         out.push(b'}');
         out
+    }
+}
+
+/// The content of the `instances` directory node: when the job's cluster last started.
+///
+/// An instance that registers while no instance node of the job exists (none at all, not even
+/// one of a dead session that the registry still shows) starts the job's cluster, and writes
+/// the time of that start (its wall clock, epoch ms) here, in the transaction that registers
+/// it. ElasticJob leaves this node empty and never reads it:
+///
+/// ```json
+/// {"started":1764050400000}
+/// ```
+///
+/// Every instance reads the same number from the registry, so every instance decides the same
+/// way which fires were missed while the job had no live instance: those before the start
+/// (see the module documentation of [`crate::machine`], "Start-up after downtime").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct StartRecord {
+    /// When the cluster last started (epoch ms, UTC); `None` if no start was recorded (a
+    /// registry written by an older shardjob, or by ElasticJob).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<i64>,
+}
+
+impl StartRecord {
+    /// Reads the node's data; anything unreadable (an empty node included) is no start.
+    pub fn parse(data: &[u8]) -> Self {
+        serde_json::from_slice(data).unwrap_or_default()
+    }
+
+    /// The record as stored: compact JSON.
+    pub fn to_bytes(self) -> Vec<u8> {
+        match self.started {
+            Some(t) => format!(r#"{{"started":{t}}}"#).into_bytes(),
+            None => b"{}".to_vec(),
+        }
     }
 }
 
@@ -248,6 +291,20 @@ mod tests {
         assert!(
             ItemRecord::parse(br#"{"run":{"fire":1,"kind":"TRIGGER","instance":"a/b"}}"#).is_err()
         );
+    }
+
+    #[test]
+    fn start_records_round_trip_and_garbage_is_no_start() {
+        let r = StartRecord {
+            started: Some(1_764_050_400_000),
+        };
+        assert_eq!(r.to_bytes(), br#"{"started":1764050400000}"#);
+        assert_eq!(serde_json::to_vec(&r).unwrap(), r.to_bytes());
+        assert_eq!(StartRecord::parse(&r.to_bytes()), r);
+        assert_eq!(StartRecord::parse(b"").started, None);
+        assert_eq!(StartRecord::parse(b"10.0.0.1").started, None);
+        assert_eq!(StartRecord::parse(br#"{"started":"x"}"#).started, None);
+        assert_eq!(StartRecord::default().to_bytes(), b"{}");
     }
 
     #[test]

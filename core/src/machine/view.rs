@@ -15,7 +15,7 @@ use crate::instance::InstanceId;
 use crate::layout::{ItemLeaf, JobNode, JobPaths, parse_item};
 use crate::registry::{Node, NodePath, Revision, Stat, Version, WatchEvent, WatchEventKind};
 
-use super::record::ItemRecord;
+use super::record::{ItemRecord, StartRecord};
 
 /// The directories of the layout whose existence setup checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +70,8 @@ struct Facts {
     dirs: u16,
     /// Metadata of this instance's own `instances/{id}` node.
     own_instance: Option<Stat>,
+    /// The version of the `instances` node (whose data is the cluster's [`StartRecord`]).
+    instances_version: Option<Version>,
     /// Metadata of `leader/election/instance`.
     leader: Option<Stat>,
     /// Nodes below `sharding/{item}` that the layout does not name: deleted with the item.
@@ -251,6 +253,11 @@ impl Cache {
         self.facts.own_instance
     }
 
+    /// The version of the `instances` node, if it exists.
+    pub fn instances_version(&self) -> Option<Version> {
+        self.facts.instances_version
+    }
+
     /// Metadata of `leader/election/instance`, if it exists.
     pub fn leader(&self) -> Option<Stat> {
         self.facts.leader
@@ -347,6 +354,7 @@ impl Facts {
         match what {
             JobNode::Instance(id) if id == me => self.own_instance,
             JobNode::LeaderInstance => self.leader,
+            JobNode::Instances => self.instances_version.map(version_only),
             JobNode::ShardingNecessary => view.necessary.map(version_only),
             JobNode::ItemState(i, leaf) => {
                 let item = view.items.get(i)?;
@@ -382,7 +390,11 @@ impl Facts {
                     return true;
                 }
             }
-            JobNode::Instances => facts.dirs |= Dir::Instances.bit(),
+            JobNode::Instances => {
+                facts.dirs |= Dir::Instances.bit();
+                facts.instances_version = Some(stat.version);
+                view.started = StartRecord::parse(&data).started;
+            }
             JobNode::Servers => facts.dirs |= Dir::Servers.bit(),
             JobNode::Instance(id) => {
                 if id == *me {
@@ -473,7 +485,11 @@ impl Facts {
         match what {
             JobNode::Root => facts.root = None,
             JobNode::Config => return facts.config.take().is_some(),
-            JobNode::Instances => facts.dirs &= !Dir::Instances.bit(),
+            JobNode::Instances => {
+                facts.dirs &= !Dir::Instances.bit();
+                facts.instances_version = None;
+                view.started = None;
+            }
             JobNode::Servers => facts.dirs &= !Dir::Servers.bit(),
             JobNode::Instance(id) => {
                 if id == *me {
@@ -625,6 +641,8 @@ pub(crate) struct JobView {
     pub necessary: Option<Version>,
     /// The latest fire done by items since removed (the `sharding` node's record).
     pub sharding_done: Option<i64>,
+    /// When the job's cluster last started (the `instances` node's [`StartRecord`]).
+    pub started: Option<i64>,
     /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.
     pub items: BTreeMap<u32, Box<ItemView>>,
     pub triggers: BTreeMap<InstanceId, String>,

@@ -1,14 +1,21 @@
 //! Checker 3: after the heal, every fire of every enabled item of a job with failover and
 //! misfire on completes within a bound: a run of that fire or a later one (missed fires
 //! collapse) ends, not cut short, by `fire + bound`.
+//!
+//! Start-up after downtime ([`downtime`], [`catch_ups`]): a fire from before a start of the
+//! job's cluster (a registration the store showed into an empty `instances/`) runs only if it
+//! is within the job's catch-up bound (`shardjob.misfire.catchup.seconds`, 0 by default)
+//! before the start; and within the bound, it does run.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use shardjob_core::JobConfig;
 
+use shardjob_core::machine::record::RunKind;
+
 use super::Violation;
-use crate::cluster::RunRecord;
+use crate::cluster::{ClusterStart, RunRecord};
 
 /// One job as it stands at the end, for the check.
 #[derive(Debug)]
@@ -128,4 +135,222 @@ pub fn misfires(
         }
     }
     out
+}
+
+/// No run of a fire that was missed while the job had no registered instance: for every start
+/// of the job's cluster, a fire more than the job's catch-up bound (`catchup_ms`, by job)
+/// before the start (by the clock of the instance that started it) is never started after
+/// it, unless it is a failover of a run that had started before (a run cut short by the
+/// downtime). `slack_ms` covers rounding.
+pub fn downtime(
+    runs: &[RunRecord],
+    starts: &[ClusterStart],
+    catchup_ms: &BTreeMap<String, i64>,
+    slack_ms: i64,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut by_job: BTreeMap<&str, Vec<&ClusterStart>> = BTreeMap::new();
+    for s in starts {
+        by_job.entry(s.job.as_str()).or_default().push(s);
+    }
+    for r in runs {
+        if matches!(r.kind, RunKind::Failover | RunKind::Trigger) {
+            continue;
+        }
+        let Some(list) = by_job.get(r.job.as_str()) else {
+            continue;
+        };
+        let bound = catchup_ms.get(&r.job).copied().unwrap_or(0);
+        // The latest start before the run (its time is what the registry holds then).
+        let Some(s) = list.iter().take_while(|s| s.at <= r.start).last() else {
+            continue;
+        };
+        if r.fire.saturating_add(bound).saturating_add(slack_ms) < s.wall {
+            out.push(Violation {
+                checker: "downtime",
+                time: r.start,
+                message: format!(
+                    "{}/{}: fire {} ran ({:?} on node {} at {}) although the job's cluster started after it, at {} by node {} (at {} ms), and its catch-up bound is {} ms",
+                    r.job, r.item, r.fire, r.kind, r.node, r.start, s.wall, s.node, s.at, bound
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// Catch-up after downtime: for each start of a job's cluster at or after `from` (when no
+/// fault happens any more) of a job with a catch-up bound, failover and misfire on, the
+/// latest fire within the bound before the start (by the clock of the instance that started
+/// it, `slack_ms` inside either end) completes on every item that ran an earlier fire, within
+/// the job's bound: a run of it or of a later fire ends, not cut short. Jobs whose item count
+/// may have changed (an operator's) are not passed in: a new item does not run fires from
+/// before its creation.
+pub fn catch_ups(
+    runs: &[RunRecord],
+    starts: &[ClusterStart],
+    jobs: &BTreeMap<String, JobAtEnd>,
+    from: u64,
+    to: u64,
+    slack_ms: i64,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let by_item = super::runs_by_item(runs);
+    for s in starts.iter().filter(|s| s.at >= from) {
+        let Some(job) = jobs.get(&s.job) else {
+            continue;
+        };
+        let c = &job.config;
+        let bound = c.misfire_catchup_ms();
+        if bound == 0 || !(c.failover && c.misfire && c.monitor_execution) {
+            continue;
+        }
+        let Some(cron) = &c.cron else { continue };
+        let deadline = s.at + job.bound_ms;
+        if deadline > to {
+            continue;
+        }
+        let lo = s.wall - bound + slack_ms;
+        let hi = s.wall - slack_ms;
+        let Some(first) = DateTime::<Utc>::from_timestamp_millis(lo - 1) else {
+            continue;
+        };
+        let Some(fire) = cron
+            .fires_after(first, &c.time_zone)
+            .map(|t| t.timestamp_millis())
+            .take_while(|t| *t <= hi)
+            .take(1_000_000)
+            .last()
+        else {
+            continue;
+        };
+        for item in 0..c.sharding_total_count {
+            let mine = by_item
+                .get(&(s.job.as_str(), item))
+                .map_or(&[][..], |v| &v[..]);
+            // Only an item known to exist before the fire (it ran an earlier one) owes it: an
+            // item runs no fire from before its creation.
+            if !mine
+                .iter()
+                .any(|r| r.fire < fire && r.kind != RunKind::Trigger)
+            {
+                continue;
+            }
+            let done = mine
+                .iter()
+                .any(|r| r.fire >= fire && !r.cancelled && r.end.is_some_and(|e| e <= deadline));
+            if !done {
+                out.push(Violation {
+                    checker: "catch-up",
+                    time: deadline,
+                    message: format!(
+                        "{}/{item}: fire {fire}, {} ms before the cluster's start at {} ms (node {}), within its catch-up bound of {bound} ms, not completed by {} s",
+                        s.job,
+                        s.wall - fire,
+                        s.at,
+                        s.node,
+                        deadline / 1000
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use shardjob_core::machine::record::RunKind;
+    use shardjob_core::{CronExpr, JobConfig};
+
+    use super::{JobAtEnd, catch_ups, downtime};
+    use crate::cluster::{ClusterStart, RunRecord, wall_origin};
+
+    fn run(fire: i64, kind: RunKind, start: u64) -> RunRecord {
+        RunRecord {
+            node: 0,
+            job: "j".into(),
+            item: 0,
+            fire,
+            kind,
+            token: 1,
+            start,
+            end: Some(start + 100),
+            cancel_signal: None,
+            cancelled: false,
+            crashed: false,
+            resumed: None,
+            recorded: true,
+        }
+    }
+
+    fn start(at: u64) -> ClusterStart {
+        ClusterStart {
+            at,
+            job: "j".into(),
+            node: 1,
+            wall: wall_origin().timestamp_millis() + at as i64,
+        }
+    }
+
+    #[test]
+    fn a_fire_from_before_a_start_beyond_the_bound_must_not_run() {
+        let o = wall_origin().timestamp_millis();
+        let starts = [start(60_000)];
+        let no_bound = BTreeMap::from([("j".to_owned(), 0)]);
+        let bound = BTreeMap::from([("j".to_owned(), 30_000)]);
+        // Fire at 20 s, run after the start at 60 s.
+        let late = [run(o + 20_000, RunKind::Misfire, 60_010)];
+        assert_eq!(downtime(&late, &starts, &no_bound, 50).len(), 1);
+        assert_eq!(downtime(&late, &starts, &bound, 50).len(), 1);
+        // Within a 30 s bound: fine.
+        let within = [run(o + 40_000, RunKind::Misfire, 60_010)];
+        assert_eq!(downtime(&within, &starts, &no_bound, 50).len(), 1);
+        assert!(downtime(&within, &starts, &bound, 50).is_empty());
+        // Run before the start, a failover of a run cut short, a fire after the start: fine.
+        let fine = [
+            run(o + 20_000, RunKind::Scheduled, 20_000),
+            run(o + 20_000, RunKind::Failover, 60_010),
+            run(o + 61_000, RunKind::Scheduled, 61_000),
+        ];
+        assert!(downtime(&fine, &starts, &no_bound, 50).is_empty());
+    }
+
+    #[test]
+    fn within_the_bound_the_missed_fire_must_run_after_a_start() {
+        let o = wall_origin().timestamp_millis();
+        let mut config = JobConfig::new("j", 1);
+        config.cron = CronExpr::parse("0/10 * * * * ?").ok();
+        config.failover = true;
+        config.props.insert(
+            shardjob_core::config::MISFIRE_CATCHUP_PROP.to_owned(),
+            "30".to_owned(),
+        );
+        let jobs = BTreeMap::from([(
+            "j".to_owned(),
+            JobAtEnd {
+                config,
+                bound_ms: 10_000,
+            },
+        )]);
+        // The start at 65 s: the fire at 60 s is within 30 s before it.
+        let starts = [start(65_000)];
+        let earlier = run(o + 50_000, RunKind::Scheduled, 50_000);
+        let none = [earlier.clone()];
+        let found = catch_ups(&none, &starts, &jobs, 0, 120_000, 50);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].checker, "catch-up");
+        let caught_up = [earlier.clone(), run(o + 60_000, RunKind::Misfire, 65_100)];
+        assert!(catch_ups(&caught_up, &starts, &jobs, 0, 120_000, 50).is_empty());
+        // Run before the downtime: also fine.
+        let before = [earlier.clone(), run(o + 60_000, RunKind::Scheduled, 60_000)];
+        assert!(catch_ups(&before, &starts, &jobs, 0, 120_000, 50).is_empty());
+        // An item that never ran an earlier fire, a start before `from`, or a deadline
+        // beyond the end: not checked.
+        assert!(catch_ups(&[], &starts, &jobs, 0, 120_000, 50).is_empty());
+        assert!(catch_ups(&none, &starts, &jobs, 70_000, 120_000, 50).is_empty());
+        assert!(catch_ups(&none, &starts, &jobs, 0, 70_000, 50).is_empty());
+    }
 }
