@@ -93,6 +93,9 @@ pub(crate) struct Cache {
     facts: Facts,
     /// Grows whenever the `config` node's data changes, appears or goes.
     config_changes: u64,
+    /// Grows whenever an item's run record or the `sharding` node changes (what the latest
+    /// fire done by the job is worked out from).
+    done_changes: u64,
     /// Debug builds: every node, to check the kept facts against a load from scratch.
     #[cfg(debug_assertions)]
     shadow: BTreeMap<NodePath, (Vec<u8>, Stat)>,
@@ -112,6 +115,7 @@ impl Cache {
     pub fn load(&mut self, nodes: Vec<Node>, me: &InstanceId) {
         self.version += 1;
         self.plan_version += 1;
+        self.done_changes += 1;
         let old = std::mem::take(&mut self.facts);
         let mut view = JobView::default();
         #[cfg(debug_assertions)]
@@ -145,6 +149,12 @@ impl Cache {
         self.version += 1;
         if bears_on_plan(what.as_ref()) {
             self.plan_version += 1;
+        }
+        if matches!(
+            what,
+            None | Some(JobNode::Sharding | JobNode::ItemState(_, ItemLeaf::Execution))
+        ) {
+            self.done_changes += 1;
         }
         let WatchEvent {
             kind,
@@ -239,6 +249,11 @@ impl Cache {
     /// A count that changes whenever [`Cache::config`] may have.
     pub fn config_changes(&self) -> u64 {
         self.config_changes
+    }
+
+    /// A count that changes whenever an item's run record or the `sharding` node's may have.
+    pub fn done_changes(&self) -> u64 {
+        self.done_changes
     }
 
     /// Whether the directory exists.
@@ -422,7 +437,12 @@ impl Facts {
                         }
                         item.owner_stat = Some(stat);
                     }
-                    ItemLeaf::Running => item.running = Some((into_text(data), stat)),
+                    ItemLeaf::Running => {
+                        if item.running.is_none() {
+                            view.running += 1;
+                        }
+                        item.running = Some((into_text(data), stat));
+                    }
                     ItemLeaf::Disabled => item.disabled = true,
                     ItemLeaf::Failover => item.failover = Some(stat),
                     ItemLeaf::Execution => match ItemRecord::parse(&data) {
@@ -512,7 +532,11 @@ impl Facts {
                         item.owner = None;
                         item.owner_stat = None;
                     }
-                    ItemLeaf::Running => item.running = None,
+                    ItemLeaf::Running => {
+                        if item.running.take().is_some() {
+                            view.running -= 1;
+                        }
+                    }
                     ItemLeaf::Disabled => item.disabled = false,
                     ItemLeaf::Failover => item.failover = None,
                     ItemLeaf::Execution => item.record = None,
@@ -627,6 +651,8 @@ pub(crate) struct JobView {
     pub sharding_done: Option<i64>,
     /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.
     pub items: BTreeMap<u32, Box<ItemView>>,
+    /// How many items have a `running` marker.
+    pub running: usize,
     pub triggers: BTreeMap<InstanceId, String>,
     pub corrupt: BTreeMap<NodePath, String>,
 }
@@ -879,6 +905,32 @@ mod tests {
                 "/j/sharding/0/odd"
             ]
         );
+    }
+
+    /// The view counts the items with a `running` marker (a change or a repeated deletion of
+    /// one counts nothing), and the cache counts changes of run records only when one changes.
+    #[test]
+    fn running_items_and_record_changes_are_counted() {
+        use WatchEventKind::{Changed, Created, Deleted};
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut cache = Cache::default();
+        cache.load(Vec::new(), &me);
+        let records = cache.done_changes();
+        cache.apply(event(Created, "/j/sharding/0/running", "a", 1), &me);
+        cache.apply(event(Created, "/j/sharding/1/running", "a", 2), &me);
+        cache.apply(event(Changed, "/j/sharding/1/running", "b", 3), &me);
+        assert_eq!(cache.view().running, 2);
+        assert_eq!(cache.done_changes(), records);
+        cache.apply(
+            event(Created, "/j/sharding/0/execution", r#"{"done":5}"#, 4),
+            &me,
+        );
+        assert_ne!(cache.done_changes(), records);
+        cache.apply(event(Deleted, "/j/sharding/0/running", "", 5), &me);
+        cache.apply(event(Deleted, "/j/sharding/0/running", "", 6), &me);
+        assert_eq!(cache.view().running, 1);
+        cache.apply(event(Deleted, "/j/sharding/1/running", "", 7), &me);
+        assert_eq!(cache.view().running, 0);
     }
 
     /// A change without metadata keeps the metadata the cache had; the configuration's change
