@@ -3158,7 +3158,6 @@ fn reshard(
                 owners: owners.clone(),
                 todo: moving.clone(),
                 cursor: 0,
-                latest_done: None,
             })
         });
     let (moving, removed) = (part_moving, part_removed);
@@ -3221,9 +3220,10 @@ fn reshard(
 
 /// The latest fire done by any item, those removed included (the `sharding` node's record).
 fn latest_done(view: &JobView) -> Option<i64> {
-    view.items
-        .values()
-        .filter_map(|v| v.record.as_ref().and_then(|(r, _)| r.done))
+    view.dones
+        .max()
+        .copied()
+        .into_iter()
         .chain(view.sharding_done)
         .max()
 }
@@ -3284,9 +3284,6 @@ struct ReshardPlan {
     todo: Vec<u32>,
     /// The items of `todo` before this one are written.
     cursor: usize,
-    /// The latest fire done by any item (see [`latest_done`]), with the cache's
-    /// [`done_changes`](view::Cache::done_changes) it was worked out at.
-    latest_done: Option<(u64, Option<i64>)>,
 }
 
 /// The next part of the re-shard in progress, taken from its plan, if there is one for `key`
@@ -3315,7 +3312,6 @@ fn next_part(
         return None;
     }
     let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
-    let done_changes = j.cache.done_changes();
     let plan = j.reshard_plan.as_mut()?;
     // The first `limit` items the plan still changes; one more shows there is another part.
     let mut part: Vec<u32> = Vec::new();
@@ -3341,14 +3337,7 @@ fn next_part(
     let new_items = part
         .iter()
         .any(|i| !view.items.get(i).is_some_and(|v| v.exists));
-    let latest = match plan.latest_done {
-        Some((at, done)) if at == done_changes || !new_items => done,
-        _ => {
-            let done = latest_done(view);
-            plan.latest_done = Some((done_changes, done));
-            done
-        }
-    };
+    let latest = if new_items { latest_done(view) } else { None };
     let start = latest.map_or(now.wall_ms(), |d| d.max(now.wall_ms()));
     let p = &j.paths;
     let mut ops = vec![

@@ -93,9 +93,6 @@ pub(crate) struct Cache {
     facts: Facts,
     /// Grows whenever the `config` node's data changes, appears or goes.
     config_changes: u64,
-    /// Grows whenever an item's run record or the `sharding` node changes (what the latest
-    /// fire done by the job is worked out from).
-    done_changes: u64,
     /// Debug builds: every node, to check the kept facts against a load from scratch.
     #[cfg(debug_assertions)]
     shadow: BTreeMap<NodePath, (Vec<u8>, Stat)>,
@@ -115,7 +112,6 @@ impl Cache {
     pub fn load(&mut self, nodes: Vec<Node>, me: &InstanceId) {
         self.version += 1;
         self.plan_version += 1;
-        self.done_changes += 1;
         let old = std::mem::take(&mut self.facts);
         let mut view = JobView::default();
         #[cfg(debug_assertions)]
@@ -149,12 +145,6 @@ impl Cache {
         self.version += 1;
         if bears_on_plan(what.as_ref()) {
             self.plan_version += 1;
-        }
-        if matches!(
-            what,
-            None | Some(JobNode::Sharding | JobNode::ItemState(_, ItemLeaf::Execution))
-        ) {
-            self.done_changes += 1;
         }
         let WatchEvent {
             kind,
@@ -249,11 +239,6 @@ impl Cache {
     /// A count that changes whenever [`Cache::config`] may have.
     pub fn config_changes(&self) -> u64 {
         self.config_changes
-    }
-
-    /// A count that changes whenever an item's run record or the `sharding` node's may have.
-    pub fn done_changes(&self) -> u64 {
-        self.done_changes
     }
 
     /// Whether the directory exists.
@@ -445,15 +430,20 @@ impl Facts {
                     }
                     ItemLeaf::Disabled => item.disabled = true,
                     ItemLeaf::Failover => item.failover = Some(stat),
-                    ItemLeaf::Execution => match ItemRecord::parse(&data) {
-                        Ok(r) => item.record = Some((r, stat.version)),
-                        Err(e) => {
-                            // Treated as empty and overwritten at the next run: the item
-                            // keeps running, and the problem is reported.
-                            item.record = Some((ItemRecord::default(), stat.version));
-                            problem = Some(e);
+                    ItemLeaf::Execution => {
+                        let old = item.record.take().and_then(|(r, _)| r.done);
+                        match ItemRecord::parse(&data) {
+                            Ok(r) => item.record = Some((r, stat.version)),
+                            Err(e) => {
+                                // Treated as empty and overwritten at the next run: the item
+                                // keeps running, and the problem is reported.
+                                item.record = Some((ItemRecord::default(), stat.version));
+                                problem = Some(e);
+                            }
                         }
-                    },
+                        let new = item.record.as_ref().and_then(|(r, _)| r.done);
+                        view.dones.replace(old, new);
+                    }
                     ItemLeaf::Misfire | ItemLeaf::Failovering => {}
                 }
                 match problem {
@@ -539,7 +529,10 @@ impl Facts {
                     }
                     ItemLeaf::Disabled => item.disabled = false,
                     ItemLeaf::Failover => item.failover = None,
-                    ItemLeaf::Execution => item.record = None,
+                    ItemLeaf::Execution => {
+                        let old = item.record.take().and_then(|(r, _)| r.done);
+                        view.dones.replace(old, None);
+                    }
                     ItemLeaf::Misfire | ItemLeaf::Failovering => {}
                 }
                 view.corrupt.remove(path);
@@ -653,6 +646,8 @@ pub(crate) struct JobView {
     pub items: BTreeMap<u32, Box<ItemView>>,
     /// How many items have a `running` marker.
     pub running: usize,
+    /// The last fires done of the items' run records.
+    pub dones: Counted<i64>,
     pub triggers: BTreeMap<InstanceId, String>,
     pub corrupt: BTreeMap<NodePath, String>,
 }
@@ -690,6 +685,38 @@ impl JobView {
             .filter(|i| self.server_enabled(i.server_ip()))
             .cloned()
             .collect()
+    }
+}
+
+/// A multiset: each value with how many times it is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Counted<T>(BTreeMap<T, usize>);
+
+impl<T> Default for Counted<T> {
+    fn default() -> Self {
+        Self(BTreeMap::new())
+    }
+}
+
+impl<T: Ord> Counted<T> {
+    /// Holds `new` instead of `old` (either may be none).
+    pub fn replace(&mut self, old: Option<T>, new: Option<T>) {
+        if let Some(old) = old {
+            if let Some(n) = self.0.get_mut(&old) {
+                *n -= 1;
+                if *n == 0 {
+                    self.0.remove(&old);
+                }
+            }
+        }
+        if let Some(new) = new {
+            *self.0.entry(new).or_insert(0) += 1;
+        }
+    }
+
+    /// The largest value held.
+    pub fn max(&self) -> Option<&T> {
+        self.0.keys().next_back()
     }
 }
 
@@ -908,24 +935,28 @@ mod tests {
     }
 
     /// The view counts the items with a `running` marker (a change or a repeated deletion of
-    /// one counts nothing), and the cache counts changes of run records only when one changes.
+    /// one counts nothing), and keeps the latest fire done of the run records as they change.
     #[test]
-    fn running_items_and_record_changes_are_counted() {
+    fn running_items_and_the_latest_done_fire_are_kept() {
         use WatchEventKind::{Changed, Created, Deleted};
         let me = InstanceId::new("10.0.0.1@-@1").unwrap();
         let mut cache = Cache::default();
         cache.load(Vec::new(), &me);
-        let records = cache.done_changes();
         cache.apply(event(Created, "/j/sharding/0/running", "a", 1), &me);
         cache.apply(event(Created, "/j/sharding/1/running", "a", 2), &me);
         cache.apply(event(Changed, "/j/sharding/1/running", "b", 3), &me);
         assert_eq!(cache.view().running, 2);
-        assert_eq!(cache.done_changes(), records);
-        cache.apply(
-            event(Created, "/j/sharding/0/execution", r#"{"done":5}"#, 4),
-            &me,
-        );
-        assert_ne!(cache.done_changes(), records);
+        assert_eq!(cache.view().dones.max(), None);
+        for (i, done) in [(0, 5), (1, 9), (2, 9)] {
+            let path = format!("/j/sharding/{i}/execution");
+            let data = format!(r#"{{"done":{done}}}"#);
+            cache.apply(event(Created, &path, &data, 4), &me);
+        }
+        assert_eq!(cache.view().dones.max(), Some(&9));
+        cache.apply(event(Deleted, "/j/sharding/1/execution", "", 4), &me);
+        assert_eq!(cache.view().dones.max(), Some(&9));
+        cache.apply(event(Changed, "/j/sharding/2/execution", "{broken", 4), &me);
+        assert_eq!(cache.view().dones.max(), Some(&5));
         cache.apply(event(Deleted, "/j/sharding/0/running", "", 5), &me);
         cache.apply(event(Deleted, "/j/sharding/0/running", "", 6), &me);
         assert_eq!(cache.view().running, 1);
