@@ -3157,7 +3157,8 @@ fn reshard(
                 key,
                 owners: owners.clone(),
                 todo: moving.clone(),
-                cursor: 0,
+                // This part writes the first items of `moving`.
+                cursor: part_moving.len(),
             })
         });
     let (moving, removed) = (part_moving, part_removed);
@@ -3314,14 +3315,19 @@ fn next_part(
     let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
     let plan = j.reshard_plan.as_mut()?;
     // The first `limit` items the plan still changes; one more shows there is another part.
+    // Those before the cursor are written (the parts that wrote them succeeded), even if the
+    // view does not show it yet: ZooKeeper's watch can report the nodes of one transaction in
+    // several bursts, and a part checked against such a view would write them again.
     let mut part: Vec<u32> = Vec::new();
-    let mut first = None;
     let mut k = plan.cursor;
+    let mut end = k;
     while k < plan.todo.len() && part.len() <= limit {
         let item = plan.todo[k];
         let current = view.items.get(&item).and_then(|v| v.owner.as_ref());
         if current != plan.owners.get(&item) {
-            first.get_or_insert(k);
+            if part.len() < limit {
+                end = k + 1;
+            }
             part.push(item);
         }
         k += 1;
@@ -3331,7 +3337,7 @@ fn next_part(
         return None;
     }
     part.truncate(limit);
-    plan.cursor = first.unwrap_or(k);
+    plan.cursor = end;
     // `k` is one past the item that showed another part: the items after the part.
     let remaining = plan.todo.len() - (k - 1);
     let new_items = part
