@@ -431,6 +431,16 @@ pub(crate) fn map_stat(kv: &etcd::KeyValue) -> Stat {
     }
 }
 
+/// The largest answer a read of a subtree may bring, in bytes. The client's default of 4 MiB
+/// is reached by a job of about 30,000 items (an item is three or four keys with their
+/// values); a job of the documented maximum of 100,000 items needs about 40 MiB.
+const MAX_READ_BYTES: usize = 1 << 30;
+
+/// A KV client whose answers may be as large as [`MAX_READ_BYTES`], for reads of subtrees.
+fn large_reads(c: &etcd::Client) -> etcd::KvClient {
+    c.kv_client().max_decoding_message_size(MAX_READ_BYTES)
+}
+
 impl EtcdRegistry {
     /// Validates the configuration, connects, grants the session's lease, creates the
     /// namespace key if it is missing and starts the keep-alive loop. Must be called inside a
@@ -687,7 +697,7 @@ impl Registry for EtcdRegistry {
         let prefix = self.inner.child_prefix(path);
         let inner = &self.inner;
         self.inner
-            .run(true, |mut c| {
+            .run(true, |c| {
                 let (key, prefix) = (key.clone(), prefix.clone());
                 async move {
                     // One revision for both reads.
@@ -698,7 +708,7 @@ impl Registry for EtcdRegistry {
                             Some(etcd::GetOptions::new().with_prefix().with_keys_only()),
                         ),
                     ]);
-                    let resp = c.txn(txn).await.map_err(|e| inner.error(e))?;
+                    let resp = large_reads(&c).txn(txn).await.map_err(|e| inner.error(e))?;
                     let mut answers = resp.op_responses().into_iter();
                     let (
                         Some(etcd::TxnOpResponse::Get(node)),
@@ -794,14 +804,14 @@ impl Registry for EtcdRegistry {
         let inner = &self.inner;
         let kvs = self
             .inner
-            .run(true, |mut c| {
+            .run(true, |c| {
                 let (key, prefix) = (key.clone(), prefix.clone());
                 async move {
                     let txn = etcd::Txn::new().and_then([
                         etcd::TxnOp::get(key, None),
                         etcd::TxnOp::get(prefix, Some(etcd::GetOptions::new().with_prefix())),
                     ]);
-                    let resp = c.txn(txn).await.map_err(|e| inner.error(e))?;
+                    let resp = large_reads(&c).txn(txn).await.map_err(|e| inner.error(e))?;
                     let mut kvs = Vec::new();
                     for answer in resp.op_responses() {
                         if let etcd::TxnOpResponse::Get(mut g) = answer {

@@ -1,6 +1,6 @@
 //! Transactions as ZooKeeper multis (see the crate documentation, "Checks"), and tree reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use shardjob_core::registry::{
     Check, CreateMode, Node, NodePath, RegistryError, TxnOp, TxnOpResult, Version,
@@ -257,11 +257,16 @@ async fn read_values(
     ops: &[TxnOp],
 ) -> Result<HashMap<usize, Option<(Vec<u8>, i32)>>, RegistryError> {
     let mut wanted = Vec::new();
+    // The paths the operations so far write (a search of them per check would cost n²).
+    let mut written: HashSet<&NodePath> = HashSet::new();
     for (i, op) in ops.iter().enumerate() {
         if let TxnOp::Check(Check::Value(p, _)) = op
-            && !ops[..i].iter().any(|o| touches(o, p))
+            && !written.contains(p)
         {
             wanted.push((i, p));
+        }
+        if let Some(p) = written_path(op) {
+            written.insert(p);
         }
     }
     let mut out = HashMap::new();
@@ -296,12 +301,13 @@ async fn read_values(
     Ok(out)
 }
 
-fn touches(op: &TxnOp, p: &NodePath) -> bool {
+/// The path `op` writes, if it writes one.
+fn written_path(op: &TxnOp) -> Option<&NodePath> {
     match op {
         TxnOp::Create { path, .. } | TxnOp::Set { path, .. } | TxnOp::Delete { path, .. } => {
-            path == p
+            Some(path)
         }
-        TxnOp::Check(_) => false,
+        TxnOp::Check(_) => None,
     }
 }
 
@@ -309,39 +315,44 @@ fn touches(op: &TxnOp, p: &NodePath) -> bool {
 fn effects(ops: &[TxnOp]) -> HashMap<&NodePath, Effect<'_>> {
     let mut map = HashMap::new();
     for op in ops {
-        match op {
-            TxnOp::Create { path, data, mode } => {
-                map.insert(
-                    path,
-                    Effect::Exists {
-                        data: Some(data.as_slice()),
-                        ephemeral: *mode == CreateMode::Ephemeral,
-                    },
-                );
-            }
-            TxnOp::Set { path, data, .. } => {
-                let ephemeral = matches!(
-                    map.get(path),
-                    Some(Effect::Exists {
-                        ephemeral: true,
-                        ..
-                    })
-                );
-                map.insert(
-                    path,
-                    Effect::Exists {
-                        data: Some(data.as_slice()),
-                        ephemeral,
-                    },
-                );
-            }
-            TxnOp::Delete { path, .. } => {
-                map.insert(path, Effect::Gone);
-            }
-            TxnOp::Check(_) => {}
-        }
+        note_effect(&mut map, op);
     }
     map
+}
+
+/// Adds the effect of `op`, which comes after those in `map`, to them.
+fn note_effect<'a>(map: &mut HashMap<&'a NodePath, Effect<'a>>, op: &'a TxnOp) {
+    match op {
+        TxnOp::Create { path, data, mode } => {
+            map.insert(
+                path,
+                Effect::Exists {
+                    data: Some(data.as_slice()),
+                    ephemeral: *mode == CreateMode::Ephemeral,
+                },
+            );
+        }
+        TxnOp::Set { path, data, .. } => {
+            let ephemeral = matches!(
+                map.get(path),
+                Some(Effect::Exists {
+                    ephemeral: true,
+                    ..
+                })
+            );
+            map.insert(
+                path,
+                Effect::Exists {
+                    data: Some(data.as_slice()),
+                    ephemeral,
+                },
+            );
+        }
+        TxnOp::Delete { path, .. } => {
+            map.insert(path, Effect::Gone);
+        }
+        TxnOp::Check(_) => {}
+    }
 }
 
 fn plan<'a>(
@@ -351,8 +362,10 @@ fn plan<'a>(
     values: &HashMap<usize, Option<(Vec<u8>, i32)>>,
 ) -> Result<Vec<Step<'a>>, RegistryError> {
     let mut steps = Vec::with_capacity(ops.len());
+    // The effects of the operations before the current one, kept as the loop goes (worked
+    // out again for each operation, they cost a transaction of n operations n²).
+    let mut earlier: HashMap<&NodePath, Effect<'a>> = HashMap::new();
     for (i, op) in ops.iter().enumerate() {
-        let earlier = effects(&ops[..i]);
         let step = match op {
             TxnOp::Check(Check::Session(id)) => {
                 if *id == s.info.id {
@@ -450,6 +463,7 @@ fn plan<'a>(
             }
         };
         steps.push(step);
+        note_effect(&mut earlier, op);
     }
     Ok(steps)
 }

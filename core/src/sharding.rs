@@ -132,6 +132,22 @@ impl Assignment {
             .map(|(id, _)| id)
     }
 
+    /// The owner of every item `0..total`, by item: [`Assignment::owner_of`] of each, in one
+    /// pass over the assignment (`owner_of` searches the lists, which costs the whole
+    /// assignment per item). Items beyond `total` are left out.
+    pub fn owners(&self, total: u32) -> Vec<Option<&InstanceId>> {
+        let mut owners: Vec<Option<&InstanceId>> = vec![None; total as usize];
+        for (id, items) in &self.entries {
+            for &item in items {
+                // The first instance to list an item owns it, as in `owner_of`.
+                if let Some(slot @ None) = owners.get_mut(item as usize) {
+                    *slot = Some(id);
+                }
+            }
+        }
+        owners
+    }
+
     /// The number of instances (including those without items).
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -762,6 +778,15 @@ mod tests {
         assert_eq!(a.owner_of(7), Some(&id("host1@-@0")));
         assert_eq!(a.owner_of(6), Some(&id("host0@-@0")));
         assert_eq!(a.owner_of(8), None);
+        let owners = a.owners(9);
+        for item in 0..9 {
+            assert_eq!(owners[item as usize], a.owner_of(item), "item {item}");
+        }
+        // An item listed twice (a custom strategy's mistake) and one beyond the total: the
+        // first instance to list an item owns it, as for `owner_of`.
+        let twice = Assignment::from_pairs(vec![(id("x"), vec![1, 5]), (id("y"), vec![0, 1])]);
+        assert_eq!(twice.owners(3), [Some(&id("y")), Some(&id("x")), None]);
+        assert_eq!(twice.owner_of(1), Some(&id("x")));
         let order: Vec<&str> = a.iter().map(|(id, _)| id.as_str()).collect();
         assert_eq!(order, ["host0@-@0", "host1@-@0", "host2@-@0"]);
         assert!(a.covers_exactly(8));

@@ -82,9 +82,11 @@ proptest! {
                 prop_assert!(seen.insert(item), "item {} assigned twice", item);
             }
         }
+        let owners = assignment.owners(total);
         for item in 0..total {
             let owner = assignment.owner_of(item).unwrap();
             prop_assert!(assignment.items_of(owner).contains(&item));
+            prop_assert_eq!(owners[item as usize], Some(owner));
         }
     }
 

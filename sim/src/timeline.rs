@@ -147,6 +147,11 @@ pub fn event(e: &MachineEvent) -> String {
         MachineEvent::LeftUnloaded { job, reason } => {
             format!("{job}: leaving without its subtree loaded ({reason})")
         }
+        MachineEvent::ReshardProgress {
+            job,
+            written,
+            total,
+        } => format!("{job}: re-sharding, {written} of {total} items written"),
         MachineEvent::JobLeft { job } => format!("{job}: left"),
     }
 }

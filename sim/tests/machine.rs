@@ -1395,3 +1395,51 @@ fn concurrent_starts_record_one_start_and_agree() {
     assert_eq!(runs_of_fire(&c, fire_at(&c, NIGHT_3)).len(), 4);
     c.assert_no_overlap();
 }
+
+/// A plan too large for one transaction is written in parts, and its progress is reported
+/// every `RESHARD_PROGRESS_STEP` items (never for the last part, which `Resharded` reports);
+/// a later re-shard counts from zero again.
+#[test]
+fn a_plan_written_in_parts_reports_its_progress() {
+    use shardjob_core::machine::RESHARD_PROGRESS_STEP as STEP;
+    let total = 2 * STEP + STEP / 2;
+    let mut c = Cluster::new();
+    let mut opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
+    opts.max_txn_items = Some(STEP / 4);
+    c.options = Some(opts);
+    // Never fires in the test.
+    let j = job("big", "0 0 0 1 1 ? 2099", total as u32);
+    c.add_node(A, std::slice::from_ref(&j)).unwrap();
+    c.run_until(10_000);
+    assert_eq!(c.owners("big").len(), total);
+    let progress = |c: &Cluster| -> Vec<(usize, usize)> {
+        c.nodes[0]
+            .events
+            .iter()
+            .filter_map(|(_, e)| match e {
+                MachineEvent::ReshardProgress {
+                    job,
+                    written,
+                    total,
+                } if job == "big" => Some((*written, *total)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(progress(&c), [(STEP, total), (2 * STEP, total)]);
+    let plans = |c: &Cluster| {
+        c.nodes[0]
+            .events
+            .iter()
+            .filter(|(_, e)| matches!(e, MachineEvent::Resharded { job, .. } if job == "big"))
+            .count()
+    };
+    assert_eq!(plans(&c), 1);
+    // A newcomer: half the items move, in parts again, counted from zero.
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
+    c.run_until(20_000);
+    assert_eq!(loads(&c.owners("big")).len(), 2);
+    assert_eq!(plans(&c), 2);
+    let moved = total / 2;
+    assert_eq!(progress(&c)[2..], [(STEP, moved)]);
+}

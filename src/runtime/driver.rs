@@ -1031,6 +1031,13 @@ impl Driver {
             MachineEvent::Resharded { job, owners, .. } => {
                 tracing::info!(instance = %me, %job, plan = %plan(owners), "re-sharded")
             }
+            MachineEvent::ReshardProgress {
+                job,
+                written,
+                total,
+            } => {
+                tracing::info!(instance = %me, %job, written, total, "re-sharding: {written} of {total} items written")
+            }
             MachineEvent::PlanRefused {
                 job,
                 strategy,

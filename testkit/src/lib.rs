@@ -20,7 +20,7 @@
 //!
 //! ZooKeeper runs as `java … QuorumPeerMain zoo.cfg` from Debian's `zookeeper.jar` (found at
 //! `$SHARDJOB_ZOOKEEPER_JAR`, `/usr/share/java/zookeeper.jar`, or through `dpkg -L`), with
-//! `-Xmx256m -XX:+UseSerialGC`; etcd is `$SHARDJOB_ETCD`, `etcd` on `PATH` or `/usr/bin/etcd`.
+//! `-Xmx256m -XX:+UseSerialGC` (`$SHARDJOB_ZK_HEAP` sets another heap size, such as `1g`); etcd is `$SHARDJOB_ETCD`, `etcd` on `PATH` or `/usr/bin/etcd`.
 //! When they are missing, the error ([`TestkitError::NotInstalled`]) says what to install:
 //! `apt-get install zookeeper etcd-server etcd-client protobuf-compiler libprotobuf-dev` (the
 //! project's `.ci/run` does it).
@@ -480,12 +480,26 @@ impl Cluster {
     }
 
     fn server_command(&self, member: usize) -> Result<Vec<String>, TestkitError> {
+        /// ZooKeeper's heap: `$SHARDJOB_ZK_HEAP` if it is a size such as `512m` or `2g`, else
+        /// 256 MiB.
+        fn zk_heap() -> String {
+            std::env::var("SHARDJOB_ZK_HEAP")
+                .ok()
+                .filter(|h| {
+                    let digits = h.trim_end_matches(['k', 'm', 'g', 'K', 'M', 'G']);
+                    !digits.is_empty()
+                        && digits.len() + 1 >= h.len()
+                        && digits.bytes().all(|b| b.is_ascii_digit())
+                })
+                .unwrap_or_else(|| "256m".to_owned())
+        }
         let m = self.member(member)?;
         Ok(match &self.binary {
             Binary::Zk { java, classpath } => vec![
                 java.display().to_string(),
                 "-Xms32m".into(),
-                "-Xmx256m".into(),
+                // Enough for the tests; a benchmark of huge jobs (400,000 nodes) sets more.
+                format!("-Xmx{}", zk_heap()),
                 "-XX:+UseSerialGC".into(),
                 "-XX:-UsePerfData".into(),
                 "-XX:TieredStopAtLevel=1".into(),

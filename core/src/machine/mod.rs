@@ -193,6 +193,11 @@ const FRESH_VIEW_MS: u64 = 500;
 /// Most fires looked at when catching up missed fires of one item in one evaluation.
 const MAX_CATCH_UP_STEPS: usize = 100_000;
 
+/// A re-shard written in parts reports its progress ([`MachineEvent::ReshardProgress`]) each
+/// time this many more of its items are written: a job of the documented maximum of 100,000
+/// items on a registry that limits transactions takes thousands of parts.
+pub const RESHARD_PROGRESS_STEP: usize = 10_000;
+
 /// The state machine of one shardjob instance. See the [module documentation](self).
 #[derive(Debug)]
 pub struct Machine {
@@ -274,6 +279,10 @@ enum Purpose {
         last: bool,
         /// Items it touches (a removed item counts twice), for halving on `TooLarge`.
         units: usize,
+        /// Items it moves, creates or removes.
+        items: usize,
+        /// Items the re-shard still has to write after it.
+        remaining: usize,
     },
     Housekeeping {
         /// Whether this transaction removes every stale server node (else another follows).
@@ -412,6 +421,11 @@ struct Job {
     reshard_idle: Option<u64>,
     /// Items moved while running by the parts of a re-shard written so far.
     reshard_moved: Vec<u32>,
+    /// Items written by the parts of a re-shard so far (its progress, reported every
+    /// [`RESHARD_PROGRESS_STEP`] items).
+    reshard_written: usize,
+    /// The re-shard being written in parts, as worked out for its first part.
+    reshard_plan: Option<Box<ReshardPlan>>,
     /// The most items per transaction learned from `TooLarge` refusals (see
     /// [`MachineOptions::max_txn_items`]).
     txn_items: Option<usize>,
@@ -753,6 +767,8 @@ impl Machine {
             reshard_wanted: None,
             reshard_idle: None,
             reshard_moved: Vec::new(),
+            reshard_written: 0,
+            reshard_plan: None,
             txn_items: None,
             orphan_seen: BTreeMap::new(),
             necessary_seen: None,
@@ -1010,8 +1026,10 @@ impl Machine {
             }
         };
         let t = &mut touched[k];
+        // An item may be noted more than once (a search of the list per event would cost a
+        // batch of k events k²); only whether any of them bears on this instance is asked.
         match run_item {
-            Some(i) if !t.items.contains(&i) => t.items.push(i),
+            Some(i) if t.items.last() != Some(&i) => t.items.push(i),
             Some(_) => {}
             None => t.others = true,
         }
@@ -1337,6 +1355,8 @@ impl Machine {
             job.was_leader = false;
             job.reshard_wanted = None;
             job.reshard_moved.clear();
+            job.reshard_written = 0;
+            job.reshard_plan = None;
             // The nodes of the lost session are gone with it.
             job.unsure = false;
         }
@@ -2044,6 +2064,8 @@ impl Machine {
         } else if let Some(j) = self.jobs.get_mut(name) {
             j.reshard_wanted = None;
             j.reshard_moved.clear();
+            j.reshard_written = 0;
+            j.reshard_plan = None;
         }
 
         // Markers of this session that no local execution holds: a claim whose reply was lost
@@ -2481,12 +2503,30 @@ impl Machine {
                         owners,
                         moved_running,
                         last,
+                        items,
+                        remaining,
                         ..
                     } => {
                         j.reshard_moved.extend(moved_running);
+                        let before = j.reshard_written;
+                        j.reshard_written = before.saturating_add(items);
+                        if !last
+                            && j.reshard_written / RESHARD_PROGRESS_STEP
+                                > before / RESHARD_PROGRESS_STEP
+                        {
+                            let written = j.reshard_written;
+                            self.out
+                                .push_back(Command::Event(MachineEvent::ReshardProgress {
+                                    job: name.clone(),
+                                    written,
+                                    total: written.saturating_add(remaining),
+                                }));
+                        }
                         if last {
                             // The whole plan is written: the next difference is a new re-shard.
                             j.reshard_wanted = None;
+                            j.reshard_written = 0;
+                            j.reshard_plan = None;
                             let mut moved_running = std::mem::take(&mut j.reshard_moved);
                             moved_running.sort_unstable();
                             moved_running.dedup();
@@ -2529,6 +2569,12 @@ impl Machine {
                 if let Purpose::Housekeeping { .. } = purpose {
                     if let Some(j) = self.jobs.get_mut(&name) {
                         j.last_housekeeping = Some(now.mono);
+                    }
+                }
+                // The registry is not as the plan expected: work it out again.
+                if let Purpose::Reshard { .. } = purpose {
+                    if let Some(j) = self.jobs.get_mut(&name) {
+                        j.reshard_plan = None;
                     }
                 }
                 self.after_failure(&name, class, now);
@@ -3097,6 +3143,16 @@ fn reshard(
     if candidates.is_empty() {
         return Ok(None);
     }
+    let key = PlanKey {
+        candidates,
+        total: n,
+        strategy: config.job_sharding_strategy_type.clone(),
+        static_sharding: config.static_sharding,
+    };
+    if let Some(action) = next_part(j, view, &key, me, sid, opts, now) {
+        return Ok(Some(action));
+    }
+    let candidates = key.candidates.clone();
     let live: BTreeSet<&InstanceId> = candidates.iter().collect();
     let target: Assignment = match custom {
         Some(s) => s.shard(&candidates, j.name(), n),
@@ -3112,6 +3168,9 @@ fn reshard(
         j.reshard_idle = Some(j.cache.plan_version);
         return Err(problem);
     }
+    // Each item's target owner, in one pass (a search per item would cost the whole
+    // assignment per item: n² for a job of n items).
+    let target_owners = target.owners(n);
     let mut owners: BTreeMap<u32, InstanceId> = BTreeMap::new();
     let mut moving: Vec<u32> = Vec::new();
     for item in 0..n {
@@ -3120,7 +3179,7 @@ fn reshard(
         let want = if config.static_sharding && valid {
             current.clone()
         } else {
-            target.owner_of(item).cloned()
+            target_owners.get(item as usize).copied().flatten().cloned()
         };
         let Some(want) = want else { continue };
         if current.as_ref() != Some(&want) {
@@ -3143,6 +3202,8 @@ fn reshard(
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
         j.reshard_wanted = None;
         j.reshard_moved.clear();
+        j.reshard_written = 0;
+        j.reshard_plan = None;
         j.reshard_idle = Some(j.cache.plan_version);
         return Ok(None);
     }
@@ -3206,6 +3267,21 @@ fn reshard(
         units += 2;
         part_removed.push(*item);
     }
+    let remaining =
+        (moving.len() + removed.len()).saturating_sub(part_moving.len() + part_removed.len());
+    // A re-shard of more parts to come, with nothing that holds it (runs, items to remove, the
+    // flag): the parts after this one are taken from the plan as worked out now (see
+    // [`next_part`]), not by working the whole plan out again for each.
+    j.reshard_plan = (!last && removed.is_empty() && view.running == 0 && view.necessary.is_none())
+        .then(|| {
+            Box::new(ReshardPlan {
+                key,
+                owners: owners.clone(),
+                todo: moving.clone(),
+                // This part writes the first items of `moving`.
+                cursor: part_moving.len(),
+            })
+        });
     let (moving, removed) = (part_moving, part_removed);
     let moved_running: Vec<u32> = moving.iter().copied().filter(is_running).collect();
     if let (Some(v), true) = (view.necessary, last) {
@@ -3222,12 +3298,7 @@ fn reshard(
     }
     // The latest fire done by any item, those removed now included, is kept in the `sharding`
     // node's data (ElasticJob leaves it empty), so that it outlives the items.
-    let latest_done = view
-        .items
-        .values()
-        .filter_map(|v| v.record.as_ref().and_then(|(r, _)| r.done))
-        .chain(view.sharding_done)
-        .max();
+    let latest_done = latest_done(view);
     let removed_done = removed
         .iter()
         .filter_map(|i| view.items.get(i))
@@ -3249,29 +3320,17 @@ fn reshard(
         let Some(owner) = owners.get(item) else {
             continue;
         };
-        let v = view.items.get(item);
-        if !v.is_some_and(|v| v.exists) {
-            ops.push(TxnOp::create(p.item(*item), Vec::<u8>::new()));
-            let baseline = ItemRecord {
-                done: Some(start),
-                run: None,
-            };
-            ops.push(TxnOp::create(p.item_execution(*item), baseline.to_bytes()));
-        }
-        if !moved_running.contains(item) {
-            ops.push(TxnOp::Check(Check::Absent(p.item_running(*item))));
-        }
-        if v.is_some_and(|v| v.owner_stat.is_some()) {
-            ops.push(TxnOp::set(p.item_instance(*item), owner.as_str()));
-        } else {
-            ops.push(TxnOp::create(p.item_instance(*item), owner.as_str()));
-        }
+        // `moved_running` is ascending, as `moving` is.
+        let running = moved_running.binary_search(item).is_ok();
+        move_ops(p, view, *item, owner, start, running, &mut ops);
     }
     if ops.len() == 2 {
         return Ok(None);
     }
     Ok(Some(Action::Txn(
         Purpose::Reshard {
+            items: moving.len() + removed.len(),
+            remaining,
             owners,
             moved_running,
             last,
@@ -3279,6 +3338,154 @@ fn reshard(
         },
         ops,
     )))
+}
+
+/// The latest fire done by any item, those removed included (the `sharding` node's record).
+fn latest_done(view: &JobView) -> Option<i64> {
+    view.dones
+        .max()
+        .copied()
+        .into_iter()
+        .chain(view.sharding_done)
+        .max()
+}
+
+/// The operations that give `item` to `owner`: creating it first (with a record whose last
+/// fire done is `start`) if it does not exist, and checking that it does not run unless it
+/// moves `running`.
+fn move_ops(
+    p: &JobPaths,
+    view: &JobView,
+    item: u32,
+    owner: &InstanceId,
+    start: i64,
+    running: bool,
+    ops: &mut Vec<TxnOp>,
+) {
+    let v = view.items.get(&item);
+    if !v.is_some_and(|v| v.exists) {
+        ops.push(TxnOp::create(p.item(item), Vec::<u8>::new()));
+        let baseline = ItemRecord {
+            done: Some(start),
+            run: None,
+        };
+        ops.push(TxnOp::create(p.item_execution(item), baseline.to_bytes()));
+    }
+    if !running {
+        ops.push(TxnOp::Check(Check::Absent(p.item_running(item))));
+    }
+    if v.is_some_and(|v| v.owner_stat.is_some()) {
+        ops.push(TxnOp::set(p.item_instance(item), owner.as_str()));
+    } else {
+        ops.push(TxnOp::create(p.item_instance(item), owner.as_str()));
+    }
+}
+
+/// What a re-shard is worked out from: the same inputs give the same plan.
+#[derive(Debug, PartialEq, Eq)]
+struct PlanKey {
+    /// The candidates, in registry order.
+    candidates: Vec<InstanceId>,
+    /// The item count.
+    total: u32,
+    /// The sharding strategy's type.
+    strategy: String,
+    /// Whether items keep a live owner.
+    static_sharding: bool,
+}
+
+/// A re-shard too large for one transaction, as worked out for its first part: the parts
+/// after it are taken from it, so that each costs the items it writes rather than the whole
+/// job (a job of n items written k items at a time would cost n²/k).
+#[derive(Debug)]
+struct ReshardPlan {
+    key: PlanKey,
+    /// Each item's owner in the plan.
+    owners: BTreeMap<u32, InstanceId>,
+    /// The items whose owner the plan changes, ascending.
+    todo: Vec<u32>,
+    /// The items of `todo` before this one are written.
+    cursor: usize,
+}
+
+/// The next part of the re-shard in progress, taken from its plan, if there is one for `key`
+/// and the part is one the whole plan worked out again would make too: past the debounce,
+/// with no item running, no item beyond the count, the flag not set, and more than one
+/// part's worth of items left (the last part is worked out in full, which also finds what
+/// changed meanwhile behind the plan's back).
+fn next_part(
+    j: &mut Job,
+    view: &JobView,
+    key: &PlanKey,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    opts: &MachineOptions,
+    now: Now,
+) -> Option<Action> {
+    let debounced = j
+        .reshard_wanted
+        .is_some_and(|w| now.mono >= w.saturating_add(ms(opts.reshard_debounce)));
+    let plain = debounced
+        && view.running == 0
+        && view.necessary.is_none()
+        && view.items.range(key.total..).next().is_none();
+    if !plain || j.reshard_plan.as_ref().is_none_or(|plan| plan.key != *key) {
+        j.reshard_plan = None;
+        return None;
+    }
+    let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
+    let plan = j.reshard_plan.as_mut()?;
+    // The first `limit` items the plan still changes; one more shows there is another part.
+    // Those before the cursor are written (the parts that wrote them succeeded), even if the
+    // view does not show it yet: ZooKeeper's watch can report the nodes of one transaction in
+    // several bursts, and a part checked against such a view would write them again.
+    let mut part: Vec<u32> = Vec::new();
+    let mut k = plan.cursor;
+    let mut end = k;
+    while k < plan.todo.len() && part.len() <= limit {
+        let item = plan.todo[k];
+        let current = view.items.get(&item).and_then(|v| v.owner.as_ref());
+        if current != plan.owners.get(&item) {
+            if part.len() < limit {
+                end = k + 1;
+            }
+            part.push(item);
+        }
+        k += 1;
+    }
+    if part.len() <= limit {
+        j.reshard_plan = None;
+        return None;
+    }
+    part.truncate(limit);
+    plan.cursor = end;
+    // `k` is one past the item that showed another part: the items after the part.
+    let remaining = plan.todo.len() - (k - 1);
+    let new_items = part
+        .iter()
+        .any(|i| !view.items.get(i).is_some_and(|v| v.exists));
+    let latest = if new_items { latest_done(view) } else { None };
+    let start = latest.map_or(now.wall_ms(), |d| d.max(now.wall_ms()));
+    let p = &j.paths;
+    let mut ops = vec![
+        TxnOp::Check(Check::Session(sid)),
+        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+    ];
+    for item in &part {
+        let owner = plan.owners.get(item)?;
+        move_ops(p, view, *item, owner, start, false, &mut ops);
+    }
+    Some(Action::Txn(
+        Purpose::Reshard {
+            owners: BTreeMap::new(),
+            moved_running: Vec::new(),
+            last: false,
+            units: part.len(),
+            items: part.len(),
+            remaining,
+        },
+        ops,
+    ))
 }
 
 /// What is wrong with a strategy's assignment of the items `0..total` to the candidates

@@ -295,6 +295,19 @@ pub enum MachineEvent {
         /// their owner was gone): the new owner starts them once that run ends.
         moved_running: Vec<u32>,
     },
+    /// A re-shard too large for one transaction is being written in parts: `written` of its
+    /// `total` items are written (reported every
+    /// [`RESHARD_PROGRESS_STEP`](super::RESHARD_PROGRESS_STEP) items, never for the last
+    /// part, which [`MachineEvent::Resharded`] reports). `total` is what the re-shard has to
+    /// write as the leader last worked it out; it changes if the plan does meanwhile.
+    ReshardProgress {
+        /// The job.
+        job: String,
+        /// Items moved, created or removed by the parts written so far.
+        written: usize,
+        /// Items written so far plus those still to write.
+        total: usize,
+    },
     /// The job's sharding strategy gave an assignment that breaks its contract (an item given
     /// to no one, to two instances, or to one that is not a candidate, or an item out of
     /// range): the leader keeps the plan as it is. Reported once, until the candidates, the

@@ -434,18 +434,28 @@ impl Facts {
                         }
                         item.owner_stat = Some(stat);
                     }
-                    ItemLeaf::Running => item.running = Some((into_text(data), stat)),
+                    ItemLeaf::Running => {
+                        if item.running.is_none() {
+                            view.running += 1;
+                        }
+                        item.running = Some((into_text(data), stat));
+                    }
                     ItemLeaf::Disabled => item.disabled = true,
                     ItemLeaf::Failover => item.failover = Some(stat),
-                    ItemLeaf::Execution => match ItemRecord::parse(&data) {
-                        Ok(r) => item.record = Some((r, stat.version)),
-                        Err(e) => {
-                            // Treated as empty and overwritten at the next run: the item
-                            // keeps running, and the problem is reported.
-                            item.record = Some((ItemRecord::default(), stat.version));
-                            problem = Some(e);
+                    ItemLeaf::Execution => {
+                        let old = item.record.take().and_then(|(r, _)| r.done);
+                        match ItemRecord::parse(&data) {
+                            Ok(r) => item.record = Some((r, stat.version)),
+                            Err(e) => {
+                                // Treated as empty and overwritten at the next run: the item
+                                // keeps running, and the problem is reported.
+                                item.record = Some((ItemRecord::default(), stat.version));
+                                problem = Some(e);
+                            }
                         }
-                    },
+                        let new = item.record.as_ref().and_then(|(r, _)| r.done);
+                        view.dones.replace(old, new);
+                    }
                     ItemLeaf::Misfire | ItemLeaf::Failovering => {}
                 }
                 match problem {
@@ -528,10 +538,17 @@ impl Facts {
                         item.owner = None;
                         item.owner_stat = None;
                     }
-                    ItemLeaf::Running => item.running = None,
+                    ItemLeaf::Running => {
+                        if item.running.take().is_some() {
+                            view.running -= 1;
+                        }
+                    }
                     ItemLeaf::Disabled => item.disabled = false,
                     ItemLeaf::Failover => item.failover = None,
-                    ItemLeaf::Execution => item.record = None,
+                    ItemLeaf::Execution => {
+                        let old = item.record.take().and_then(|(r, _)| r.done);
+                        view.dones.replace(old, None);
+                    }
                     ItemLeaf::Misfire | ItemLeaf::Failovering => {}
                 }
                 view.corrupt.remove(path);
@@ -645,6 +662,10 @@ pub(crate) struct JobView {
     pub started: Option<i64>,
     /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.
     pub items: BTreeMap<u32, Box<ItemView>>,
+    /// How many items have a `running` marker.
+    pub running: usize,
+    /// The last fires done of the items' run records.
+    pub dones: Counted<i64>,
     pub triggers: BTreeMap<InstanceId, String>,
     pub corrupt: BTreeMap<NodePath, String>,
 }
@@ -682,6 +703,38 @@ impl JobView {
             .filter(|i| self.server_enabled(i.server_ip()))
             .cloned()
             .collect()
+    }
+}
+
+/// A multiset: each value with how many times it is held.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Counted<T>(BTreeMap<T, usize>);
+
+impl<T> Default for Counted<T> {
+    fn default() -> Self {
+        Self(BTreeMap::new())
+    }
+}
+
+impl<T: Ord> Counted<T> {
+    /// Holds `new` instead of `old` (either may be none).
+    pub fn replace(&mut self, old: Option<T>, new: Option<T>) {
+        if let Some(old) = old {
+            if let Some(n) = self.0.get_mut(&old) {
+                *n -= 1;
+                if *n == 0 {
+                    self.0.remove(&old);
+                }
+            }
+        }
+        if let Some(new) = new {
+            *self.0.entry(new).or_insert(0) += 1;
+        }
+    }
+
+    /// The largest value held.
+    pub fn max(&self) -> Option<&T> {
+        self.0.keys().next_back()
     }
 }
 
@@ -897,6 +950,36 @@ mod tests {
                 "/j/sharding/0/odd"
             ]
         );
+    }
+
+    /// The view counts the items with a `running` marker (a change or a repeated deletion of
+    /// one counts nothing), and keeps the latest fire done of the run records as they change.
+    #[test]
+    fn running_items_and_the_latest_done_fire_are_kept() {
+        use WatchEventKind::{Changed, Created, Deleted};
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut cache = Cache::default();
+        cache.load(Vec::new(), &me);
+        cache.apply(event(Created, "/j/sharding/0/running", "a", 1), &me);
+        cache.apply(event(Created, "/j/sharding/1/running", "a", 2), &me);
+        cache.apply(event(Changed, "/j/sharding/1/running", "b", 3), &me);
+        assert_eq!(cache.view().running, 2);
+        assert_eq!(cache.view().dones.max(), None);
+        for (i, done) in [(0, 5), (1, 9), (2, 9)] {
+            let path = format!("/j/sharding/{i}/execution");
+            let data = format!(r#"{{"done":{done}}}"#);
+            cache.apply(event(Created, &path, &data, 4), &me);
+        }
+        assert_eq!(cache.view().dones.max(), Some(&9));
+        cache.apply(event(Deleted, "/j/sharding/1/execution", "", 4), &me);
+        assert_eq!(cache.view().dones.max(), Some(&9));
+        cache.apply(event(Changed, "/j/sharding/2/execution", "{broken", 4), &me);
+        assert_eq!(cache.view().dones.max(), Some(&5));
+        cache.apply(event(Deleted, "/j/sharding/0/running", "", 5), &me);
+        cache.apply(event(Deleted, "/j/sharding/0/running", "", 6), &me);
+        assert_eq!(cache.view().running, 1);
+        cache.apply(event(Deleted, "/j/sharding/1/running", "", 7), &me);
+        assert_eq!(cache.view().running, 0);
     }
 
     /// A change without metadata keeps the metadata the cache had; the configuration's change
