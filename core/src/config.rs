@@ -671,8 +671,11 @@ fn parse_yaml(yaml: &str) -> Result<Value, JobConfigError> {
     Ok(value)
 }
 
-/// The keys ElasticJob 3.0.x writes, plus the 3.0.0-alpha name of the executor key.
-const KEYS: &[&str] = &[
+/// The top-level keys of a job's configuration that ElasticJob 3.0.x writes, with both names
+/// of the executor key (`jobExecutorServiceHandlerType` up to 3.0.4,
+/// `jobExecutorThreadPoolSizeProviderType` from 3.0.5). Job files, the operation API and the
+/// reader of the registry's copy all know a job's keys from this one list.
+pub const KEYS: &[&str] = &[
     "cron",
     "description",
     "disabled",

@@ -83,31 +83,7 @@ const EXECUTOR_KEY_304: &str = "jobExecutorServiceHandlerType";
 const EXECUTOR_KEY: &str = "jobExecutorThreadPoolSizeProviderType";
 
 /// Every top-level key ElasticJob 3.0.x writes (both names of the executor key).
-const KNOWN_KEYS: &[&str] = &[
-    "cron",
-    "description",
-    "disabled",
-    "failover",
-    "jobErrorHandlerType",
-    EXECUTOR_KEY_304,
-    EXECUTOR_KEY,
-    "jobExtraConfigurations",
-    "jobListenerTypes",
-    "jobName",
-    "jobParameter",
-    "jobShardingStrategyType",
-    "label",
-    "maxTimeDiffSeconds",
-    "misfire",
-    "monitorExecution",
-    "overwrite",
-    "props",
-    "reconcileIntervalMinutes",
-    "shardingItemParameters",
-    "shardingTotalCount",
-    "staticSharding",
-    "timeZone",
-];
+const KNOWN_KEYS: &[&str] = shardjob_core::config::KEYS;
 
 /// The YAML to store for `new` in place of `current`: shardjob's full YAML, written with the
 /// executor key's name that `current` uses (an ElasticJob 3.0.4 node keeps

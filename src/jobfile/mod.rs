@@ -227,31 +227,7 @@ const REG_CENTER_KEYS: &[&str] = &[
 ];
 
 /// The keys of a job, as ElasticJob 3.0.x writes them.
-const JOB_KEYS: &[&str] = &[
-    "cron",
-    "description",
-    "disabled",
-    "failover",
-    "jobErrorHandlerType",
-    "jobExecutorServiceHandlerType",
-    "jobExecutorThreadPoolSizeProviderType",
-    "jobExtraConfigurations",
-    "jobListenerTypes",
-    "jobName",
-    "jobParameter",
-    "jobShardingStrategyType",
-    "label",
-    "maxTimeDiffSeconds",
-    "misfire",
-    "monitorExecution",
-    "overwrite",
-    "props",
-    "reconcileIntervalMinutes",
-    "shardingItemParameters",
-    "shardingTotalCount",
-    "staticSharding",
-    "timeZone",
-];
+const JOB_KEYS: &[&str] = shardjob_core::config::KEYS;
 
 /// The keys of a Spring Boot job entry that are not job configuration.
 const SPRING_JOB_KEYS: &[&str] = &["elasticJobType", "elasticJobClass", "jobBootstrapBeanName"];
