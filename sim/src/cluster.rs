@@ -27,7 +27,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use shardjob_backend_mem::{Store, WatchId};
 use shardjob_core::config::{KnownTypes, Strictness};
 use shardjob_core::layout::{ItemLeaf, JobNode};
-use shardjob_core::machine::record::RunKind;
+use shardjob_core::machine::record::{ItemRecord, RunKind};
 use shardjob_core::machine::{
     AuditMark, Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine,
     MachineError, MachineEvent, MachineOptions, Now,
@@ -136,6 +136,12 @@ pub struct RunRecord {
     pub resumed: Option<u64>,
     /// Whether the machine recorded its end in the registry.
     pub recorded: bool,
+    /// When the registry committed the transaction that records its end (its `running`
+    /// marker removed, the item's record left without a run in progress), as the store saw
+    /// it: also when the machine never heard the reply (a deaf node's completion applies and
+    /// its reply is lost), which leaves `recorded` false. A cut-short run whose end is
+    /// committed finished its fire for the registry: the fire is never due again.
+    pub end_committed: Option<u64>,
 }
 
 /// A registration that found the `instances` node of its job in the store without any instance
@@ -826,6 +832,7 @@ impl Cluster {
                 crashed: false,
                 resumed: None,
                 recorded: false,
+                end_committed: None,
             };
             let disabled = format!("/{}/sharding/{}/disabled", run.job, run.item);
             if self.exists(&disabled)
@@ -889,8 +896,12 @@ impl Cluster {
                         _ => None,
                     })
                     .collect();
+                let ended = self.ends_recorded(n, &ops);
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
+                    for i in ended {
+                        self.runs[i].end_committed = Some(self.now);
+                    }
                     let wall = self.time_of(n).wall_ms();
                     for job in starting {
                         self.starts.push(ClusterStart {
@@ -905,6 +916,41 @@ impl Cluster {
             }
         };
         result.unwrap_or_else(RegistryReply::Failed)
+    }
+
+    /// The runs of node `n` whose end a transaction records, should it commit: it removes an
+    /// item's `running` marker created at the run's fencing token and leaves the item's record
+    /// without a run in progress (a completion). The runs, indices into `runs`.
+    fn ends_recorded(&self, n: usize, ops: &[TxnOp]) -> Vec<usize> {
+        let mut out = Vec::new();
+        for op in ops {
+            let TxnOp::Delete { path, .. } = op else {
+                continue;
+            };
+            let Some((job, JobNode::ItemState(item, ItemLeaf::Running))) = JobNode::parse(path)
+            else {
+                continue;
+            };
+            let Some(i) = self.last_ended.get(&(n, job.to_owned(), item)).copied() else {
+                continue;
+            };
+            let Some(marker) = self.store.node(path) else {
+                continue;
+            };
+            let finished = ops.iter().any(|op| match op {
+                TxnOp::Set { path: p, data, .. } => {
+                    matches!(
+                        JobNode::parse(p),
+                        Some((j, JobNode::ItemState(k, ItemLeaf::Execution))) if j == job && k == item
+                    ) && ItemRecord::parse(data).is_ok_and(|r| r.run.is_none())
+                }
+                _ => false,
+            });
+            if finished && marker.stat.created.0 == self.runs[i].token {
+                out.push(i);
+            }
+        }
+        out
     }
 
     /// Runs the cluster until virtual time `until` (ms), processing everything due.

@@ -15,10 +15,10 @@
 //! what happened: no overlapping runs of an item, no fire started twice (except retries of
 //! attempts that died), every fire completed after the heal, no fire missed while a job had
 //! no registered instance run after its cluster's start beyond the job's catch-up bound
-//! (and, after the heal, the fires within it run), a plan that covers every item
-//! with live owners and one leader, and the same trace for the same seed. Throughout the run,
-//! every job's wake must come no later than its own decision wants it (audited once a
-//! simulated second on every node, safety sweep or not).
+//! (and, after the heal, the fires within it that no run had finished run), a plan that
+//! covers every item with live owners and one leader, and the same trace for the same seed.
+//! Throughout the run, every job's wake must come no later than its own decision wants it
+//! (audited once a simulated second on every node, safety sweep or not).
 //!
 //! In one world of drawn jobs in four, some jobs are hosted by some instances only, as during a
 //! rolling deploy that adds a job. Seeds vary the machines too: odd seeds announce runs claimed

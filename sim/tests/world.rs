@@ -626,3 +626,31 @@ fn whole_cluster_outages_give_up_missed_fires_or_catch_them_up_within_the_bound(
     assert!(given_up > 0, "no outage made a fire be given up");
     assert!(caught_up > 0, "no fire was caught up after an outage");
 }
+
+#[test]
+fn a_fire_finished_by_a_cancelled_run_before_an_outage_is_not_owed_after_it() {
+    // Seed 10390: job10 (every minute, catch-up bound 103 s) ran its 240 s fire on node 8
+    // alone; the run was cancelled when node 8's session came into doubt, and its completion
+    // applied while node 8 was deaf, so the reply was lost (the machine reported the
+    // completion lost, the registry recorded the fire as finished). At the heal (252 s) node 8
+    // started the job's cluster again. Nothing was owed: a fire recorded as finished is never
+    // due again. The catch-up checker demanded a run of the 240 s fire after the start,
+    // counting only runs not cut short; it now counts a run whose end the registry committed.
+    let cfg = WorldConfig {
+        duration_ms: 360_000,
+        ..WorldConfig::standard(10_390)
+    };
+    let report = holds(&cfg, "--hours 0.1");
+    let origin = report.wall_origin.timestamp_millis();
+    let finished_unheard = report.records.iter().any(|r| {
+        r.job == "job10"
+            && r.fire == origin + 240_000
+            && r.cancelled
+            && !r.recorded
+            && r.end_committed.is_some_and(|t| t < 252_000)
+    });
+    assert!(
+        finished_unheard,
+        "the seed no longer has the case: job10's 240 s fire cancelled, its end committed unheard"
+    );
+}

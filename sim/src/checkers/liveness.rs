@@ -183,7 +183,11 @@ pub fn downtime(
 /// fault happens any more) of a job with a catch-up bound, failover and misfire on, the
 /// latest fire within the bound before the start (by the clock of the instance that started
 /// it, `slack_ms` inside either end) completes on every item that ran an earlier fire, within
-/// the job's bound: a run of it or of a later fire ends, not cut short. Jobs whose item count
+/// the job's bound: a run of it or of a later fire ends, not cut short, or its end is
+/// committed in the registry. A run cut short (cancelled while its session was in doubt)
+/// whose completion the registry committed, even one whose reply was lost, finished its fire:
+/// the machine records the end of a cancelled run like any other, and a fire recorded as
+/// finished is never due again, so there is nothing left to catch up. Jobs whose item count
 /// may have changed (an operator's) are not passed in: a new item does not run fires from
 /// before its creation.
 pub fn catch_ups(
@@ -236,9 +240,11 @@ pub fn catch_ups(
             {
                 continue;
             }
-            let done = mine
-                .iter()
-                .any(|r| r.fire >= fire && !r.cancelled && r.end.is_some_and(|e| e <= deadline));
+            let done = mine.iter().any(|r| {
+                r.fire >= fire
+                    && ((!r.cancelled && r.end.is_some_and(|e| e <= deadline))
+                        || r.end_committed.is_some_and(|e| e <= deadline))
+            });
             if !done {
                 out.push(Violation {
                     checker: "catch-up",
@@ -283,6 +289,7 @@ mod tests {
             crashed: false,
             resumed: None,
             recorded: true,
+            end_committed: Some(start + 101),
         }
     }
 
@@ -347,6 +354,24 @@ mod tests {
         // Run before the downtime: also fine.
         let before = [earlier.clone(), run(o + 60_000, RunKind::Scheduled, 60_000)];
         assert!(catch_ups(&before, &starts, &jobs, 0, 120_000, 50).is_empty());
+        // Cancelled before the downtime (its session in doubt): owed, unless the registry
+        // committed its end (a deaf instance's completion applies and its reply is lost),
+        // which finished the fire for every instance.
+        let mut cut = run(o + 60_000, RunKind::Scheduled, 60_000);
+        cut.cancelled = true;
+        cut.recorded = false;
+        cut.end_committed = None;
+        let found = catch_ups(
+            &[earlier.clone(), cut.clone()],
+            &starts,
+            &jobs,
+            0,
+            120_000,
+            50,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        cut.end_committed = Some(60_200);
+        assert!(catch_ups(&[earlier.clone(), cut], &starts, &jobs, 0, 120_000, 50).is_empty());
         // An item that never ran an earlier fire, a start before `from`, or a deadline
         // beyond the end: not checked.
         assert!(catch_ups(&[], &starts, &jobs, 0, 120_000, 50).is_empty());
