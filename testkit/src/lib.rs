@@ -24,7 +24,18 @@
 //! When they are missing, the error ([`TestkitError::NotInstalled`]) says what to install:
 //! `apt-get install zookeeper etcd-server etcd-client protobuf-compiler libprotobuf-dev` (the
 //! project's `.ci/run` does it).
+//!
+//! # Cutting one client off
+//!
+//! [`Proxy`] is a TCP proxy on loopback between one client and a server; [`Proxy::cut`] takes
+//! that client off the network (its connections end, new ones get no answer) without touching
+//! the server or other clients, and [`Proxy::restore`] lets it back. A ZooKeeper session cut off
+//! longer than its timeout expires on the server: [`Cluster::zk_session_alive`] says when.
 #![warn(missing_docs)]
+
+mod proxy;
+
+pub use proxy::{Link, Proxy};
 
 use std::fmt;
 use std::fs;
@@ -422,6 +433,19 @@ impl Cluster {
         })
     }
 
+    /// Whether ZooKeeper member `member` (standalone or the leader, which track sessions) still
+    /// holds the session `id`, by its answer to the `dump` four-letter word. Once this says
+    /// `false` the server has expired or closed the session and deleted its ephemeral nodes.
+    pub fn zk_session_alive(&self, member: usize, id: u64) -> Result<bool, TestkitError> {
+        let dump = self.four_letter(member, "dump")?;
+        dump_lists_session(&dump, id).ok_or_else(|| {
+            TestkitError::BadMember(format!(
+                "member {member} answered `dump` without its session list (is it a follower, \
+                 or is `dump` not whitelisted?): {dump:?}"
+            ))
+        })
+    }
+
     /// The last `lines` lines of member `member`'s log.
     pub fn log_tail(&self, member: usize, lines: usize) -> String {
         let Ok(m) = self.member(member) else {
@@ -749,6 +773,19 @@ fn four_letter(addr: SocketAddr, cmd: &str) -> Option<String> {
     Some(out)
 }
 
+/// Whether a ZooKeeper `dump` answer lists session `id` (`0x…` in hex, as a whole word);
+/// `None` when the answer has no session list.
+fn dump_lists_session(dump: &str, id: u64) -> Option<bool> {
+    if !dump.contains("Session Sets") {
+        return None;
+    }
+    let want = format!("0x{id:x}");
+    Some(
+        dump.split(|c: char| c.is_whitespace() || c == ':' || c == ',')
+            .any(|w| w.eq_ignore_ascii_case(&want)),
+    )
+}
+
 /// `standalone`, `leader` or `follower` when the server serves.
 fn zk_mode(addr: SocketAddr) -> Option<String> {
     let out = four_letter(addr, "srvr")?;
@@ -883,5 +920,26 @@ mod tests {
         };
         assert!(matches!(c.client_addr(0), Err(TestkitError::BadMember(_))));
         assert!(matches!(c.client_addr(1), Err(TestkitError::BadMember(_))));
+    }
+
+    #[test]
+    fn dump_answers_list_sessions_by_whole_id() {
+        let (a, b) = (0x0100_00a2_b3c0_0001_u64, 0x0100_00a2_b3c0_0012_u64);
+        let dump = format!(
+            "SessionTracker dump:\nSession Sets (2)/(2):\n0 expire at Wed Nov 25:\n\
+             1 expire at Wed Nov 25 16:00:01 UTC 2026:\n\t0x{a:x}\n\t0x{b:x}\n\
+             ephemeral nodes dump:\nSessions with Ephemerals (0):\n"
+        );
+        assert_eq!(dump_lists_session(&dump, a), Some(true));
+        assert_eq!(dump_lists_session(&dump, b), Some(true));
+        assert_eq!(dump_lists_session(&dump, a + 1), Some(false));
+        assert_eq!(dump_lists_session(&dump, a >> 4), Some(false));
+        assert_eq!(
+            dump_lists_session(
+                "This ZooKeeper instance is not currently serving requests",
+                1
+            ),
+            None
+        );
     }
 }
