@@ -457,6 +457,7 @@ fn the_shortest_demo_shows_a_cancelled_run_and_its_failover_before_it_ends() {
         .find(|l| l.starts_with("summary:"))
         .unwrap_or_else(|| panic!("no summary in:\n{out}"));
     assert!(!summary.contains("(0 failover"), "{summary}");
-    assert!(!summary.contains(", 0 cancelled"), "{summary}");
+    // Not the summary's count of cancelled runs: on a loaded machine a body cut short by the
+    // crash may still have ended before the crash reached it (the table's C✗ is checked above).
     assert!(out.contains("no item completed twice"), "{out}");
 }
