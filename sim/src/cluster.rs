@@ -162,6 +162,22 @@ pub struct ClusterStart {
 /// How long a run of (job, item) that starts at a virtual time lasts, ms.
 pub type RunDuration = Box<dyn Fn(&str, u32, u64) -> u64>;
 
+/// An operator's shutdown of a job on one instance: its instance node deleted while the
+/// session that owned it lived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperatorShutdown {
+    /// Virtual ms of the deletion.
+    pub at: u64,
+    /// The node.
+    pub node: usize,
+    /// The job.
+    pub job: String,
+    /// The session that owned the deleted node.
+    pub session: SessionId,
+    /// When the job was added back to the node (as restarting the process would), if it was.
+    pub ended: Option<u64>,
+}
+
 /// One instance of the cluster.
 #[derive(Debug)]
 pub struct Node {
@@ -286,6 +302,15 @@ pub struct Cluster {
     pub disabled_since: BTreeMap<String, u64>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
+    /// Operators' shutdowns: instance nodes an operator deleted while their session lived,
+    /// after their instance had been shown them (a watch event or a tree read delivered to it).
+    pub shutdowns: Vec<OperatorShutdown>,
+    /// For each (node, job), the session in which the node was last shown its own instance
+    /// node (by a delivered watch event or tree read).
+    pub shown_own: BTreeMap<(usize, String), SessionId>,
+    /// Runs (by index) that a node started in the session in which an operator had shut the
+    /// job down on it a while before.
+    pub shutdown_runs: Vec<usize>,
     /// Breaches of the prepare protocol ([`Command::Prepare`], [`Command::StartPrepared`],
     /// [`Command::Discard`]), with their virtual time.
     pub protocol_errors: Vec<(u64, String)>,
@@ -337,6 +362,9 @@ impl Cluster {
             log: Vec::new(),
             disabled_since: BTreeMap::new(),
             disabled_runs: Vec::new(),
+            shutdowns: Vec::new(),
+            shown_own: BTreeMap::new(),
+            shutdown_runs: Vec::new(),
             protocol_errors: Vec::new(),
             prepared: (0, 0),
             wake_audit: true,
@@ -670,6 +698,14 @@ impl Cluster {
         let job = &config.job_name;
         if result.is_ok() {
             self.nodes[n].jobs.insert(job.clone());
+            let now = self.now;
+            for s in self
+                .shutdowns
+                .iter_mut()
+                .filter(|s| s.node == n && s.job == *job && s.ended.is_none())
+            {
+                s.ended = Some(now);
+            }
         }
         self.note(("add-job", n, job, result.is_ok()), || {
             format!("node {n}: add job {job}: {result:?}")
@@ -842,6 +878,16 @@ impl Cluster {
                     .is_some_and(|t| *t + 1_000 <= self.now)
             {
                 self.disabled_runs.push(self.runs.len());
+            }
+            let session = self.nodes[n].session;
+            if self.shutdowns.iter().any(|s| {
+                s.node == n
+                    && s.job == run.job
+                    && Some(s.session) == session
+                    && s.ended.is_none()
+                    && s.at + 1_000 <= self.now
+            }) {
+                self.shutdown_runs.push(self.runs.len());
             }
             let key = (n, run.job.clone(), run.item, run.fire, run.token);
             self.note(("start", key), || {
@@ -1034,6 +1080,11 @@ impl Cluster {
                 } else {
                     reply
                 };
+                if let RegistryReply::Tree(nodes) = &reply {
+                    for node in nodes {
+                        self.note_own_node(n, &node.path, Some(&node.stat));
+                    }
+                }
                 let t = self.time_of(n);
                 self.nodes[n].machine.handle_registry_reply(id, reply, t);
                 self.pump(n);
@@ -1096,10 +1147,34 @@ impl Cluster {
         progressed
     }
 
+    /// Notes that node `n` was shown a node: its own instance node, if it is one.
+    fn note_own_node(&mut self, n: usize, path: &NodePath, stat: Option<&registry::Stat>) {
+        if path.name() != self.nodes[n].id.as_str() {
+            return;
+        }
+        let Some(session) = stat.and_then(|s| s.ephemeral_owner) else {
+            return;
+        };
+        let Some(dir) = path.parent() else { return };
+        if dir.name() != "instances" {
+            return;
+        }
+        if let Some(job) = dir.parent() {
+            self.shown_own.insert((n, job.name().to_owned()), session);
+        }
+    }
+
     /// Hands node `n` the watch events due to it. Node events go to the machine in batches;
     /// session events one by one, since the cluster acts on them (a new session after an
     /// expiry).
     fn deliver(&mut self, n: usize, events: Vec<RegistryEvent>) {
+        for e in &events {
+            if let RegistryEvent::Node(w) = e {
+                if w.kind != registry::WatchEventKind::Deleted {
+                    self.note_own_node(n, &w.path, w.stat.as_ref());
+                }
+            }
+        }
         // Most deliveries are node events only: one batch, the vector as it came.
         if events.iter().all(|e| matches!(e, RegistryEvent::Node(_))) {
             let t = self.time_of(n);
@@ -1252,6 +1327,35 @@ impl Cluster {
         self.note(("operator-delete", path.to_string()), || {
             format!("operator deletes {path}: {result:?}")
         });
+        Ok(())
+    }
+
+    /// An operator's shutdown of `job` on node `n`, as ElasticJob's `JobOperateAPI.shutdown`
+    /// does it: the node's instance node is deleted (from the operator's session). Recorded
+    /// as a shutdown when the node existed, its owner's session lived, and the instance had
+    /// been shown the node in that session (it cannot tell the deletion of a node it never
+    /// saw from a registration that never applied); the instance is then to stop the job and
+    /// start nothing more of it in that session.
+    pub fn operator_shutdown(&mut self, n: usize, job: &str) -> Result<(), ClusterError> {
+        let path = format!("/{job}/instances/{}", self.nodes[n].id);
+        let shown = self.shown_own.get(&(n, job.to_owned())).copied();
+        let owner = operator_path(&path)
+            .ok()
+            .and_then(|p| self.store.node(&p))
+            .and_then(|node| node.stat.ephemeral_owner)
+            .filter(|s| self.store.is_alive(*s) && Some(*s) == shown);
+        self.operator_delete(&path)?;
+        if let Some(session) = owner {
+            if !self.exists(&path) {
+                self.shutdowns.push(OperatorShutdown {
+                    at: self.now,
+                    node: n,
+                    job: job.to_owned(),
+                    session,
+                    ended: None,
+                });
+            }
+        }
         Ok(())
     }
 

@@ -55,6 +55,7 @@ pub fn cancel_reason(r: CancelReason) -> &'static str {
         CancelReason::SessionLost => "the session is lost",
         CancelReason::Shutdown => "the instance shuts down",
         CancelReason::JobRemoved => "the job is removed",
+        CancelReason::OperatorShutdown => "an operator shut the job down here",
     }
 }
 
@@ -152,6 +153,9 @@ pub fn event(e: &MachineEvent) -> String {
             written,
             total,
         } => format!("{job}: re-sharding, {written} of {total} items written"),
+        MachineEvent::OperatorShutdown { job } => {
+            format!("{job}: shut down by an operator (instance node deleted, session alive)")
+        }
         MachineEvent::JobLeft { job } => format!("{job}: left"),
     }
 }

@@ -768,6 +768,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                     ips: &ips,
                     hosts: &hosts,
                     max_items: cfg.max_items,
+                    ignore_cancel: &ignore_cancel,
                 };
                 operator(&mut c, &mut rng, &stage, &up, &mut refusals);
             }
@@ -823,6 +824,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             }
         }
     }
+    take_back_shut_down(&mut c, &jobs, heal_at + settle / 2, &mut refusals);
     let check_from = heal_at + settle;
     // Jobs removed by deploys are taken back (none is removed now).
     deploy.carry_out(
@@ -920,6 +922,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     ));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
+    violations.extend(checkers::shutdown::check(&c));
     violations.extend(checkers::wake::check(&c));
     // Whatever the registry's limit, every transaction is split until it fits; a user's
     // sharding strategy that breaks its contract is reported once per job.
@@ -1140,6 +1143,69 @@ fn refusal<T>(
         .ok()
 }
 
+/// At the heal, each live process takes back the jobs an operator shut down on it, as
+/// restarting the process would (retried while it is still leaving them, until `until`).
+/// Only those: a job a process dropped for any other reason stays dropped, for
+/// [`checkers::convergence`] to report.
+fn take_back_shut_down(
+    c: &mut Cluster,
+    jobs: &[JobConfig],
+    until: u64,
+    refused: &mut Vec<Violation>,
+) {
+    let mut todo: BTreeSet<(usize, String)> = c
+        .shutdowns
+        .iter()
+        .map(|s| (s.node, s.job.clone()))
+        .collect();
+    while !todo.is_empty() {
+        let mut leaving = BTreeSet::new();
+        for (n, job) in std::mem::take(&mut todo) {
+            let node = &c.nodes[n];
+            if !node.up || node.crashed || node.machine.is_stopped() {
+                continue;
+            }
+            if !node.jobs.contains(&job) {
+                continue;
+            }
+            let Some(config) = jobs.iter().find(|j| j.job_name == job) else {
+                continue;
+            };
+            match c.add_job(n, config) {
+                // Hosted still: it did not leave (its shutdown was not confirmed, say).
+                Ok(()) | Err(MachineError::DuplicateJob(_)) => {}
+                Err(MachineError::JobLeaving(_)) => {
+                    leaving.insert((n, job));
+                }
+                Err(e) => refused.push(Violation {
+                    checker: "deploy",
+                    time: c.now,
+                    message: format!(
+                        "node {n} could not take back job {job} after its shutdown: {e}"
+                    ),
+                }),
+            }
+        }
+        if leaving.is_empty() {
+            return;
+        }
+        if c.now >= until {
+            for (n, job) in leaving {
+                refused.push(Violation {
+                    checker: "deploy",
+                    time: c.now,
+                    message: format!(
+                        "node {n} could not take back job {job} after its shutdown: still leaving it"
+                    ),
+                });
+            }
+            return;
+        }
+        c.run_until(c.now + 500);
+        todo = leaving;
+    }
+}
+
 /// What an operator acts on.
 struct Stage<'a> {
     jobs: &'a [JobConfig],
@@ -1147,6 +1213,8 @@ struct Stage<'a> {
     ips: &'a [String],
     hosts: &'a BTreeMap<String, BTreeSet<usize>>,
     max_items: u32,
+    /// Jobs whose runs ignore cancellation: not shut down (the leave could outlast the world).
+    ignore_cancel: &'a BTreeSet<String>,
 }
 
 fn operator(
@@ -1173,7 +1241,7 @@ fn operator(
         .copied()
         .filter(|n| c.nodes[*n].jobs.contains(&job))
         .collect();
-    match rng.below(9) {
+    match rng.below(10) {
         0 => {
             if let Some(ip) = rng.pick(&ips) {
                 write(c, &format!("/{job}/servers/{ip}"), b"DISABLED", refused);
@@ -1197,6 +1265,16 @@ fn operator(
         4 => {
             if let Some(&n) = rng.pick(&hosting) {
                 c.trigger(n, &job);
+            }
+        }
+        9 => {
+            // ElasticJob's shutdown API: the instance node deleted.
+            if let Some(&n) = rng
+                .pick(&hosting)
+                .filter(|_| !stage.ignore_cancel.contains(&job))
+            {
+                let result = c.operator_shutdown(n, &job);
+                refusal(c.now, result, refused);
             }
         }
         5 => {

@@ -328,6 +328,117 @@ fn session_expiry_is_not_shutdown() {
 }
 
 #[test]
+fn an_operator_shutdown_stops_the_job_here_and_its_items_move_at_once() {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|job, _, _| if job == "pay" { 5_000 } else { 100 });
+    let j = job("pay", "* * * * * ?", 4);
+    let other = job("other", "* * * * * ?", 1);
+    c.add_node(A, &[j.clone(), other.clone()]).unwrap();
+    c.add_node(B, std::slice::from_ref(&j)).unwrap();
+    c.run_until(3_300);
+    let session = c.nodes[0].session;
+    let a_items: Vec<u32> = c
+        .owners("pay")
+        .into_iter()
+        .filter(|(_, o)| o == A)
+        .map(|(i, _)| i)
+        .collect();
+    assert!(!a_items.is_empty());
+    assert!(!c.nodes[0].machine.running_items("pay").is_empty());
+    // ElasticJob's `shutdown` operation: the instance node deleted, the session alive.
+    c.operator_shutdown(0, "pay").unwrap();
+    let at = c.now;
+    c.run_until(at + 300);
+    let events: Vec<&MachineEvent> = c.nodes[0]
+        .events
+        .iter()
+        .filter(|(t, _)| *t >= at)
+        .map(|(_, e)| e)
+        .collect();
+    assert!(
+        events.contains(&&MachineEvent::OperatorShutdown { job: "pay".into() }),
+        "{events:?}"
+    );
+    assert!(events.contains(&&MachineEvent::JobLeft { job: "pay".into() }));
+    // Not a session loss: the session lives on, and the other job with it.
+    assert_eq!(c.nodes[0].session, session);
+    assert!(!events.contains(&&MachineEvent::SessionLost));
+    assert!(c.nodes[0].machine.job_names().eq(["other"]));
+    // Its running items were cancelled at once (not after the 5 s run), and moved.
+    assert!(
+        c.runs
+            .iter()
+            .filter(|r| r.node == 0 && r.job == "pay" && r.start < at)
+            .all(|r| r.end.is_some_and(|e| e < at + 300))
+    );
+    c.run_until(at + 1_500);
+    let owners = c.owners("pay");
+    assert!(owners.values().all(|o| o == B), "{owners:?}");
+    assert!(
+        !c.exists(&format!("/pay/instances/{A}")),
+        "not registered again"
+    );
+    // Within a second B runs what A had (a failover of the cancelled runs, or the next fire).
+    for item in &a_items {
+        assert!(
+            c.runs
+                .iter()
+                .any(|r| r.node == 1 && r.item == *item && r.start > at && r.start < at + 1_500),
+            "item {item} did not run on B within 1.5 s"
+        );
+    }
+    c.run_until(at + 6_000);
+    assert!(
+        !c.runs
+            .iter()
+            .any(|r| r.node == 0 && r.job == "pay" && r.start > at),
+        "A started pay again"
+    );
+    assert!(
+        c.runs
+            .iter()
+            .any(|r| r.node == 0 && r.job == "other" && r.start > at + 5_000)
+    );
+    assert!(c.shutdown_runs.is_empty());
+    // Taken back (as a restarted process would): it registers and runs again.
+    c.add_job(0, &j).unwrap();
+    c.run_until(at + 20_000);
+    assert!(c.exists(&format!("/pay/instances/{A}")));
+    assert!(
+        c.runs
+            .iter()
+            .any(|r| r.node == 0 && r.job == "pay" && r.start > at + 6_000)
+    );
+    c.assert_no_overlap();
+}
+
+#[test]
+fn a_deletion_of_the_instance_node_by_the_session_s_end_is_not_a_shutdown() {
+    // The session expires while the instance is cut off: the registry deletes its node, and
+    // the instance registers again in a new session, whatever order it learns the two in.
+    let mut c = Cluster::new();
+    c.add_node(A, &[job("tick", "* * * * * ?", 2)]).unwrap();
+    c.run_until(2_500);
+    let old = c.nodes[0].session.unwrap();
+    c.partition(0);
+    c.run_until(7_000);
+    c.heal(0);
+    c.run_until(12_000);
+    assert_ne!(c.nodes[0].session, Some(old));
+    assert!(
+        c.exists(&format!("/tick/instances/{A}")),
+        "registered again"
+    );
+    assert!(
+        !c.nodes[0]
+            .events
+            .iter()
+            .any(|(_, e)| matches!(e, MachineEvent::OperatorShutdown { .. }))
+    );
+    assert!(c.runs.iter().any(|r| r.start > 10_000));
+}
+
+#[test]
 fn graceful_leave_hands_over_without_waiting_for_a_timeout() {
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 300);

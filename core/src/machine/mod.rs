@@ -216,6 +216,8 @@ pub struct Machine {
     wakes: BTreeSet<(u64, String)>,
     /// Jobs to evaluate again once a probe confirms the session.
     probe_waiters: BTreeSet<String>,
+    /// The number of the latest probe of the current session that succeeded (0: none).
+    probe_ok: u64,
     /// Executions whose completion is retried at a time (entries may be stale: checked).
     retries: BTreeSet<(u64, ExecutionId)>,
     /// Executions claimed ahead, by the monotonic time of their fire (entries may be stale).
@@ -437,6 +439,17 @@ struct Job {
     was_leader: bool,
     leaving: bool,
     leave_deadline: Option<u64>,
+    /// The session that owned this instance's node when the registry last showed it (in a
+    /// watch event or a tree read, whether the cache took it or not): a deletion of the node
+    /// seen in that same session is an operator's shutdown or the session's end, told apart by
+    /// a probe (see [`Job::node_gone`]).
+    registered_in: Option<crate::registry::SessionId>,
+    /// The node was seen deleted in [`Job::registered_in`]'s session when requests up to this
+    /// number had been sent: a probe with a later number that succeeds proves the session
+    /// outlived the deletion (an operator's shutdown).
+    node_gone: Option<u64>,
+    /// Leaving because an operator shut the job down here.
+    shut_down: bool,
     reported_corrupt: BTreeSet<String>,
     last_config_error: Option<String>,
     /// Why the last load of the subtree failed, until one succeeds.
@@ -517,6 +530,13 @@ impl Job {
 
     fn name(&self) -> &str {
         self.paths.job_name()
+    }
+
+    /// The registry showed this instance's node of the job.
+    fn note_own_node(&mut self, stat: &crate::registry::Stat) {
+        if let Some(owner) = stat.ephemeral_owner {
+            self.registered_in = Some(owner);
+        }
     }
 
     /// Whether new runs of the job are held because its leader waits to move items
@@ -624,6 +644,7 @@ impl Machine {
             wakes: BTreeSet::new(),
             retries: BTreeSet::new(),
             probe_waiters: BTreeSet::new(),
+            probe_ok: 0,
             starts: BTreeSet::new(),
             pending: BTreeMap::new(),
             executions: BTreeMap::new(),
@@ -773,6 +794,9 @@ impl Machine {
             orphan_seen: BTreeMap::new(),
             necessary_seen: None,
             was_leader: false,
+            registered_in: None,
+            node_gone: None,
+            shut_down: false,
             leaving: false,
             leave_deadline: None,
             reported_corrupt: BTreeSet::new(),
@@ -998,6 +1022,11 @@ impl Machine {
         let Some(j) = self.jobs.get_mut(job) else {
             return;
         };
+        if let (JobNode::Instance(id), Some(stat)) = (&node, &ev.stat) {
+            if *id == self.opts.instance_id {
+                j.note_own_node(stat);
+            }
+        }
         match j.phase {
             Phase::Waiting => return,
             Phase::Loading => {
@@ -1061,6 +1090,9 @@ impl Machine {
         }
         if self.probe == Some(id) {
             self.probe = None;
+        }
+        if ok && p.epoch == self.epoch && matches!(p.purpose, Purpose::Probe) {
+            self.probe_ok = self.probe_ok.max(id.0);
         }
         if let Some(job) = &p.job {
             if let Some(j) = self.jobs.get_mut(job) {
@@ -1562,6 +1594,14 @@ impl Machine {
         let Some(j) = self.jobs.get_mut(&name) else {
             return;
         };
+        if let RegistryReply::Tree(nodes) = &reply {
+            // Whether stale or not, it shows whether this instance's node was there.
+            let me = &self.opts.instance_id;
+            let own = j.paths.instance(me);
+            if let Some(node) = nodes.iter().find(|n| n.path == own) {
+                j.note_own_node(&node.stat);
+            }
+        }
         if j.loading != Some(id) {
             // A later load replaced this one: its snapshot and the events buffered since do
             // not fit together.
@@ -1841,6 +1881,24 @@ impl Machine {
             .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
     }
 
+    /// An operator shut the job down here (see [`MachineEvent::OperatorShutdown`]): leave it
+    /// at once, cancelling its running items so that they move without waiting for a grace.
+    fn operator_shutdown(&mut self, name: &str, now: Now) -> Action {
+        let Some(j) = self.jobs.get_mut(name) else {
+            return Action::Nothing;
+        };
+        j.leaving = true;
+        j.shut_down = true;
+        j.leave_deadline = Some(now.mono);
+        j.triggers.clear();
+        j.trigger_run = None;
+        self.out
+            .push_back(Command::Event(MachineEvent::OperatorShutdown {
+                job: name.to_owned(),
+            }));
+        self.decide(name, now)
+    }
+
     fn decide(&mut self, name: &str, now: Now) -> Action {
         let Some(j) = self.jobs.get_mut(name) else {
             return Action::Nothing;
@@ -1901,6 +1959,8 @@ impl Machine {
                                 e.cancelled = true;
                                 let reason = if self.shutdown.is_some() {
                                     CancelReason::Shutdown
+                                } else if j.shut_down {
+                                    CancelReason::OperatorShutdown
                                 } else {
                                     CancelReason::JobRemoved
                                 };
@@ -1942,6 +2002,23 @@ impl Machine {
             return Action::Nothing;
         };
 
+        if view.instances.contains(&me) {
+            j.node_gone = None;
+        } else if j.registered_in == Some(sid) && !planted!(self.opts, IgnoreOperatorShutdown) {
+            // Our node, seen in this very session, is gone: an operator deleted it (a remote
+            // shutdown), or the session ended and took it. A probe sent after the deletion was
+            // seen tells them apart: if it succeeds, the session outlived the deletion. If the
+            // session ended, its expiry comes instead and the instance registers again in the
+            // next session. Nothing is decided meanwhile (no registration, no claim).
+            let marker = *j.node_gone.get_or_insert(self.next_request);
+            if self.probe_ok > marker || planted!(self.opts, ShutdownWithoutProbe) {
+                return self.operator_shutdown(name, now);
+            }
+            self.probe_waiters.insert(name.to_owned());
+            self.probe_now(now);
+            return Action::Nothing;
+        }
+
         if j.phase == Phase::Loaded || j.phase == Phase::Blocked {
             return match setup_ops(j, view, &me, sid, now.wall_ms()) {
                 Ok(ops) if ops.len() <= 1 => {
@@ -1969,8 +2046,8 @@ impl Machine {
         let standing = Standing::of(j, view, &me, sid);
         let gate = standing.gate(view, &me);
         if let Gate::Register = gate {
-            // Our instance node is gone (deleted by an operator, or not yet visible): register
-            // again.
+            // Our instance node is not there yet (a registration not visible yet, a new
+            // session): register.
             j.phase = Phase::Loaded;
             return match setup_ops(j, view, &me, sid, now.wall_ms()) {
                 Ok(ops) => Action::Txn(Purpose::Setup, ops),
@@ -2218,6 +2295,7 @@ impl Machine {
         let j = self.jobs.get(name)?;
         let mut groups: BTreeMap<RunKey, Vec<(ExecItem, Revision)>> = BTreeMap::new();
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+        ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
         // Within the transaction limit; the next evaluation adopts the rest.
         let limit = j.txn_limit(&self.opts).unwrap_or(usize::MAX);
         let mut taken = 0usize;
@@ -3868,6 +3946,9 @@ fn claims(
 
     let p = &j.paths;
     let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+    // Still registered: an operator's shutdown (the instance node deleted) stops new
+    // claims at once, before this instance has seen it.
+    ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
     let mut claims_out: Vec<Claim> = Vec::new();
     for ((fire, kind), items) in groups {
         let mut claimed = Vec::new();

@@ -40,11 +40,17 @@ pub enum Plant {
     CatchUpAfterDowntime,
     /// Give up every fire from before the cluster's start, ignoring the job's catch-up bound.
     IgnoreCatchUpBound,
+    /// Register again when an operator deletes this instance's node, as if the session had
+    /// been lost (the behaviour before remote shutdown was told apart).
+    IgnoreOperatorShutdown,
+    /// Take any deletion of this instance's node for an operator's shutdown, without first
+    /// confirming that the session outlived it (a session's expiry then stops the job here).
+    ShutdownWithoutProbe,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 15] = [
+    pub const ALL: [Plant; 17] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -60,6 +66,8 @@ impl Plant {
         Plant::ForgetWakes,
         Plant::CatchUpAfterDowntime,
         Plant::IgnoreCatchUpBound,
+        Plant::IgnoreOperatorShutdown,
+        Plant::ShutdownWithoutProbe,
     ];
 
     /// The name used on the command line.
@@ -80,6 +88,8 @@ impl Plant {
             Plant::ForgetWakes => "forget-wakes",
             Plant::CatchUpAfterDowntime => "catch-up-after-downtime",
             Plant::IgnoreCatchUpBound => "ignore-catch-up-bound",
+            Plant::IgnoreOperatorShutdown => "ignore-operator-shutdown",
+            Plant::ShutdownWithoutProbe => "shutdown-without-probe",
         }
     }
 }

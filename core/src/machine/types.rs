@@ -218,6 +218,9 @@ pub enum CancelReason {
     Shutdown,
     /// The job was removed from this instance.
     JobRemoved,
+    /// An operator shut the job down on this instance (deleted its instance node while its
+    /// session lived): the items are handed over at once.
+    OperatorShutdown,
 }
 
 /// What the machine asks the driver to do, in order.
@@ -381,6 +384,16 @@ pub enum MachineEvent {
         job: String,
         /// Why, for the log.
         reason: String,
+    },
+    /// An operator shut the job down on this instance: its instance node was deleted while
+    /// its session lived (a probe sent after the deletion was seen confirmed the session, so
+    /// the deletion was not the session's expiry). The job's running items are cancelled and
+    /// recorded, so that their items move at once, and the instance leaves the job
+    /// ([`MachineEvent::JobLeft`] follows); it runs nothing more of it until the job is added
+    /// again (in `shardjob run`, until the process restarts), as in ElasticJob.
+    OperatorShutdown {
+        /// The job.
+        job: String,
     },
     /// The instance left the job (removed, or shut down).
     JobLeft {

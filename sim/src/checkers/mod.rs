@@ -7,6 +7,7 @@ pub mod disabled;
 pub mod liveness;
 pub mod once;
 pub mod overlap;
+pub mod shutdown;
 pub mod wake;
 
 /// One broken invariant.
