@@ -1087,6 +1087,15 @@ impl Driver {
             MachineEvent::LeftUnloaded { job, reason } => {
                 tracing::warn!(instance = %me, %job, "leaving the job without it: {reason}")
             }
+            MachineEvent::OperatorShutdown { job } => {
+                tracing::warn!(
+                    instance = %me,
+                    %job,
+                    "an operator shut this job down here (its instance node was deleted while the \
+                     session lives): running items cancelled and handed over; this instance runs \
+                     nothing more of the job until the process restarts or the job is added again"
+                )
+            }
             MachineEvent::JobLeft { job } => {
                 tracing::info!(instance = %me, %job, "left the job");
                 if let Some(entry) = self.jobs.remove(job) {
