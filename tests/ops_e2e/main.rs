@@ -4,7 +4,8 @@
 //!
 //! - `operate`: bad input (unknown job, item out of range, a configuration that fails
 //!   validation: exit 1, a clear message, nothing written), disable an item and enable it,
-//!   trigger with a parameter, `config set` a new sharding total;
+//!   disable a server and enable it, trigger with a parameter, `config set` a new sharding
+//!   total;
 //! - `operator_shutdown`: `shutdown --server IP` of one instance hands its items over at once
 //!   and it runs nothing more of the job;
 //! - `remove`: every instance leaves the job.

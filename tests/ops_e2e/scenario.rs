@@ -108,13 +108,14 @@ fn start(fleet: &mut Fleet) -> i64 {
     fire
 }
 
-/// Disable an item, enable it, trigger with a parameter, `config set` a new total, and bad
-/// input in between — on one running fleet.
+/// Bad input, disable an item and enable it, disable a server and enable it, trigger with a
+/// parameter, `config set` a new total — on one running fleet.
 pub fn operate(fleet: &mut Fleet) {
     let started = now_ms();
     start(fleet);
     bad_input(fleet);
     disable_and_enable_an_item(fleet, 1);
+    disable_and_enable_a_server(fleet, INSTANCES[1]);
     trigger_with_a_parameter(fleet, "backfill-2026");
     config_set_a_new_total(fleet, ITEMS + 3);
     fleet.stop_all();
@@ -265,6 +266,57 @@ fn disable_and_enable_an_item(fleet: &mut Fleet, item: u32) {
         s["items"][item as usize]["status"] != "DISABLED"
     });
     eprintln!("ops_e2e: item {item} disabled from fire {cut} on, then enabled again");
+}
+
+/// `shardjob disable JOB --server IP`: the server's instance gives up its items and the others
+/// run them all; `enable` shares them over the three again.
+fn disable_and_enable_a_server(fleet: &mut Fleet, (name, ip): (&str, &str)) {
+    let out = fleet.ok(&["disable", JOB, "--server", ip]);
+    assert!(
+        out.contains(&format!("disabled job {JOB} on server {ip}")),
+        "{out}"
+    );
+    let done = now_ms();
+    let rest: Vec<&str> = names().into_iter().filter(|n| *n != name).collect();
+    let (fire, _) = fleet.wait_shared(WAIT, done, ITEMS, &rest);
+    let id = fleet.id(name);
+    fleet.wait_status("the server DISABLED, its instance without items", |s| {
+        let mine = s["instances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["id"] == id.as_str());
+        mine.is_some_and(|i| i["server_disabled"] == true)
+            && items_of(s, &id).is_empty()
+            && s["brief"]["status"] == "OK"
+    });
+    let all: BTreeSet<u32> = (0..ITEMS).collect();
+    fleet.wait_for(WAIT, "two more fires without the disabled server", |runs| {
+        (complete_fires(runs, fire, &all).len() >= 3).then_some(())
+    });
+    let more: Vec<Run> = fleet
+        .runs()
+        .into_iter()
+        .filter(|r| r.who == name && r.fire >= fire)
+        .collect();
+    assert!(
+        more.is_empty(),
+        "{name} ran items while its server was disabled: {more:#?}\n{}",
+        fleet.diagnostics()
+    );
+
+    let without = fire - done;
+    let out = fleet.ok(&["enable", JOB, "--server", ip]);
+    assert!(
+        out.contains(&format!("enabled job {JOB} on server {ip}")),
+        "{out}"
+    );
+    let done = now_ms();
+    let (back, _) = fleet.wait_shared(WAIT, done, ITEMS, &names());
+    eprintln!(
+        "ops_e2e: server {ip} disabled: fire {fire} ran every item without it ({without} ms after the \
+         command); enabled: fire {back} shared by the three again"
+    );
 }
 
 /// `shardjob trigger JOB --param P`: each instance runs its items once with the parameter.
