@@ -78,10 +78,13 @@ impl Run {
     }
 }
 
-/// Parses the log.
+/// Parses the log's complete lines (a script may be writing the last one as it is read).
 pub fn parse(text: &str) -> Vec<Run> {
     let mut out = Vec::new();
-    for raw in text.lines() {
+    for raw in text
+        .split_inclusive('\n')
+        .filter_map(|l| l.strip_suffix('\n'))
+    {
         let mut parts = raw.splitn(6, ' ');
         assert_eq!(parts.next(), Some("run"), "bad log line {raw:?}");
         let start: i64 = parts
@@ -137,14 +140,22 @@ pub fn complete_fires(
     by_fire
 }
 
-/// The (item, fire) pairs of the schedule that were started more than once.
-pub fn started_twice(runs: &[Run]) -> Vec<String> {
+/// The (item, fire) pairs of the schedule that were started more than once — except a run of
+/// instance `cancelled` (shut down by an operator while it ran: its runs were cancelled) run
+/// again by another instance as a FAILOVER.
+pub fn started_twice(runs: &[Run], cancelled: Option<&str>) -> Vec<String> {
     let mut seen: BTreeMap<(u32, i64), Vec<&Run>> = BTreeMap::new();
     for r in runs.iter().filter(|r| r.scheduled()) {
         seen.entry((r.item, r.fire)).or_default().push(r);
     }
+    let retry = |list: &[&Run]| {
+        list.len() == 2
+            && cancelled.is_some_and(|c| list[0].who == c)
+            && list[1].kind == "FAILOVER"
+            && list[1].who != list[0].who
+    };
     seen.into_iter()
-        .filter(|(_, list)| list.len() > 1)
+        .filter(|(_, list)| list.len() > 1 && !retry(list))
         .map(|((item, fire), list)| {
             let who: Vec<(&str, &str)> = list
                 .iter()

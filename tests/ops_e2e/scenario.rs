@@ -119,7 +119,7 @@ pub fn operate(fleet: &mut Fleet) {
     trigger_with_a_parameter(fleet, "backfill-2026");
     config_set_a_new_total(fleet, ITEMS + 3);
     fleet.stop_all();
-    let problems = started_twice(&fleet.runs());
+    let problems = started_twice(&fleet.runs(), None);
     assert!(
         problems.is_empty(),
         "{problems:#?}\n{}",
@@ -478,7 +478,7 @@ pub fn operator_shutdown(fleet: &mut Fleet) {
         "{victim} went on running the job after its shutdown at {done}: {more:#?}\n{}",
         fleet.diagnostics()
     );
-    let problems = started_twice(&runs);
+    let problems = started_twice(&runs, Some(victim));
     assert!(
         problems.is_empty(),
         "{problems:#?}\n{}",
