@@ -5,7 +5,9 @@
 //! so that `shutdown --server IP` names one of them. Nothing binds those addresses; the
 //! processes only connect to the registry on 127.0.0.1.
 //!
-//! The job's script appends one line to the log when an item begins:
+//! They run two jobs: [`JOB`], which the scenarios operate, and [`SIDE`], which they leave
+//! alone (an instance shut down in one job runs the other on). Each job's script appends one
+//! line to the job's log when an item begins:
 //!
 //! ```text
 //! run <unix ms> <instance> <fire time> <run kind> <context JSON>
@@ -26,6 +28,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const JOB: &str = "opsE2e";
 /// Its items at the start.
 pub const ITEMS: u32 = 6;
+/// The job the scenarios do not operate.
+pub const SIDE: &str = "opsE2eSide";
+/// Its items: one per instance.
+pub const SIDE_ITEMS: u32 = 3;
 /// The instances: name and server IP.
 pub const INSTANCES: [(&str, &str); 3] =
     [("a", "127.0.0.1"), ("b", "127.0.0.2"), ("c", "127.0.0.3")];
@@ -78,8 +84,9 @@ impl Run {
     }
 }
 
-/// Parses the log's complete lines (a script may be writing the last one as it is read).
-pub fn parse(text: &str) -> Vec<Run> {
+/// Parses the complete lines of `job`'s log (a script may be writing the last one as it is
+/// read).
+pub fn parse(text: &str, job: &str) -> Vec<Run> {
     let mut out = Vec::new();
     for raw in text
         .split_inclusive('\n')
@@ -102,7 +109,7 @@ pub fn parse(text: &str) -> Vec<Run> {
             .next()
             .and_then(|j| serde_json::from_str(j).ok())
             .unwrap_or_else(|| panic!("bad context in {raw:?}"));
-        assert_eq!(ctx["jobName"], JOB, "{raw}");
+        assert_eq!(ctx["jobName"], job, "{raw}");
         let number = |key: &str| {
             ctx[key]
                 .as_u64()
@@ -195,8 +202,6 @@ struct Member {
     id: String,
     child: Option<Child>,
     stderr: PathBuf,
-    /// It may exit by itself (shut down by an operator): not counted as a failure.
-    may_exit: bool,
 }
 
 /// Three `shardjob run` processes over one registry, and their shared log.
@@ -205,6 +210,7 @@ pub struct Fleet {
     url: String,
     job_file: PathBuf,
     log: PathBuf,
+    side_log: PathBuf,
     members: Vec<Member>,
 }
 
@@ -227,6 +233,8 @@ impl Fleet {
         let dir = temp_dir(tag);
         let log = dir.join("runs.log");
         fs::write(&log, "").unwrap();
+        let side_log = dir.join("side.log");
+        fs::write(&side_log, "").unwrap();
         let script = dir.join("item.sh");
         fs::write(
             &script,
@@ -237,17 +245,20 @@ impl Fleet {
              sleep \"$2\"\n",
         )
         .unwrap();
-        let job_file = dir.join("jobs.yaml");
-        fs::write(
-            &job_file,
+        let job = |name: &str, items: u32, log: &Path| {
             format!(
-                "- jobName: {JOB}\n  cron: '* * * * * ?'\n  shardingTotalCount: {ITEMS}\n  \
+                "- jobName: {name}\n  cron: '* * * * * ?'\n  shardingTotalCount: {items}\n  \
                  failover: true\n  misfire: true\n  props:\n    \
                  script.command.line: \"sh '{}' '{}' 0.2\"\n    \
                  script.timeout.milliseconds: 20000\n",
                 script.display(),
                 log.display()
-            ),
+            )
+        };
+        let job_file = dir.join("jobs.yaml");
+        fs::write(
+            &job_file,
+            job(JOB, ITEMS, &log) + &job(SIDE, SIDE_ITEMS, &side_log),
         )
         .unwrap();
         Fleet {
@@ -255,6 +266,7 @@ impl Fleet {
             url,
             job_file,
             log,
+            side_log,
             members: Vec::new(),
         }
     }
@@ -298,15 +310,7 @@ impl Fleet {
             id,
             child: Some(child),
             stderr,
-            may_exit: false,
         });
-    }
-
-    fn member(&mut self, name: &str) -> &mut Member {
-        self.members
-            .iter_mut()
-            .find(|m| m.name == name)
-            .unwrap_or_else(|| panic!("no instance {name}"))
     }
 
     /// Instance `name`'s id.
@@ -316,11 +320,6 @@ impl Fleet {
             .find(|m| m.name == name)
             .map(|m| m.id.clone())
             .unwrap_or_else(|| panic!("no instance {name}"))
-    }
-
-    /// Lets instance `name` exit by itself from now on (an operator shut it down).
-    pub fn may_exit(&mut self, name: &str) {
-        self.member(name).may_exit = true;
     }
 
     /// Runs `shardjob ARGS --registry URL` (the same binary), stdin not a terminal; kills it
@@ -382,7 +381,12 @@ impl Fleet {
 
     /// `shardjob status JOB --json`.
     pub fn status(&self) -> serde_json::Value {
-        let out = self.ok(&["status", JOB, "--json"]);
+        self.status_of(JOB)
+    }
+
+    /// `shardjob status JOB --json` of `job`.
+    pub fn status_of(&self, job: &str) -> serde_json::Value {
+        let out = self.ok(&["status", job, "--json"]);
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("status --json: {e}: {out}"))
     }
 
@@ -406,17 +410,19 @@ impl Fleet {
         }
     }
 
-    /// The runs so far.
+    /// The runs of [`JOB`] so far.
     pub fn runs(&self) -> Vec<Run> {
-        parse(&fs::read_to_string(&self.log).unwrap())
+        parse(&fs::read_to_string(&self.log).unwrap(), JOB)
+    }
+
+    /// The runs of [`SIDE`] so far.
+    pub fn side_runs(&self) -> Vec<Run> {
+        parse(&fs::read_to_string(&self.side_log).unwrap(), SIDE)
     }
 
     fn check_alive(&mut self, what: &str) {
         let mut dead = None;
         for m in &mut self.members {
-            if m.may_exit {
-                continue;
-            }
             if let Some(child) = &mut m.child
                 && let Ok(Some(status)) = child.try_wait()
             {
@@ -428,17 +434,37 @@ impl Fleet {
         }
     }
 
-    /// Polls the log every 20 ms until `done` says yes; panics with diagnostics after
+    /// Polls [`JOB`]'s log every 20 ms until `done` says yes; panics with diagnostics after
     /// `timeout`, or if an instance exits meanwhile.
     pub fn wait_for<T>(
         &mut self,
+        timeout: Duration,
+        what: &str,
+        done: impl FnMut(&[Run]) -> Option<T>,
+    ) -> T {
+        self.wait_log(false, timeout, what, done)
+    }
+
+    /// [`Fleet::wait_for`] on [`SIDE`]'s log.
+    pub fn wait_side<T>(
+        &mut self,
+        timeout: Duration,
+        what: &str,
+        done: impl FnMut(&[Run]) -> Option<T>,
+    ) -> T {
+        self.wait_log(true, timeout, what, done)
+    }
+
+    fn wait_log<T>(
+        &mut self,
+        side: bool,
         timeout: Duration,
         what: &str,
         mut done: impl FnMut(&[Run]) -> Option<T>,
     ) -> T {
         let deadline = Instant::now() + timeout;
         loop {
-            let runs = self.runs();
+            let runs = if side { self.side_runs() } else { self.runs() };
             if let Some(t) = done(&runs) {
                 return t;
             }
@@ -480,8 +506,7 @@ impl Fleet {
         })
     }
 
-    /// Stops every instance still running gracefully (SIGTERM); each must exit with success,
-    /// also one that exited by itself before.
+    /// Stops every instance gracefully (SIGTERM); each must exit with success.
     pub fn stop_all(&mut self) {
         for i in 0..self.members.len() {
             let Some(mut child) = self.members[i].child.take() else {
@@ -489,11 +514,9 @@ impl Fleet {
             };
             let name = self.members[i].name.clone();
             let pid = child.id() as i32;
-            if matches!(child.try_wait(), Ok(None)) {
-                // SAFETY: kill(2) on a child this fleet started and has not reaped.
-                let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-                assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
-            }
+            // SAFETY: kill(2) on a child this fleet started and has not reaped.
+            let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+            assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
             let deadline = Instant::now() + WAIT;
             let status = loop {
                 match child.try_wait() {
@@ -529,6 +552,8 @@ impl Fleet {
         }
         out.push_str("--- run log (tail)\n");
         out.push_str(&tail(&self.log, 40));
+        out.push_str("--- side job's run log (tail)\n");
+        out.push_str(&tail(&self.side_log, 10));
         out.push_str(&format!("(files in {})\n", self.dir.display()));
         out
     }

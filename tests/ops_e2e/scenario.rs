@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use crate::fleet::{
-    Fleet, INSTANCES, ITEMS, JOB, Run, STEADY, WAIT, complete_fires, next_fire, now_ms,
+    Fleet, INSTANCES, ITEMS, JOB, Run, SIDE, STEADY, WAIT, complete_fires, next_fire, now_ms,
     started_twice,
 };
 
@@ -219,13 +219,13 @@ fn bad_input(fleet: &mut Fleet) {
     let o = fleet.cli(&["dump", "nope"]);
     assert_eq!(o.code, Some(1), "{o}");
     let jobs: serde_json::Value = serde_json::from_str(&fleet.ok(&["jobs", "--json"])).unwrap();
-    let listed: Vec<&str> = jobs
+    let listed: BTreeSet<&str> = jobs
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|j| j["name"].as_str())
         .collect();
-    assert_eq!(listed, [JOB], "{jobs}");
+    assert_eq!(listed, BTreeSet::from([JOB, SIDE]), "{jobs}");
 }
 
 /// `shardjob disable JOB --item N`: the item stops running everywhere within one fire (the
@@ -417,8 +417,9 @@ fn config_set_a_new_total(fleet: &mut Fleet, total: u32) {
     );
 }
 
-/// `shardjob shutdown JOB --server IP` of the job's leader: its items run elsewhere within 1 s of its
-/// next fire window, it starts nothing more of the job, and its instance node stays gone.
+/// `shardjob shutdown JOB --server IP` of the job's leader: its items run elsewhere within 1 s
+/// of its next fire window, it starts nothing more of the job, its instance node stays gone,
+/// and it runs the other job on.
 pub fn operator_shutdown(fleet: &mut Fleet) {
     start(fleet);
     // The leader: the hardest case (the others elect a new one before they re-shard), and the
@@ -433,11 +434,10 @@ pub fn operator_shutdown(fleet: &mut Fleet) {
     assert!(!items.is_empty(), "{status:#}");
     let out = fleet.ok(&["shutdown", JOB, "--server", ip]);
     assert!(
-        out.contains(&format!("shut down instance {id} of job {JOB}")),
+        out.contains(&format!("shut down instance {id} of job {JOB}")) && !out.contains(SIDE),
         "{out}"
     );
     let done = now_ms();
-    fleet.may_exit(victim);
     // Its next fire window: the fire after the command may still start on it; none after.
     let window = next_fire(done);
     let cut = window + 1000;
@@ -497,6 +497,14 @@ pub fn operator_shutdown(fleet: &mut Fleet) {
         .map(|n| fleet.id(n))
         .collect();
     assert!(all_owned_by(&status, ITEMS, &others), "{status:#}");
+    // The other job is not touched: the victim still runs it.
+    let side = fleet.status_of(SIDE);
+    assert!(instance_ids(&side).contains(&id), "{side:#}");
+    fleet.wait_side(WAIT, "the victim running the other job", |runs| {
+        runs.iter()
+            .any(|r| r.who == victim && r.fire > resumed)
+            .then_some(())
+    });
     fleet.stop_all();
     eprintln!(
         "ops_e2e: shutdown of {victim}: its items {items:?} ran elsewhere from fire {window} on, \
@@ -505,16 +513,17 @@ pub fn operator_shutdown(fleet: &mut Fleet) {
 }
 
 /// `shardjob remove JOB`: every instance leaves the job (no instance or server node comes
-/// back, nothing more runs); the configuration stays, so the job lists as CRASHED. The CLI has
-/// no command that puts instances back (they rejoin when they restart): the scenario ends there.
+/// back, nothing more runs) and runs the other job on; the configuration stays, so the job
+/// lists as CRASHED. The CLI has no command that puts instances back (they rejoin when they
+/// restart): the scenario ends there.
 pub fn remove(fleet: &mut Fleet) {
     start(fleet);
     let out = fleet.ok(&["remove", JOB]);
     for n in names() {
         let id = fleet.id(n);
         assert!(out.contains(&format!("shut down instance {id}")), "{out}");
-        fleet.may_exit(n);
     }
+    assert!(!out.contains(SIDE), "{out}");
     assert_eq!(out.matches("removed server").count(), 3, "{out}");
     let done = now_ms();
     let cut = next_fire(done) + 1000;
@@ -541,8 +550,25 @@ pub fn remove(fleet: &mut Fleet) {
         fleet.diagnostics()
     );
     let jobs: serde_json::Value = serde_json::from_str(&fleet.ok(&["jobs", "--json"])).unwrap();
-    assert_eq!(jobs[0]["name"], JOB, "{jobs}");
-    assert_eq!(jobs[0]["instance_count"], 0, "{jobs}");
-    assert_eq!(jobs[0]["status"], "CRASHED", "{jobs}");
+    let brief = |name: &str| {
+        jobs.as_array()
+            .into_iter()
+            .flatten()
+            .find(|j| j["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} not listed: {jobs}"))
+    };
+    assert_eq!(brief(JOB)["instance_count"], 0, "{jobs}");
+    assert_eq!(brief(JOB)["status"], "CRASHED", "{jobs}");
+    assert_eq!(brief(SIDE)["instance_count"], 3, "{jobs}");
+    // Every instance runs the other job on.
+    fleet.wait_side(WAIT, "every instance running the other job", |runs| {
+        let who: BTreeSet<&str> = runs
+            .iter()
+            .filter(|r| r.fire >= watch_until)
+            .map(|r| r.who.as_str())
+            .collect();
+        (who.len() == INSTANCES.len()).then_some(())
+    });
     fleet.stop_all();
 }
