@@ -143,6 +143,13 @@ fn bad_input(fleet: &mut Fleet) {
     )
     .unwrap();
     let bad_yaml = bad_yaml.to_str().unwrap();
+    let misspelt = fleet.dir().join("misspelt.yaml");
+    std::fs::write(
+        &misspelt,
+        format!("jobName: {JOB}\nshardingTotalCont: 3\ncron: \"* * * * * ?\"\n"),
+    )
+    .unwrap();
+    let misspelt = misspelt.to_str().unwrap();
     let good_yaml = fleet.dir().join("nope.yaml");
     std::fs::write(
         &good_yaml,
@@ -151,7 +158,8 @@ fn bad_input(fleet: &mut Fleet) {
     .unwrap();
     let good_yaml = good_yaml.to_str().unwrap();
     let out_of_range = ITEMS.to_string();
-    let cases: [(&[&str], &[&str]); 10] = [
+    let total_is = format!("shardingTotalCount is {ITEMS}");
+    let cases: [(&[&str], &[&str]); 11] = [
         (&["status", "nope"], &["\"nope\" not found"]),
         (
             &["trigger", "nope", "--param", "x"],
@@ -165,7 +173,7 @@ fn bad_input(fleet: &mut Fleet) {
         ),
         (
             &["disable", JOB, "--item", &out_of_range],
-            &["out of range", "shardingTotalCount is 6"],
+            &["out of range", &total_is],
         ),
         (&["enable", JOB, "--item", &out_of_range], &["out of range"]),
         (
@@ -175,6 +183,10 @@ fn bad_input(fleet: &mut Fleet) {
         (
             &["config", "set", JOB, bad_yaml, "--yes"],
             &["shardingTotalCount", "cron", "nothing was written"],
+        ),
+        (
+            &["config", "set", JOB, misspelt, "--yes"],
+            &["shardingTotalCont", "nothing was written"],
         ),
         (
             &["disable", JOB, "--server", "10.9.9.9"],
