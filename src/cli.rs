@@ -458,6 +458,13 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
              SHARDJOB_REGISTRY)"
         )?,
     }
+    if let Some(addr) = file.dump {
+        writeln!(
+            out,
+            "# dump port: {addr} (elasticjob.dump; read it with `shardjob dump JOB --instance \
+             HOST:PORT`)"
+        )?;
+    }
     for job in &file.jobs {
         writeln!(out, "# runs: {} ({})", job.config.job_name, job.kind.name())?;
     }
@@ -481,6 +488,8 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
 /// What `run` needs before it starts: the jobs, the registry and how to reach it.
 struct RunPlan {
     jobs: Vec<crate::jobfile::FileJob>,
+    /// Where the dump port listens, if the file turns it on.
+    dump: Option<std::net::SocketAddr>,
     registry: crate::registry_url::RegistryUrl,
     connect: crate::registry_url::ConnectOptions,
 }
@@ -569,6 +578,7 @@ fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, Strin
     }
     Ok(Ok(RunPlan {
         jobs: file.jobs,
+        dump: file.dump,
         registry,
         connect,
     }))
@@ -640,6 +650,9 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         if let Some(id) = instance_id {
             builder = builder.instance_id(id);
         }
+        if let Some(addr) = plan.dump {
+            builder = builder.dump(addr);
+        }
         let count = plan.jobs.len();
         for crate::jobfile::FileJob { config, kind } in plan.jobs {
             builder = match kind {
@@ -658,6 +671,14 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
                 handle.instance_id()
             ),
         );
+        if let Some(addr) = handle.dump_addr() {
+            say(
+                out,
+                format_args!(
+                    "shardjob: dump port on {addr} (read it with `shardjob dump JOB --instance {addr}`)"
+                ),
+            );
+        }
         stop_and_leave(&handle, signals, args.exit_after, out).await
     });
     // A job body stuck in a blocking call must not hold the exit up.
