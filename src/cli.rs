@@ -10,7 +10,8 @@
 //!
 //! Every command writes to the writer it is given and returns the process exit code, so tests
 //! run the real code without a subprocess: 0 when all is well, 1 when the input has problems
-//! (the problems are printed), 2 for usage errors (clap's code).
+//! (the problems are printed) or something is not found, 2 when a registry (or an instance's
+//! dump port) cannot be reached. The binary gives usage errors 1 as well ([`EXIT_STATUS`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,10 +24,19 @@ use shardjob_core::config;
 use shardjob_core::sharding::{BuiltinStrategy, ShardingStrategy, registry_order};
 use shardjob_core::{CronExpr, InstanceId, JobTimeZone};
 
+/// What `shardjob --help` says of the exit status.
+pub const EXIT_STATUS: &str = "\
+Exit status:
+  0  done
+  1  bad input (a usage error, a file or value that does not validate), something not
+     found, or `run` or `demo` could not go on
+  2  an operating command (jobs, status, trigger, ..., dump) cannot reach the registry,
+     or `dump --instance` the instance";
+
 /// Distributed, sharded cron jobs: a demo, a runner for config-only jobs, preview and check
 /// tools.
 #[derive(Debug, Parser)]
-#[command(name = "shardjob", version, about)]
+#[command(name = "shardjob", version, about, after_help = EXIT_STATUS)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
