@@ -675,6 +675,23 @@ async fn status(
     Ok(Ok(()))
 }
 
+/// Writes `shardjob status JOB`'s table of `job`, read through `registry` (`shardjob demo`
+/// ends with it). The inner `Err` says why the job could not be read.
+pub async fn show_status(
+    registry: &(dyn Registry + 'static),
+    job: &str,
+    now: DateTime<Utc>,
+    out: &mut dyn Write,
+) -> std::io::Result<Result<(), String>> {
+    let ops = Ops::new(registry);
+    match status(&ops, job, false, now, out).await {
+        Ok(Ok(())) => Ok(Ok(())),
+        Ok(Err(Failure::Input(why) | Failure::Unreachable(why))) => Ok(Err(why)),
+        Err(CliError::Output(e)) => Err(e),
+        Err(CliError::Runtime(why)) => Err(std::io::Error::other(why)),
+    }
+}
+
 fn write_status(s: &JobStatus, out: &mut dyn Write) -> std::io::Result<()> {
     let b = &s.brief;
     writeln!(
