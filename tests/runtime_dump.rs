@@ -18,7 +18,7 @@ use shardjob::core::{CronExpr, InstanceId, JobConfig};
 use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
 use shardjob::mem::MemServer;
 use shardjob::runtime::dump::{MAX_CLIENTS, MAX_REQUEST_LINE};
-use shardjob::runtime::{Scheduler, SchedulerHandle};
+use shardjob::runtime::{DumpLimits, Scheduler, SchedulerHandle};
 
 const JOB: &str = "dumpJob";
 /// Every wait for an effect; generous, for a loaded machine.
@@ -45,10 +45,15 @@ fn config() -> JobConfig {
 /// Starts an instance of [`JOB`] with its dump port on a free loopback port, and waits until
 /// it owns every item.
 async fn instance(registry: Arc<dyn Registry>) -> SchedulerHandle {
+    instance_with(registry, DumpLimits::default()).await
+}
+
+/// [`instance`] with other bounds on the dump port's clients.
+async fn instance_with(registry: Arc<dyn Registry>, limits: DumpLimits) -> SchedulerHandle {
     let handle = Scheduler::builder()
         .registry(registry)
         .instance_id(InstanceId::new(ID).unwrap())
-        .dump(0)
+        .dump_with(0, limits)
         .job(config(), Idle)
         .build()
         .await
@@ -251,10 +256,18 @@ async fn bad_requests_get_one_clear_line() {
     handle.shutdown().await.unwrap();
 }
 
+/// Silent clients hold their slots (for as long as the request timeout, here far longer than
+/// the test) without holding up the others; once every slot is taken the next client is told
+/// so at once; slots come back when clients go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_clients_do_not_block_others_and_the_rest_are_told_busy() {
     let server = MemServer::default();
-    let handle = instance(Arc::new(server.connect_default())).await;
+    let limits = DumpLimits {
+        request_timeout: Duration::from_secs(600),
+        ..DumpLimits::default()
+    };
+    assert_eq!(limits.max_clients, MAX_CLIENTS);
+    let handle = instance_with(Arc::new(server.connect_default()), limits).await;
     let addr = handle.dump_addr().unwrap();
     // Clients that connect and say nothing, every slot but one.
     let silent: Vec<TcpStream> = (1..MAX_CLIENTS)
@@ -263,18 +276,17 @@ async fn silent_clients_do_not_block_others_and_the_rest_are_told_busy() {
     // The last slot serves a dump while they wait.
     let text = ask_async(addr, b"dump@dumpJob\n").await;
     assert!(text.contains("/dumpJob/config | "), "{text}");
-    // The silent ones have had no answer yet (they are cut off at the request timeout, 5 s).
     for s in &silent {
         s.set_nonblocking(true).unwrap();
         let mut buf = [0u8; 1];
         let read = (&*s).read(&mut buf);
         assert!(
             matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
-            "a silent client was answered before another's dump: {read:?}"
+            "a silent client was answered: {read:?}"
         );
-        s.set_nonblocking(false).unwrap();
     }
-    // Every slot taken: one more client is told so at once.
+    // That client's slot was given back before its answer ended: one more silent client
+    // takes it, and the next one is told at once that every slot is taken.
     let last = TcpStream::connect(addr).unwrap();
     let answer = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).unwrap();
@@ -285,25 +297,46 @@ async fn silent_clients_do_not_block_others_and_the_rest_are_told_busy() {
     })
     .await
     .unwrap();
-    assert!(answer.starts_with("error: busy: "), "{answer}");
-    // The silent clients are cut off with a line that says why, and their slots come back.
+    assert_eq!(
+        answer,
+        format!("error: busy: {MAX_CLIENTS} dumps are being served; try again\n")
+    );
+    // When the silent clients go, their slots come back.
+    drop(silent);
     drop(last);
-    for mut s in silent {
-        s.set_read_timeout(Some(WAIT)).unwrap();
-        let answer = tokio::task::spawn_blocking(move || {
-            let mut answer = String::new();
-            s.read_to_string(&mut answer).unwrap();
-            answer
-        })
-        .await
-        .unwrap();
-        assert!(
-            answer.starts_with("error: no request within 5s"),
-            "{answer}"
-        );
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let text = ask_async(addr, b"dump@dumpJob\n").await;
+        if text.contains("/dumpJob/config | ") {
+            break;
+        }
+        assert!(text.starts_with("error: busy"), "{text}");
+        assert!(Instant::now() < deadline, "the slots never came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let text = ask_async(addr, b"dump@dumpJob\n").await;
-    assert!(text.contains("/dumpJob/config | "), "{text}");
+    handle.shutdown().await.unwrap();
+}
+
+/// A client that sends nothing is cut off at the request timeout (5 s by default) with a line
+/// that says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_client_is_cut_off_with_a_reason() {
+    let server = MemServer::default();
+    let handle = instance(Arc::new(server.connect_default())).await;
+    let addr = handle.dump_addr().unwrap();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        answer,
+        "error: no request within 5s: send one line dump@JOB_NAME\n"
+    );
     handle.shutdown().await.unwrap();
 }
 

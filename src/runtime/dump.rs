@@ -22,7 +22,8 @@
 //!   a timeout ([`REGISTRY_TIMEOUT`]);
 //! - a client is bounded: the request must come within [`REQUEST_TIMEOUT`] and fit in
 //!   [`MAX_REQUEST_LINE`] bytes, the answer must be taken within [`WRITE_TIMEOUT`]; at most
-//!   [`MAX_CLIENTS`] are served at once, and the others are told so and closed at once;
+//!   [`MAX_CLIENTS`] are served at once, and as many more are told so within a second (beyond
+//!   that, dropped); the bounds but the line's can be changed ([`DumpLimits`]);
 //! - a request it cannot serve gets one line `error: …` saying why (ElasticJob answers
 //!   nothing): an unknown command, a bad or unknown job, a registry that does not answer
 //!   (`error: registry: …`).
@@ -55,6 +56,34 @@ pub const REGISTRY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many clients are served at once; one more is answered `error: busy` and closed.
 pub const MAX_CLIENTS: usize = 8;
 
+/// The bounds of the dump port; [`DumpLimits::default`] holds the constants of this module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DumpLimits {
+    /// How long a client has to send its request line.
+    pub request_timeout: Duration,
+    /// How long a client has to take the answer.
+    pub write_timeout: Duration,
+    /// How long the registry has to answer the tree read of a dump.
+    pub registry_timeout: Duration,
+    /// How many clients are served at once (at least 1).
+    pub max_clients: usize,
+}
+
+impl Default for DumpLimits {
+    fn default() -> Self {
+        Self {
+            request_timeout: REQUEST_TIMEOUT,
+            write_timeout: WRITE_TIMEOUT,
+            registry_timeout: REGISTRY_TIMEOUT,
+            max_clients: MAX_CLIENTS,
+        }
+    }
+}
+
+/// How long a client turned away as busy has to send its request (read only so that the
+/// connection closes cleanly) and to take the answer.
+const BUSY_READ_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The request's command word, before the `@`.
 const COMMAND: &str = "dump";
 
@@ -81,12 +110,14 @@ pub(crate) struct DumpServer {
     listener: TcpListener,
     registry: Arc<dyn Registry>,
     mirror: Mirror,
+    limits: DumpLimits,
 }
 
 impl DumpServer {
     /// Binds `addr`.
     pub async fn bind(
         addr: DumpAddr,
+        limits: DumpLimits,
         registry: Arc<dyn Registry>,
         mirror: Mirror,
     ) -> std::io::Result<Self> {
@@ -95,6 +126,10 @@ impl DumpServer {
             listener,
             registry,
             mirror,
+            limits: DumpLimits {
+                max_clients: limits.max_clients.max(1),
+                ..limits
+            },
         })
     }
 
@@ -105,7 +140,9 @@ impl DumpServer {
 
     /// Serves until the scheduler stops.
     pub async fn run(self, mut state: watch::Receiver<SchedulerState>) {
-        let slots = Arc::new(Semaphore::new(MAX_CLIENTS));
+        let limits = self.limits;
+        let slots = Arc::new(Semaphore::new(limits.max_clients));
+        let refusals = Arc::new(Semaphore::new(limits.max_clients));
         loop {
             if *state.borrow_and_update() != SchedulerState::Running {
                 return;
@@ -127,16 +164,27 @@ impl DumpServer {
                 }
             };
             let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                // Said without waiting (one line fits in the socket's buffer), then closed.
-                let line =
-                    format!("error: busy: {MAX_CLIENTS} dumps are being served; try again\n");
-                let _ = stream.try_write(line.as_bytes());
+                // Told so once its request is read: closing on bytes unread would reset the
+                // connection, and the client would lose the line. As many again at most;
+                // beyond, dropped at once.
+                if let Ok(turn) = Arc::clone(&refusals).try_acquire_owned() {
+                    tokio::spawn(async move {
+                        let mut stream = stream;
+                        let wait = limits.request_timeout.min(BUSY_READ_TIMEOUT);
+                        let _ = read_request(&mut stream, wait).await;
+                        let line = format!(
+                            "error: busy: {} dumps are being served; try again\n",
+                            limits.max_clients
+                        );
+                        let _ = answer(stream, line.as_bytes(), wait, turn).await;
+                    });
+                }
                 continue;
             };
             let registry = Arc::clone(&self.registry);
             let mirror = self.mirror.clone();
             tokio::spawn(async move {
-                serve(stream, &*registry, &mirror, slot).await;
+                serve(stream, &*registry, &mirror, limits, slot).await;
                 tracing::debug!(%peer, "dump port: client served");
             });
         }
@@ -169,9 +217,9 @@ fn parse(line: &str) -> Request {
     }
 }
 
-/// Reads the request line: up to a newline or the end of input, within [`REQUEST_TIMEOUT`]
-/// and [`MAX_REQUEST_LINE`] bytes. `Err` is the answer for a client that broke a bound.
-async fn read_request(stream: &mut TcpStream) -> Result<String, String> {
+/// Reads the request line: up to a newline or the end of input, within `timeout` and
+/// [`MAX_REQUEST_LINE`] bytes. `Err` is the answer for a client that broke a bound.
+async fn read_request(stream: &mut TcpStream, timeout: Duration) -> Result<String, String> {
     let mut buf = Vec::with_capacity(64);
     let read = async {
         let mut chunk = [0u8; 256];
@@ -195,10 +243,10 @@ async fn read_request(stream: &mut TcpStream) -> Result<String, String> {
             }
         }
     };
-    match tokio::time::timeout(REQUEST_TIMEOUT, read).await {
+    match tokio::time::timeout(timeout, read).await {
         Err(_) => Err(format!(
             "error: no request within {}s: send one line dump@JOB_NAME",
-            REQUEST_TIMEOUT.as_secs()
+            timeout.as_secs()
         )),
         Ok(Err(answer)) => Err(answer),
         Ok(Ok(())) => String::from_utf8(buf)
@@ -207,16 +255,20 @@ async fn read_request(stream: &mut TcpStream) -> Result<String, String> {
 }
 
 /// The answer to `dump@{job}`: the dump, or one `error:` line.
-pub(crate) async fn dump_text(registry: &dyn Registry, mirror: &Mirror, job: &str) -> String {
+async fn dump_text(
+    registry: &dyn Registry,
+    mirror: &Mirror,
+    job: &str,
+    timeout: Duration,
+) -> String {
     let Ok(paths) = JobPaths::new(job) else {
         return format!("error: bad job name {job:?}\n");
     };
-    let nodes = match tokio::time::timeout(REGISTRY_TIMEOUT, registry.get_tree(paths.root())).await
-    {
+    let nodes = match tokio::time::timeout(timeout, registry.get_tree(paths.root())).await {
         Err(_) => {
             return format!(
                 "error: registry: no answer within {}s reading job {job:?}\n",
-                REGISTRY_TIMEOUT.as_secs()
+                timeout.as_secs()
             );
         }
         Ok(Err(e)) => return format!("error: registry: reading job {job:?}: {e}\n"),
@@ -235,24 +287,26 @@ async fn serve(
     mut stream: TcpStream,
     registry: &dyn Registry,
     mirror: &Mirror,
+    limits: DumpLimits,
     slot: OwnedSemaphorePermit,
 ) {
-    let text = match read_request(&mut stream).await {
+    let text = match read_request(&mut stream, limits.request_timeout).await {
         Err(answer) => answer + "\n",
         Ok(line) => match parse(&line) {
             Request::Refused(answer) => answer + "\n",
-            Request::Dump(job) => dump_text(registry, mirror, &job).await,
+            Request::Dump(job) => dump_text(registry, mirror, &job, limits.registry_timeout).await,
         },
     };
-    if let Err(e) = answer(stream, text.as_bytes(), slot).await {
+    if let Err(e) = answer(stream, text.as_bytes(), limits.write_timeout, slot).await {
         tracing::debug!("dump port: answer not delivered: {e}");
     }
 }
 
-/// Writes the answer within [`WRITE_TIMEOUT`], gives the slot back, and closes.
+/// Writes the answer within `timeout`, gives the slot back, and closes.
 async fn answer(
     mut stream: TcpStream,
     text: &[u8],
+    timeout: Duration,
     slot: OwnedSemaphorePermit,
 ) -> std::io::Result<()> {
     let write = async {
@@ -260,7 +314,7 @@ async fn answer(
         drop(slot);
         stream.shutdown().await
     };
-    tokio::time::timeout(WRITE_TIMEOUT, write)
+    tokio::time::timeout(timeout, write)
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "client did not read"))?
 }

@@ -65,7 +65,7 @@ use crate::listeners::{
 };
 
 pub use driver::executor_size;
-pub use dump::DumpAddr;
+pub use dump::{DumpAddr, DumpLimits};
 pub use ident::{default_instance_id, local_ipv4};
 
 /// How long a cancelled item may ignore its cancellation before the runtime drops it.
@@ -223,7 +223,7 @@ pub struct SchedulerBuilder {
     cancel_timeout: Duration,
     events: broadcast::Sender<RunEvent>,
     registry_name: Option<String>,
-    dump: Option<DumpAddr>,
+    dump: Option<(DumpAddr, DumpLimits)>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -344,8 +344,15 @@ impl SchedulerBuilder {
     /// [`SchedulerBuilder::build`] fails with [`RuntimeError::Dump`] if it cannot be bound.
     ///
     /// [`SocketAddr`]: std::net::SocketAddr
-    pub fn dump(mut self, addr: impl Into<DumpAddr>) -> Self {
-        self.dump = Some(addr.into());
+    pub fn dump(self, addr: impl Into<DumpAddr>) -> Self {
+        self.dump_with(addr, DumpLimits::default())
+    }
+
+    /// [`SchedulerBuilder::dump`] with other bounds on its clients than the defaults (how
+    /// long a client has for its request and for the answer, how long the registry has, how
+    /// many clients are served at once).
+    pub fn dump_with(mut self, addr: impl Into<DumpAddr>, limits: DumpLimits) -> Self {
+        self.dump = Some((addr.into(), limits));
         self
     }
 
@@ -406,14 +413,15 @@ impl SchedulerBuilder {
         // Bound before anything starts, so that a port taken fails the build.
         let mirror = self.dump.map(|_| mirror::Mirror::default());
         let dump = match (self.dump, &mirror) {
-            (Some(addr), Some(mirror)) => {
-                let server = dump::DumpServer::bind(addr, Arc::clone(&registry), mirror.clone())
-                    .await
-                    .and_then(|s| s.local_addr().map(|a| (s, a)))
-                    .map_err(|e| RuntimeError::Dump {
-                        addr: addr.0,
-                        error: e.to_string(),
-                    })?;
+            (Some((addr, limits)), Some(mirror)) => {
+                let server =
+                    dump::DumpServer::bind(addr, limits, Arc::clone(&registry), mirror.clone())
+                        .await
+                        .and_then(|s| s.local_addr().map(|a| (s, a)))
+                        .map_err(|e| RuntimeError::Dump {
+                            addr: addr.0,
+                            error: e.to_string(),
+                        })?;
                 Some(server)
             }
             _ => None,
