@@ -216,6 +216,48 @@ async fn an_instance_serves_its_jobs_tree_masked_to_raw_clients_and_the_cli() {
     assert!(started.elapsed() < WAIT, "{:?}", started.elapsed());
 }
 
+/// While the instance's watch is held back, nodes changed in the registry show both values:
+/// the registry's, and the instance's copy (empty columns where it lacks the node); once the
+/// events are delivered, the lines are single again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_column_shows_what_the_instances_watch_has_not_delivered() {
+    let server = MemServer::default();
+    let client = server.connect_default();
+    let session = client.session_id().unwrap();
+    let tool = server.connect_default();
+    // A node of no meaning to the scheduler, to change under it.
+    let extra = NodePath::new("/dumpJob/extra").unwrap();
+    let disabled = NodePath::new("/dumpJob/sharding/0/disabled").unwrap();
+    let handle = instance(Arc::new(client)).await;
+    tool.create(&extra, b"a".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let addr = handle.dump_addr().unwrap();
+    let text = settled_dump(addr).await;
+    assert!(text.contains("/dumpJob/extra | a\n"), "{text}");
+
+    assert!(server.hold_watches(session) > 0);
+    tool.set(&extra, b"b".to_vec(), None).await.unwrap();
+    tool.create(&disabled, Vec::new(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let text = ask_async(addr, b"dump@dumpJob\n").await;
+    assert!(
+        text.contains("/dumpJob/extra | b | /dumpJob/extra | a\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("/dumpJob/sharding/0/disabled |  |  | \n"),
+        "{text}"
+    );
+
+    server.release_watches(session);
+    let text = settled_dump(addr).await;
+    assert!(text.contains("/dumpJob/extra | b\n"), "{text}");
+    assert!(text.contains("/dumpJob/sharding/0/disabled | \n"), "{text}");
+    handle.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_one_clear_line() {
     let server = MemServer::default();

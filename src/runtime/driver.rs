@@ -503,7 +503,8 @@ impl Driver {
                     if let RegistryOp::GetTree(path) = &op {
                         if let Some(job) = path.segments().next() {
                             self.trees.insert(id, job.to_owned());
-                            if let Some(mirror) = &self.mirror {
+                            // A load is a read of the job's whole subtree.
+                            if let (Some(mirror), 1) = (&self.mirror, path.segments().count()) {
                                 mirror.load_started(job, id);
                             }
                         }

@@ -277,7 +277,7 @@ async fn dump_text(
     if nodes.is_empty() {
         return format!("error: no job {job:?} in this namespace\n");
     }
-    let cache = mirror.job(job);
+    let cache = mirror.beside(job, &nodes);
     shardjob_ops::format_dump(job, &nodes, cache.as_ref())
 }
 

@@ -12,7 +12,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use shardjob_core::registry::{NodePath, RegistryReply, RequestId, WatchEvent, WatchEventKind};
+use shardjob_core::registry::{
+    Node, NodePath, RegistryReply, RequestId, WatchEvent, WatchEventKind,
+};
+
+/// How many nodes are compared per hold of the lock by [`Mirror::beside`]: the driver waits
+/// for at most that many look-ups, however large the job.
+const COMPARED_PER_LOCK: usize = 256;
 
 /// One job's copy.
 #[derive(Debug, Default)]
@@ -42,8 +48,7 @@ fn apply(nodes: &mut BTreeMap<NodePath, Vec<u8>>, event: &WatchEvent) {
 }
 
 /// The copies of the hosted jobs' subtrees, shared by the driver (which writes) and the dump
-/// port (which reads one job at a time). Every lock is held for one map update or one copy of
-/// one job's nodes.
+/// port (which reads). Every lock is held for one map update or a few hundred look-ups.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Mirror {
     jobs: Arc<Mutex<HashMap<String, JobCopy>>>,
@@ -106,8 +111,44 @@ impl Mirror {
     }
 
     /// A copy of `job`'s nodes, if the job is hosted here and loaded.
+    #[cfg(test)]
     pub fn job(&self, job: &str) -> Option<BTreeMap<NodePath, Vec<u8>>> {
         self.lock().get(job).and_then(|c| c.nodes.clone())
+    }
+
+    /// This instance's copy of the registry's `nodes` of `job` (path → data; a node the copy
+    /// lacks is absent), as [`shardjob_ops::format_dump`] takes it; `None` if the job is not
+    /// hosted here or not loaded yet. Compared a few hundred nodes per hold of the lock, so a
+    /// large job never holds the driver up; the copy may move between two holds, as it would
+    /// between two reads.
+    pub fn beside(&self, job: &str, nodes: &[Node]) -> Option<BTreeMap<NodePath, Vec<u8>>> {
+        /// What the copy holds of one node.
+        enum Held {
+            Same,
+            Other(Vec<u8>),
+            Missing,
+        }
+        let mut held = Vec::with_capacity(nodes.len());
+        for chunk in nodes.chunks(COMPARED_PER_LOCK) {
+            let jobs = self.lock();
+            let copy = jobs.get(job)?.nodes.as_ref()?;
+            held.extend(chunk.iter().map(|node| match copy.get(&node.path) {
+                Some(data) if *data == node.data => Held::Same,
+                Some(data) => Held::Other(data.clone()),
+                None => Held::Missing,
+            }));
+        }
+        Some(
+            nodes
+                .iter()
+                .zip(held)
+                .filter_map(|(node, held)| match held {
+                    Held::Same => Some((node.path.clone(), node.data.clone())),
+                    Held::Other(data) => Some((node.path.clone(), data)),
+                    Held::Missing => None,
+                })
+                .collect(),
+        )
     }
 }
 
@@ -167,6 +208,28 @@ mod tests {
         assert_eq!(nodes.get(&path("/j/b")).unwrap(), b"3");
         m.forget("j");
         assert_eq!(m.job("j"), None);
+    }
+
+    #[test]
+    fn beside_the_registry_in_chunks() {
+        let m = Mirror::default();
+        let owned: Vec<(String, String)> = (0..600)
+            .map(|i| (format!("/j/n{i}"), i.to_string()))
+            .collect();
+        let pairs: Vec<(&str, &str)> = owned.iter().map(|(p, d)| (&p[..], &d[..])).collect();
+        let RegistryReply::Tree(registry) = tree(&pairs) else {
+            unreachable!("tree() makes a tree")
+        };
+        assert_eq!(m.beside("j", &registry), None, "not hosted");
+        m.load_started("j", RequestId(1));
+        m.load_done("j", RequestId(1), &RegistryReply::Tree(registry.clone()));
+        m.event(&event(WatchEventKind::Changed, "/j/n300", "old"));
+        m.event(&event(WatchEventKind::Deleted, "/j/n599", ""));
+        let copy = m.beside("j", &registry).unwrap();
+        assert_eq!(copy.len(), 599);
+        assert_eq!(copy.get(&path("/j/n0")).unwrap(), b"0");
+        assert_eq!(copy.get(&path("/j/n300")).unwrap(), b"old");
+        assert_eq!(copy.get(&path("/j/n599")), None);
     }
 
     #[test]
