@@ -3,9 +3,10 @@
 //! `shutdown`, `remove`, `reshard`, `dump`, `config get` and `config set`.
 //!
 //! Every command connects to the registry given by `--registry URL` (or the
-//! [`REGISTRY_ENV`] environment variable), within [`CONNECT_TIMEOUT`]; prints a table for
-//! people, or JSON with `--json`; and ends with exit status 0 when done, 1 for bad input or
-//! something not found (nothing written), 2 when the registry cannot be reached.
+//! [`REGISTRY_ENV`] environment variable), within [`CONNECT_TIMEOUT`] (`dump --instance
+//! HOST:PORT` to an instance's dump port instead); prints a table for people, or JSON with
+//! `--json`; and ends with exit status 0 when done, 1 for bad input or something not found
+//! (nothing written), 2 when the registry (or the instance) cannot be reached.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;

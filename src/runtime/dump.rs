@@ -278,7 +278,11 @@ async fn dump_text(
         return format!("error: no job {job:?} in this namespace\n");
     }
     let cache = mirror.beside(job, &nodes);
-    shardjob_ops::format_dump(job, &nodes, cache.as_ref())
+    // Formatting a large tree is work of milliseconds: off the runtime's worker threads.
+    let name = job.to_owned();
+    tokio::task::spawn_blocking(move || shardjob_ops::format_dump(&name, &nodes, cache.as_ref()))
+        .await
+        .unwrap_or_else(|e| format!("error: the dump of job {job:?} failed: {e}\n"))
 }
 
 /// Serves one client; its slot is given back once the answer is written, before the
