@@ -10,7 +10,8 @@
 //!
 //! Every command writes to the writer it is given and returns the process exit code, so tests
 //! run the real code without a subprocess: 0 when all is well, 1 when the input has problems
-//! (the problems are printed), 2 for usage errors (clap's code).
+//! (the problems are printed) or something is not found, 2 when a registry (or an instance's
+//! dump port) cannot be reached. The binary gives usage errors 1 as well ([`EXIT_STATUS`]).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -23,10 +24,19 @@ use shardjob_core::config;
 use shardjob_core::sharding::{BuiltinStrategy, ShardingStrategy, registry_order};
 use shardjob_core::{CronExpr, InstanceId, JobTimeZone};
 
+/// What `shardjob --help` says of the exit status.
+pub const EXIT_STATUS: &str = "\
+Exit status:
+  0  done
+  1  bad input (a usage error, a file or value that does not validate), something not
+     found, or `run` or `demo` could not go on
+  2  an operating command (jobs, status, trigger, ..., dump) cannot reach the registry,
+     or `dump --instance` the instance";
+
 /// Distributed, sharded cron jobs: a demo, a runner for config-only jobs, preview and check
 /// tools.
 #[derive(Debug, Parser)]
-#[command(name = "shardjob", version, about)]
+#[command(name = "shardjob", version, about, after_help = EXIT_STATUS)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -458,6 +468,13 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
              SHARDJOB_REGISTRY)"
         )?,
     }
+    if let Some(addr) = file.dump {
+        writeln!(
+            out,
+            "# dump port: {addr} (elasticjob.dump; read it with `shardjob dump JOB --instance \
+             HOST:PORT`)"
+        )?;
+    }
     for job in &file.jobs {
         writeln!(out, "# runs: {} ({})", job.config.job_name, job.kind.name())?;
     }
@@ -481,6 +498,8 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
 /// What `run` needs before it starts: the jobs, the registry and how to reach it.
 struct RunPlan {
     jobs: Vec<crate::jobfile::FileJob>,
+    /// Where the dump port listens, if the file turns it on.
+    dump: Option<std::net::SocketAddr>,
     registry: crate::registry_url::RegistryUrl,
     connect: crate::registry_url::ConnectOptions,
 }
@@ -569,6 +588,7 @@ fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, Strin
     }
     Ok(Ok(RunPlan {
         jobs: file.jobs,
+        dump: file.dump,
         registry,
         connect,
     }))
@@ -640,6 +660,9 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         if let Some(id) = instance_id {
             builder = builder.instance_id(id);
         }
+        if let Some(addr) = plan.dump {
+            builder = builder.dump(addr);
+        }
         let count = plan.jobs.len();
         for crate::jobfile::FileJob { config, kind } in plan.jobs {
             builder = match kind {
@@ -658,6 +681,14 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
                 handle.instance_id()
             ),
         );
+        if let Some(addr) = handle.dump_addr() {
+            say(
+                out,
+                format_args!(
+                    "shardjob: dump port on {addr} (read it with `shardjob dump JOB --instance {addr}`)"
+                ),
+            );
+        }
         stop_and_leave(&handle, signals, args.exit_after, out).await
     });
     // A job body stuck in a blocking call must not hold the exit up.

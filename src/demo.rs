@@ -397,6 +397,18 @@ pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoE
             crate::runtime::executor_size(shardjob_core::config::ExecutorType::Cpu)
         )?;
     }
+    // What an operator sees of the job now, through the same code as `shardjob status`.
+    writeln!(out)?;
+    writeln!(
+        out,
+        "`shardjob status {DEMO_JOB}` now that every instance has left (CRASHED: no live \
+         instance; SHARDING_FLAG: the item's owner is gone; LAST DONE: its last fire done):"
+    )?;
+    writeln!(out)?;
+    let client = server.connect(Duration::from_secs(5));
+    if let Err(why) = crate::ops_cli::show_status(&client, DEMO_JOB, Utc::now(), out).await? {
+        writeln!(out, "(the status cannot be read: {why})")?;
+    }
     Ok(summary)
 }
 

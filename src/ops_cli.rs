@@ -3,9 +3,10 @@
 //! `shutdown`, `remove`, `reshard`, `dump`, `config get` and `config set`.
 //!
 //! Every command connects to the registry given by `--registry URL` (or the
-//! [`REGISTRY_ENV`] environment variable), within [`CONNECT_TIMEOUT`]; prints a table for
-//! people, or JSON with `--json`; and ends with exit status 0 when done, 1 for bad input or
-//! something not found (nothing written), 2 when the registry cannot be reached.
+//! [`REGISTRY_ENV`] environment variable), within [`CONNECT_TIMEOUT`] (`dump --instance
+//! HOST:PORT` to an instance's dump port instead); prints a table for people, or JSON with
+//! `--json`; and ends with exit status 0 when done, 1 for bad input or something not found
+//! (nothing written), 2 when the registry (or the instance) cannot be reached.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::PathBuf;
@@ -34,6 +35,12 @@ const SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Exit status when the registry cannot be reached.
 const EXIT_UNREACHABLE: u8 = 2;
+
+/// How long `dump --instance` waits for the instance's whole answer.
+pub const DUMP_ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The largest answer `dump --instance` reads.
+pub const MAX_DUMP_ANSWER: u64 = 64 << 20;
 
 /// The registry and output options every operating command takes.
 #[derive(Debug, Clone, clap::Args)]
@@ -139,8 +146,23 @@ pub enum OpsCommand {
     /// Ask the job's leader to re-shard now.
     Reshard(JobArgs),
     /// Print the job's registry tree in ElasticJob's dump format (`path | value`, IPv4
-    /// addresses masked). Reading an instance's dump port (`--instance`) is not built yet.
-    Dump(JobArgs),
+    /// addresses masked); with --instance, as that instance's dump port serves it (with the
+    /// instance's own copy of the nodes where it differs from the registry).
+    Dump(DumpArgs),
+}
+
+/// Arguments of `shardjob dump`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DumpArgs {
+    /// The job's name.
+    pub job: String,
+    /// Ask this instance's dump port (`elasticjob.dump.port` of `shardjob run`, or an
+    /// ElasticJob instance's) instead of the registry: HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "registry")]
+    pub instance: Option<String>,
+    /// Registry and output.
+    #[command(flatten)]
+    pub target: Target,
 }
 
 /// Arguments of the commands that list the whole namespace.
@@ -252,6 +274,14 @@ pub fn run_with(
     }
     .clone();
     let result = rt.block_on(async {
+        if let Request::Ops(OpsCommand::Dump(DumpArgs {
+            job,
+            instance: Some(instance),
+            ..
+        })) = &request
+        {
+            return dump_instance(instance, job, target.json, out).await;
+        }
         let registry = match connect(target.registry.as_deref()).await {
             Ok(r) => r,
             Err(f) => return Ok(Err(f)),
@@ -282,7 +312,8 @@ impl OpsCommand {
     fn target(&self) -> &Target {
         match self {
             OpsCommand::Jobs(a) | OpsCommand::Servers(a) => &a.target,
-            OpsCommand::Status(a) | OpsCommand::Reshard(a) | OpsCommand::Dump(a) => &a.target,
+            OpsCommand::Status(a) | OpsCommand::Reshard(a) => &a.target,
+            OpsCommand::Dump(a) => &a.target,
             OpsCommand::Trigger(a) => &a.target,
             OpsCommand::Disable(a) | OpsCommand::Enable(a) => &a.target,
             OpsCommand::Shutdown(a) | OpsCommand::Remove(a) => &a.target,
@@ -324,6 +355,97 @@ async fn connect(given: Option<&str>) -> Result<Arc<dyn Registry>, Failure> {
         Ok(Err(e)) => Err(Failure::Input(format!("--registry: {e}"))),
         Ok(Ok(registry)) => Ok(registry),
     }
+}
+
+/// `dump JOB --instance HOST:PORT`: ElasticJob's snapshot protocol, as a client. The
+/// connection within [`CONNECT_TIMEOUT`] (else exit 2), the whole answer within
+/// [`DUMP_ANSWER_TIMEOUT`] and [`MAX_DUMP_ANSWER`] bytes; an `error: …` answer is a failure
+/// (exit 2 when it is the instance's registry that did not answer, else 1).
+async fn dump_instance(instance: &str, job: &str, json: bool, out: &mut dyn Write) -> Done {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if let Err(e) = shardjob_core::layout::JobPaths::new(job) {
+        return Ok(Err(Failure::Input(format!("bad job name {job:?}: {e}"))));
+    }
+    let port_ok = instance
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !port_ok {
+        return Ok(Err(Failure::Input(format!(
+            "--instance {instance:?}: expected HOST:PORT (the instance's dump port, say 127.0.0.1:9888)"
+        ))));
+    }
+    let mut stream = match tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio::net::TcpStream::connect(instance),
+    )
+    .await
+    {
+        Err(_) => {
+            return Ok(Err(Failure::Unreachable(format!(
+                "instance {instance} unreachable: no connection within {}s",
+                CONNECT_TIMEOUT.as_secs()
+            ))));
+        }
+        Ok(Err(e)) => {
+            return Ok(Err(Failure::Unreachable(format!(
+                "instance {instance} unreachable: {e} (is its dump port on: elasticjob.dump.port?)"
+            ))));
+        }
+        Ok(Ok(s)) => s,
+    };
+    let mut answer = Vec::new();
+    let exchange = async {
+        stream.write_all(format!("dump@{job}\n").as_bytes()).await?;
+        (&mut stream)
+            .take(MAX_DUMP_ANSWER + 1)
+            .read_to_end(&mut answer)
+            .await
+    };
+    match tokio::time::timeout(DUMP_ANSWER_TIMEOUT, exchange).await {
+        Err(_) => {
+            return Ok(Err(Failure::Unreachable(format!(
+                "instance {instance}: no complete answer within {}s",
+                DUMP_ANSWER_TIMEOUT.as_secs()
+            ))));
+        }
+        Ok(Err(e)) => {
+            return Ok(Err(Failure::Unreachable(format!(
+                "instance {instance}: the answer broke off: {e}"
+            ))));
+        }
+        Ok(Ok(_)) => {}
+    }
+    if answer.len() as u64 > MAX_DUMP_ANSWER {
+        return Ok(Err(Failure::Input(format!(
+            "instance {instance}: the answer is larger than {} MiB: not read",
+            MAX_DUMP_ANSWER >> 20
+        ))));
+    }
+    let text = String::from_utf8_lossy(&answer);
+    if let Some(why) = text.strip_prefix("error: ") {
+        let why = format!("instance {instance}: {}", why.trim_end());
+        return Ok(Err(if why.contains(": registry: ") {
+            Failure::Unreachable(why)
+        } else {
+            Failure::Input(why)
+        }));
+    }
+    if text.trim().is_empty() {
+        return Ok(Err(Failure::Input(format!(
+            "instance {instance} answered nothing for job {job:?} (an ElasticJob instance answers nothing for a job it does not know)"
+        ))));
+    }
+    if json {
+        let lines: Vec<&str> = text.lines().collect();
+        writeln!(
+            out,
+            "{}",
+            json!({"job": job, "instance": instance, "lines": lines})
+        )?;
+    } else {
+        write!(out, "{text}")?;
+    }
+    Ok(Ok(()))
 }
 
 async fn execute(
@@ -552,6 +674,23 @@ async fn status(
         write_status(&status, out)?;
     }
     Ok(Ok(()))
+}
+
+/// Writes `shardjob status JOB`'s table of `job`, read through `registry` (`shardjob demo`
+/// ends with it). The inner `Err` says why the job could not be read.
+pub async fn show_status(
+    registry: &(dyn Registry + 'static),
+    job: &str,
+    now: DateTime<Utc>,
+    out: &mut dyn Write,
+) -> std::io::Result<Result<(), String>> {
+    let ops = Ops::new(registry);
+    match status(&ops, job, false, now, out).await {
+        Ok(Ok(())) => Ok(Ok(())),
+        Ok(Err(Failure::Input(why) | Failure::Unreachable(why))) => Ok(Err(why)),
+        Err(CliError::Output(e)) => Err(e),
+        Err(CliError::Runtime(why)) => Err(std::io::Error::other(why)),
+    }
 }
 
 fn write_status(s: &JobStatus, out: &mut dyn Write) -> std::io::Result<()> {

@@ -460,4 +460,24 @@ fn the_shortest_demo_shows_a_cancelled_run_and_its_failover_before_it_ends() {
     // Not the summary's count of cancelled runs: on a loaded machine a body cut short by the
     // crash may still have ended before the crash reached it (the table's C✗ is checked above).
     assert!(out.contains("no item completed twice"), "{out}");
+    // It ends with `shardjob status` of its job, after the summary: the job's line and one row
+    // per item, each with the fire it last did.
+    let status = at("job demo-job: CRASHED, 6 items, 0 instance(s)")
+        .unwrap_or_else(|| panic!("no status of the job in:\n{out}"));
+    let summary_at = at("summary:").unwrap_or_default();
+    assert!(
+        status > summary_at,
+        "the status comes after the summary:\n{out}"
+    );
+    let header = at("ITEM  STATUS").unwrap_or_else(|| panic!("no item table in:\n{out}"));
+    assert!(header > status, "{out}");
+    for item in 0..6 {
+        let row = lines
+            .get(header + 1 + item)
+            .unwrap_or_else(|| panic!("no row of item {item}:\n{out}"));
+        assert!(
+            row.starts_with(&format!("{item} ")) && row.contains("Z"),
+            "item {item}'s row has no last fire done: {row}\n{out}"
+        );
+    }
 }

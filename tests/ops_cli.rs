@@ -371,3 +371,45 @@ fn a_registry_that_refuses_is_unreachable_in_bounded_time() {
     );
     assert_eq!(cli(&["jobs", "--registry", "mem://"]).0, ExitCode::from(1));
 }
+
+/// The exit status contract: 0 done, 1 bad input (usage errors included: clap's own 2 would
+/// read as "registry unreachable"), 2 registry unreachable; `--help` and `--version` are 0.
+#[test]
+fn usage_errors_exit_1_and_help_exits_0() {
+    let binary = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_shardjob"))
+            .args(args)
+            .env_remove("SHARDJOB_REGISTRY")
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["status"][..],
+        &["jobs", "--no-such-flag"],
+        &["no-such-command"],
+        &["disable", "j", "--item", "x"],
+        &[
+            "dump",
+            "j",
+            "--instance",
+            "127.0.0.1:1",
+            "--registry",
+            "zk://127.0.0.1:1/ns",
+        ],
+    ] {
+        let out = binary(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+    }
+    for args in [&["--help"][..], &["status", "--help"], &["--version"]] {
+        let out = binary(args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty(), "{args:?}");
+    }
+    let help = String::from_utf8(binary(&["--help"]).stdout).unwrap();
+    assert!(
+        help.contains("Exit status:") && help.contains("2  an operating command"),
+        "{help}"
+    );
+}

@@ -8,7 +8,10 @@ use shardjob::cli::LogFormat;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let cli = shardjob::cli::Cli::parse();
+    let cli = match shardjob::cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage(&e),
+    };
     // Logs go to stderr; RUST_LOG overrides. The demo's table is the show (and its crash is
     // on purpose), so it logs nothing by default.
     let default = match cli.command {
@@ -50,6 +53,20 @@ fn exit_code(result: Result<ExitCode, shardjob::cli::CliError>) -> ExitCode {
             eprintln!("shardjob: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// A command line clap refused, or `--help`/`--version`: clap prints it (on stderr for an
+/// error, on stdout for help); the status is 0 for help and version, 1 for a usage error
+/// (bad input, as for every command; clap's own 2 is the operating commands' "registry
+/// unreachable").
+fn usage(e: &clap::Error) -> ExitCode {
+    // Printing can only fail when the terminal has gone; the status still says what happened.
+    let _ = e.print();
+    if e.use_stderr() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -15,7 +15,9 @@
 //!
 //! Strict everywhere: an unknown key is an error with its line and column and the nearest known
 //! name; props are checked against the job's type ([`props`]); names against both registries'
-//! rules. What cannot be honoured is refused by name (`elasticjob.tracing`, `elasticjob.dump`,
+//! rules. `elasticjob.dump.port` (with `enabled`, as ElasticJob's starter reads them, and
+//! shardjob's `address`, `127.0.0.1` by default) opens the instance's dump port
+//! ([`crate::runtime::dump`]). What cannot be honoured is refused by name (`elasticjob.tracing`,
 //! error handlers and listeners that are not built in), except a job given as a Java class
 //! (`elasticJobClass`), which is skipped with a warning so the jobs beside it can run
 //! (`shardjob run --strict` refuses the file instead).
@@ -26,6 +28,7 @@ pub mod props;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use serde_yaml_ng::{Mapping, Value};
@@ -131,6 +134,8 @@ pub struct JobFile {
     pub skipped: Vec<SkippedJob>,
     /// The registry the file names.
     pub registry: Option<FileRegistry>,
+    /// Where the dump port listens (`elasticjob.dump`), if the file turns it on.
+    pub dump: Option<SocketAddr>,
     /// Settings read but not acted on, and the like.
     pub warnings: Vec<Note>,
 }
@@ -158,6 +163,7 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
         warnings: Vec::new(),
         skipped: Vec::new(),
         jobs: Vec::new(),
+        dump: None,
     };
     let spring = value.as_mapping().and_then(|m| m.get("elasticjob"));
     let (shape, registry) = match (spring, &value) {
@@ -204,6 +210,7 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
             jobs: r.jobs,
             skipped: r.skipped,
             registry,
+            dump: r.dump,
             warnings: r.warnings,
         })
     } else {
@@ -229,6 +236,10 @@ const REG_CENTER_KEYS: &[&str] = &[
 /// The keys of a job, as ElasticJob 3.0.x writes them.
 const JOB_KEYS: &[&str] = shardjob_core::config::KEYS;
 
+/// The keys of `elasticjob.dump`: ElasticJob's starter's `port` and `enabled`, and shardjob's
+/// `address` (where to bind; ElasticJob binds every interface).
+const DUMP_KEYS: &[&str] = &["port", "enabled", "address"];
+
 /// The keys of a Spring Boot job entry that are not job configuration.
 const SPRING_JOB_KEYS: &[&str] = &["elasticJobType", "elasticJobClass", "jobBootstrapBeanName"];
 
@@ -245,6 +256,7 @@ struct Reader<'t> {
     warnings: Vec<Note>,
     skipped: Vec<SkippedJob>,
     jobs: Vec<FileJob>,
+    dump: Option<SocketAddr>,
 }
 
 fn text_of(v: &Value) -> String {
@@ -366,16 +378,12 @@ impl Reader<'_> {
                         ),
                     }
                 }
-                "tracing" | "dump" => self.problem(
+                "dump" => self.dump = self.dump_port(value, &path),
+                "tracing" => self.problem(
                     &path,
                     format!(
                         "elasticjob.{written}: not supported yet (shardjob does not record job \
-                         {} yet); remove the key",
-                        if key == "tracing" {
-                            "history (tracing)"
-                        } else {
-                            "dumps"
-                        }
+                         history (tracing) yet); remove the key"
                     ),
                 ),
                 _ => {}
@@ -388,6 +396,82 @@ impl Reader<'_> {
             );
         }
         registry
+    }
+
+    /// `elasticjob.dump`: the dump port's address, if it is on. As ElasticJob's starter: on
+    /// when `port` is given, unless `enabled` is false.
+    fn dump_port(&mut self, value: &Value, path: &[Step]) -> Option<SocketAddr> {
+        let Value::Mapping(map) = value else {
+            self.problem(
+                path,
+                "elasticjob.dump: expected a mapping (port, and optionally enabled, address)"
+                    .to_owned(),
+            );
+            return None;
+        };
+        let mut port = None;
+        let mut enabled = true;
+        let mut address = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let start = self.problems.len();
+        for (key, written, v) in self.bind(map, path, DUMP_KEYS, true, "elasticjob.dump") {
+            let at = join(path, &written);
+            let text = match v {
+                Value::String(s) => s.trim().to_owned(),
+                Value::Number(n) => n.to_string(),
+                Value::Bool(b) => b.to_string(),
+                _ => String::new(),
+            };
+            match key {
+                "port" => match text.parse::<u16>() {
+                    Ok(p) => port = Some(p),
+                    Err(_) => self.problem(
+                        &at,
+                        format!(
+                            "elasticjob.dump.{written}: {} is not a TCP port: give a whole number \
+                             from 0 to 65535 (0 takes any free port)",
+                            if text.is_empty() {
+                                format!("{v:?}")
+                            } else {
+                                format!("{text:?}")
+                            }
+                        ),
+                    ),
+                },
+                "enabled" => match text.to_ascii_lowercase().as_str() {
+                    "true" => enabled = true,
+                    "false" => enabled = false,
+                    _ => self.problem(
+                        &at,
+                        format!("elasticjob.dump.{written}: expected true or false"),
+                    ),
+                },
+                "address" => match text.parse::<IpAddr>() {
+                    Ok(a) => address = a,
+                    Err(_) => self.problem(
+                        &at,
+                        format!(
+                            "elasticjob.dump.{written}: {text:?} is not an IP address of this \
+                             host to listen on (127.0.0.1 by default; 0.0.0.0 for every \
+                             interface)"
+                        ),
+                    ),
+                },
+                _ => {}
+            }
+        }
+        if self.problems.len() > start || !enabled {
+            return None;
+        }
+        let Some(port) = port else {
+            self.problem(
+                path,
+                "elasticjob.dump: no port: add elasticjob.dump.port (say 9888), or remove the \
+                 key"
+                .to_owned(),
+            );
+            return None;
+        };
+        Some(SocketAddr::new(address, port))
     }
 
     fn reg_center(&mut self, value: &Value, path: &[Step]) -> Option<FileRegistry> {

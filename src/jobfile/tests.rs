@@ -185,11 +185,6 @@ fn what_cannot_be_honoured_is_refused_by_name() {
         err[0].starts_with("19:3: elasticjob.tracing: not supported yet"),
         "{err:?}"
     );
-    let err = problems(&format!("{CAMEL}  dump:\n    port: 9888\n"));
-    assert!(
-        err[0].contains("elasticjob.dump: not supported yet"),
-        "{err:?}"
-    );
     let err = problems(&CAMEL.replace(
         "      cron:",
         "      jobErrorHandlerType: EMAIL\n      cron:",
@@ -243,4 +238,44 @@ fn shardjobs_own_props_are_known_to_every_job_type() {
             .any(|e| e.contains("did you mean `shardjob.misfire.catchup.seconds`")),
         "{err:?}"
     );
+}
+
+#[test]
+fn the_dump_port_binds_loopback_unless_told_otherwise() {
+    let file = load(&format!("{CAMEL}  dump:\n    port: 9888\n")).unwrap();
+    assert_eq!(file.dump, Some("127.0.0.1:9888".parse().unwrap()));
+    let file = load(&format!(
+        "{CAMEL}  dump:\n    port: '0'\n    address: 0.0.0.0\n    enabled: true\n"
+    ))
+    .unwrap();
+    assert_eq!(file.dump, Some("0.0.0.0:0".parse().unwrap()));
+    // ElasticJob's starter: off when `enabled` is false, whatever the port.
+    let file = load(&format!(
+        "{CAMEL}  dump:\n    port: 9888\n    enabled: false\n"
+    ))
+    .unwrap();
+    assert_eq!(file.dump, None);
+    assert_eq!(load(CAMEL).unwrap().dump, None);
+}
+
+#[test]
+fn a_bad_dump_port_is_refused_with_its_place() {
+    for (port, shown) in [("65536", "\"65536\""), ("-1", "\"-1\""), ("abc", "\"abc\"")] {
+        let err = problems(&format!("{CAMEL}  dump:\n    port: {port}\n"));
+        assert_eq!(err.len(), 1, "{err:?}");
+        assert!(
+            err[0].starts_with("20:5: elasticjob.dump.port: ")
+                && err[0].contains(&format!("{shown} is not a TCP port"))
+                && err[0].contains("0 to 65535"),
+            "{err:?}"
+        );
+    }
+    let err = problems(&format!("{CAMEL}  dump:\n    enabled: true\n"));
+    assert!(err[0].contains("elasticjob.dump: no port"), "{err:?}");
+    let err = problems(&format!(
+        "{CAMEL}  dump:\n    port: 9888\n    address: here\n"
+    ));
+    assert!(err[0].contains("\"here\" is not an IP address"), "{err:?}");
+    let err = problems(&format!("{CAMEL}  dump:\n    prot: 9888\n"));
+    assert!(err[0].contains("unknown key `prot`"), "{err:?}");
 }

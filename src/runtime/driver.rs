@@ -27,6 +27,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::exec::{self, ExecutionTask};
+use super::mirror::Mirror;
 use super::outage::{self, Outage, Report};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
@@ -91,6 +92,8 @@ pub(crate) struct Parts {
     pub shutdown_grace: Duration,
     /// How the registry is named in the log.
     pub registry_name: Option<String>,
+    /// The copy of the jobs' nodes the dump port shows, when it is on.
+    pub mirror: Option<Mirror>,
 }
 
 /// A hosted job as the driver knows it.
@@ -237,6 +240,8 @@ pub(crate) struct Driver {
     mine_touched: BTreeSet<String>,
     /// Callers of `remove_job`, answered when the instance has left the job.
     removing: BTreeMap<String, Vec<oneshot::Sender<Result<(), RuntimeError>>>>,
+    /// The copy of the jobs' nodes the dump port shows, when it is on.
+    mirror: Option<Mirror>,
 }
 
 impl Driver {
@@ -287,6 +292,7 @@ impl Driver {
             held_triggers: 0,
             mine_touched: BTreeSet::new(),
             removing: BTreeMap::new(),
+            mirror: p.mirror,
         }
     }
 
@@ -497,6 +503,10 @@ impl Driver {
                     if let RegistryOp::GetTree(path) = &op {
                         if let Some(job) = path.segments().next() {
                             self.trees.insert(id, job.to_owned());
+                            // A load is a read of the job's whole subtree.
+                            if let (Some(mirror), 1) = (&self.mirror, path.segments().count()) {
+                                mirror.load_started(job, id);
+                            }
                         }
                     }
                     let registry = Arc::clone(&self.registry);
@@ -792,6 +802,9 @@ impl Driver {
         let tree = self.trees.remove(&id);
         if let Some(job) = &tree {
             self.observe_tree(job, &reply);
+            if let Some(mirror) = &self.mirror {
+                mirror.load_done(job, id, &reply);
+            }
         }
         let now = self.clock.now();
         self.machine.handle_registry_reply(id, reply, now);
@@ -806,6 +819,9 @@ impl Driver {
         for event in &events {
             match event {
                 RegistryEvent::Node(ev) => {
+                    if let Some(mirror) = &self.mirror {
+                        mirror.event(ev);
+                    }
                     let exists = ev.kind != WatchEventKind::Deleted;
                     if let Some(job) = self.observe_node(&ev.path, exists, &ev.data) {
                         configs.push(job);
@@ -1098,6 +1114,9 @@ impl Driver {
             }
             MachineEvent::JobLeft { job } => {
                 tracing::info!(instance = %me, %job, "left the job");
+                if let Some(mirror) = &self.mirror {
+                    mirror.forget(job);
+                }
                 if let Some(entry) = self.jobs.remove(job) {
                     self.held_triggers = self.held_triggers.saturating_sub(entry.triggers.len());
                 }

@@ -40,8 +40,10 @@
 //! ```
 
 mod driver;
+pub mod dump;
 mod exec;
 mod ident;
+mod mirror;
 mod outage;
 
 use std::collections::BTreeMap;
@@ -63,6 +65,7 @@ use crate::listeners::{
 };
 
 pub use driver::executor_size;
+pub use dump::{DumpAddr, DumpLimits};
 pub use ident::{default_instance_id, local_ipv4};
 
 /// How long a cancelled item may ignore its cancellation before the runtime drops it.
@@ -98,6 +101,16 @@ pub enum RuntimeError {
     /// killed under it).
     #[error("the scheduler failed: {0}")]
     Failed(String),
+    /// The dump port could not be opened ([`SchedulerBuilder::dump`]).
+    #[error(
+        "cannot open the dump port on {addr}: {error} (is the port taken or the address not this host's? pick another port, or 0 for any free one)"
+    )]
+    Dump {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        error: String,
+    },
 }
 
 /// Where a scheduler is in its life.
@@ -191,6 +204,7 @@ impl Scheduler {
             cancel_timeout: DEFAULT_CANCEL_TIMEOUT,
             events: broadcast::channel(EVENT_CAPACITY).0,
             registry_name: None,
+            dump: None,
         }
     }
 }
@@ -209,6 +223,7 @@ pub struct SchedulerBuilder {
     cancel_timeout: Duration,
     events: broadcast::Sender<RunEvent>,
     registry_name: Option<String>,
+    dump: Option<(DumpAddr, DumpLimits)>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -320,6 +335,27 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Serves ElasticJob's dump (snapshot) protocol on `addr` while the scheduler runs: a
+    /// client sends `dump@{job}` and gets the job's registry tree, IPv4 addresses masked, with
+    /// this instance's copy of the nodes where it differs (see [`dump`]). A port alone binds
+    /// `127.0.0.1` (`.dump(9888)`); give a socket address to listen elsewhere
+    /// (`.dump("0.0.0.0:9888".parse::<SocketAddr>()?)`); port 0 takes a free port
+    /// ([`SchedulerHandle::dump_addr`]). The port has no authentication: expose it with care.
+    /// [`SchedulerBuilder::build`] fails with [`RuntimeError::Dump`] if it cannot be bound.
+    ///
+    /// [`SocketAddr`]: std::net::SocketAddr
+    pub fn dump(self, addr: impl Into<DumpAddr>) -> Self {
+        self.dump_with(addr, DumpLimits::default())
+    }
+
+    /// [`SchedulerBuilder::dump`] with other bounds on its clients than the defaults (how
+    /// long a client has for its request and for the answer, how long the registry has, how
+    /// many clients are served at once).
+    pub fn dump_with(mut self, addr: impl Into<DumpAddr>, limits: DumpLimits) -> Self {
+        self.dump = Some((addr.into(), limits));
+        self
+    }
+
     /// How long a cancelled item may ignore its cancellation before it is dropped (default
     /// [`DEFAULT_CANCEL_TIMEOUT`]).
     pub fn cancel_timeout(mut self, timeout: Duration) -> Self {
@@ -374,6 +410,22 @@ impl SchedulerBuilder {
         if let Some(job) = given.into_keys().next() {
             return Err(ListenerSetupError::UnknownJob(job).into());
         }
+        // Bound before anything starts, so that a port taken fails the build.
+        let mirror = self.dump.map(|_| mirror::Mirror::default());
+        let dump = match (self.dump, &mirror) {
+            (Some((addr, limits)), Some(mirror)) => {
+                let server =
+                    dump::DumpServer::bind(addr, limits, Arc::clone(&registry), mirror.clone())
+                        .await
+                        .and_then(|s| s.local_addr().map(|a| (s, a)))
+                        .map_err(|e| RuntimeError::Dump {
+                            addr: addr.0,
+                            error: e.to_string(),
+                        })?;
+                Some(server)
+            }
+            _ => None,
+        };
         let stream = registry
             .watch(&NodePath::root())
             .await
@@ -396,7 +448,13 @@ impl SchedulerBuilder {
             cancel_timeout: self.cancel_timeout,
             shutdown_grace,
             registry_name: self.registry_name,
+            mirror,
         });
+        let dump_addr = dump.as_ref().map(|(_, addr)| *addr);
+        if let Some((server, addr)) = dump {
+            tracing::info!(instance = %instance_id, %addr, "dump port open: send dump@JOB_NAME");
+            tokio::spawn(server.run(state_rx.clone()));
+        }
         tokio::spawn(driver.run());
         Ok(SchedulerHandle {
             inner: Arc::new(Inner {
@@ -405,6 +463,7 @@ impl SchedulerBuilder {
                 events: events_tx,
                 instance_id,
                 registry: status_registry,
+                dump_addr,
             }),
         })
     }
@@ -438,6 +497,8 @@ struct Inner {
     instance_id: InstanceId,
     /// The scheduler's registry client, for reads a status page makes.
     registry: Arc<dyn Registry>,
+    /// Where the dump port listens, if it is on.
+    dump_addr: Option<std::net::SocketAddr>,
 }
 
 /// A running scheduler. Cheap to clone; when every clone is dropped the scheduler shuts down
@@ -460,6 +521,12 @@ impl SchedulerHandle {
     /// This instance's id.
     pub fn instance_id(&self) -> &InstanceId {
         &self.inner.instance_id
+    }
+
+    /// Where the dump port listens ([`SchedulerBuilder::dump`]), if it is on: the address
+    /// bound, with the port taken when port 0 was asked for.
+    pub fn dump_addr(&self) -> Option<std::net::SocketAddr> {
+        self.inner.dump_addr
     }
 
     /// Where the scheduler is in its life.
