@@ -15,7 +15,7 @@
 //!
 //! Strict everywhere: an unknown key is an error with its line and column and the nearest known
 //! name; props are checked against the job's type ([`props`]); names against both registries'
-//! rules. What cannot be honoured is refused by name (`elasticjob.tracing`, `elasticjob.dump`,
+//! rules. What cannot be honoured is refused by name (`elasticjob.dump`,
 //! error handlers and listeners that are not built in), except a job given as a Java class
 //! (`elasticJobClass`), which is skipped with a warning so the jobs beside it can run
 //! (`shardjob run --strict` refuses the file instead).
@@ -23,6 +23,7 @@
 pub mod keys;
 pub mod positions;
 pub mod props;
+pub mod tracing;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -133,6 +134,9 @@ pub struct JobFile {
     pub registry: Option<FileRegistry>,
     /// Settings read but not acted on, and the like.
     pub warnings: Vec<Note>,
+    /// The job history settings (`elasticjob.tracing` with `spring.datasource`, or
+    /// `tracing.url`; see [`tracing`]).
+    pub tracing: Option<tracing::FileTracing>,
 }
 
 /// Reads a job file. `Err` holds every problem, each with its place when known.
@@ -158,12 +162,15 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
         warnings: Vec::new(),
         skipped: Vec::new(),
         jobs: Vec::new(),
+        elasticjob_tracing: None,
     };
+    let mut file_tracing = None;
     let spring = value.as_mapping().and_then(|m| m.get("elasticjob"));
     let (shape, registry) = match (spring, &value) {
         (Some(root), Value::Mapping(top)) => {
             for key in top.keys() {
-                if key.as_str() != Some("elasticjob") {
+                // `spring` and `tracing` are read for the job history.
+                if !matches!(key.as_str(), Some("elasticjob" | "spring" | "tracing")) {
                     let k = text_of(key);
                     r.warn(
                         &[Step::Key(k.clone())],
@@ -173,7 +180,15 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
                     );
                 }
             }
-            (Shape::Spring, r.spring(root))
+            let registry = r.spring(root);
+            let elasticjob_tracing = r.elasticjob_tracing.take();
+            file_tracing = r.tracing(
+                top,
+                elasticjob_tracing
+                    .as_ref()
+                    .map(|(path, value)| (path.clone(), value)),
+            );
+            (Shape::Spring, registry)
         }
         _ => {
             r.list(&value);
@@ -205,6 +220,7 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
             skipped: r.skipped,
             registry,
             warnings: r.warnings,
+            tracing: file_tracing,
         })
     } else {
         Err(r.problems)
@@ -245,6 +261,8 @@ struct Reader<'t> {
     warnings: Vec<Note>,
     skipped: Vec<SkippedJob>,
     jobs: Vec<FileJob>,
+    /// `elasticjob.tracing`, read after the rest ([`tracing`]).
+    elasticjob_tracing: Option<(Vec<Step>, Value)>,
 }
 
 fn text_of(v: &Value) -> String {
@@ -366,16 +384,12 @@ impl Reader<'_> {
                         ),
                     }
                 }
-                "tracing" | "dump" => self.problem(
+                "tracing" => self.elasticjob_tracing = Some((path, value.clone())),
+                "dump" => self.problem(
                     &path,
                     format!(
                         "elasticjob.{written}: not supported yet (shardjob does not record job \
-                         {} yet); remove the key",
-                        if key == "tracing" {
-                            "history (tracing)"
-                        } else {
-                            "dumps"
-                        }
+                         dumps yet); remove the key"
                     ),
                 ),
                 _ => {}
