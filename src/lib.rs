@@ -116,6 +116,7 @@ pub mod cli;
 pub mod demo;
 #[cfg(feature = "history")]
 pub mod history;
+pub mod history_cli;
 pub mod jobfile;
 pub mod jobs;
 pub mod listeners;

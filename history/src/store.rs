@@ -280,6 +280,8 @@ pub enum SortKey {
 /// A query of the execution log, for the console and `shardjob history`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecutionQuery {
+    /// This job only.
+    pub job: Option<String>,
     /// Jobs whose name starts with this (all jobs when `None`).
     pub job_prefix: Option<String>,
     /// Runs of this IP only.
@@ -303,6 +305,7 @@ pub struct ExecutionQuery {
 impl Default for ExecutionQuery {
     fn default() -> Self {
         ExecutionQuery {
+            job: None,
             job_prefix: None,
             ip: None,
             success: None,
@@ -549,6 +552,10 @@ impl Store {
         let page_size = q.page_size.clamp(1, 1000);
         let mut filters = Vec::new();
         let mut binds = Vec::new();
+        if let Some(job) = &q.job {
+            filters.push("e.job_name = ?");
+            binds.push(Bind::Str(job.clone()));
+        }
         if let Some(prefix) = &q.job_prefix {
             filters.push("e.job_name LIKE ? ESCAPE '!'");
             binds.push(Bind::Str(like_prefix(prefix)));

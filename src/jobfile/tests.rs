@@ -182,7 +182,9 @@ fn java_class_jobs_are_skipped_and_the_rest_kept() {
 fn what_cannot_be_honoured_is_refused_by_name() {
     let err = problems(&format!("{CAMEL}  tracing:\n    type: RDB\n"));
     assert!(
-        err[0].starts_with("19:3: elasticjob.tracing: type RDB needs a database: spring.datasource.url"),
+        err[0].starts_with(
+            "19:3: elasticjob.tracing: type RDB needs a database: spring.datasource.url"
+        ),
         "{err:?}"
     );
     let err = problems(&format!("{CAMEL}  dump:\n    port: 9888\n"));
@@ -278,7 +280,10 @@ fn tracing_takes_elasticjobs_spring_boot_keys() {
     #[cfg(feature = "history")]
     {
         let config = t.config().unwrap();
-        assert_eq!(config.url.driver_url(), "mysql://db:3306/jobs?ssl-mode=disabled");
+        assert_eq!(
+            config.url.driver_url(),
+            "mysql://db:3306/jobs?ssl-mode=disabled"
+        );
         assert_eq!(config.options.queue_bound, 500);
         assert!(!config.jobs.traces("noisy") && config.jobs.traces("settle"));
     }
@@ -288,7 +293,10 @@ fn tracing_takes_elasticjobs_spring_boot_keys() {
 fn tracing_takes_shardjobs_own_url() {
     let text = format!("{CAMEL}tracing:\n  url: sqlite://history.db\n  retention: 12h\n");
     let t = load(&text).unwrap().tracing.expect("tracing read");
-    assert_eq!(t.source, tracing::TracingSource::Url("sqlite://history.db".into()));
+    assert_eq!(
+        t.source,
+        tracing::TracingSource::Url("sqlite://history.db".into())
+    );
     assert_eq!(t.retention, Some(Duration::from_secs(12 * 3600)));
 }
 
@@ -299,7 +307,8 @@ fn tracing_refuses_what_it_cannot_honour() {
     );
     let err = problems(&oracle);
     assert!(
-        err.iter().any(|e| e.contains("elasticjob.tracing") || e.contains("job history")),
+        err.iter()
+            .any(|e| e.contains("elasticjob.tracing") || e.contains("job history")),
         "{err:?}"
     );
     assert!(err.iter().any(|e| e.contains("oracle")), "{err:?}");
@@ -309,16 +318,27 @@ fn tracing_refuses_what_it_cannot_honour() {
     );
     assert!(problems(&both).iter().any(|e| e.contains("keep one")));
     let log = format!("{CAMEL}  tracing:\n    type: LOG\n");
-    assert!(problems(&log).iter().any(|e| e.contains("\"LOG\" is not supported")));
+    assert!(
+        problems(&log)
+            .iter()
+            .any(|e| e.contains("\"LOG\" is not supported"))
+    );
     let retention = format!("{CAMEL}tracing:\n  url: sqlite://x.db\n  retention: 7y\n");
     let err = problems(&retention);
     assert!(err.iter().any(|e| e.contains("unknown unit")), "{err:?}");
     let no_database = format!("{CAMEL}tracing:\n  retention: 7d\n");
     let err = problems(&no_database);
-    assert!(err.iter().any(|e| e.contains("no history database")), "{err:?}");
+    assert!(
+        err.iter().any(|e| e.contains("no history database")),
+        "{err:?}"
+    );
     let exclusive = format!(
         "{CAMEL}  tracing:\n    type: RDB\n    includeJobNames: a\n    excludeJobNames: b\n\
          tracing:\n  url: sqlite://x.db\n"
     );
-    assert!(problems(&exclusive).iter().any(|e| e.contains("mutually exclusive")));
+    assert!(
+        problems(&exclusive)
+            .iter()
+            .any(|e| e.contains("mutually exclusive"))
+    );
 }

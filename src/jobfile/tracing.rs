@@ -136,10 +136,10 @@ impl Reader<'_> {
         let mut source = None;
         let mut include = BTreeSet::new();
         let mut exclude = BTreeSet::new();
-        let spring_ds = top
-            .get("spring")
-            .and_then(Value::as_mapping)
-            .and_then(|m| m.iter().find(|(k, _)| relaxed(&text_of(k), &["datasource"]).is_some()));
+        let spring_ds = top.get("spring").and_then(Value::as_mapping).and_then(|m| {
+            m.iter()
+                .find(|(k, _)| relaxed(&text_of(k), &["datasource"]).is_some())
+        });
         // Other Spring settings belong to other components.
         match top.get("spring") {
             Some(Value::Mapping(spring)) => {
@@ -166,7 +166,10 @@ impl Reader<'_> {
         if let Some((path, value)) = elasticjob {
             elasticjob_path = Some(path.clone());
             let Value::Mapping(map) = value else {
-                self.problem(&path, "elasticjob.tracing: expected a mapping (type: RDB)".into());
+                self.problem(
+                    &path,
+                    "elasticjob.tracing: expected a mapping (type: RDB)".into(),
+                );
                 return None;
             };
             let mut kind = None;
@@ -302,7 +305,10 @@ impl Reader<'_> {
 
     fn data_source(&mut self, v: &Value, at: &[Step], what: &str) -> Option<TracingSource> {
         let Value::Mapping(map) = v else {
-            self.problem(at, format!("{what}: expected a mapping (url, username, password)"));
+            self.problem(
+                at,
+                format!("{what}: expected a mapping (url, username, password)"),
+            );
             return None;
         };
         let mut url = None;
@@ -316,7 +322,9 @@ impl Reader<'_> {
                 Some("password") => password = Some(text_of(v)),
                 _ => self.warn(
                     &join(at, &written),
-                    format!("{what}.{written} is not read by shardjob (url, username, password are)"),
+                    format!(
+                        "{what}.{written} is not read by shardjob (url, username, password are)"
+                    ),
                 ),
             }
         }
