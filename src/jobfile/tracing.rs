@@ -287,20 +287,22 @@ impl Reader<'_> {
         };
         let at = elasticjob_path.unwrap_or_else(|| vec![Step::Key("tracing".into())]);
         #[cfg(feature = "history")]
-        if let Err(e) = tracing.database_url() {
-            self.problem(&at, format!("job history: {e}"));
-            return None;
+        {
+            if let Err(e) = tracing.database_url() {
+                self.problem(&at, format!("job history: {e}"));
+                return None;
+            }
+            Some(tracing)
         }
         #[cfg(not(feature = "history"))]
         {
+            let _ = tracing;
             self.problem(
                 &at,
                 "job history: this shardjob was built without its `history` feature".into(),
             );
-            return None;
+            None
         }
-        #[allow(unreachable_code)]
-        Some(tracing)
     }
 
     fn data_source(&mut self, v: &Value, at: &[Step], what: &str) -> Option<TracingSource> {
