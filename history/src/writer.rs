@@ -404,13 +404,23 @@ async fn write_loop(shared: Arc<Shared>, store: Store, opts: HistoryOptions) {
                     let mut rejected = 0;
                     let mut rest = Vec::new();
                     for (i, event) in batch.iter().enumerate() {
-                        match store.write_batch(std::slice::from_ref(event)).await {
-                            Ok(()) => written += 1,
-                            Err(e) if e.is_transient() => {
+                        let one = tokio::time::timeout(
+                            opts.write_timeout,
+                            store.write_batch(std::slice::from_ref(event)),
+                        )
+                        .await;
+                        match one {
+                            Ok(Ok(())) => written += 1,
+                            // Timed out or down: the rest waits for the database.
+                            Err(_) => {
                                 rest = batch[i..].to_vec();
                                 break;
                             }
-                            Err(e) => {
+                            Ok(Err(e)) if e.is_transient() => {
+                                rest = batch[i..].to_vec();
+                                break;
+                            }
+                            Ok(Err(e)) => {
                                 rejected += 1;
                                 tracing::error!(
                                     "job history: event refused, skipped: {e}: {event:?}"
