@@ -10,6 +10,7 @@
 //!
 //! The runtime turns its events into [`TraceEvent`]s; this crate knows nothing of the
 //! runtime.
+#![warn(missing_docs)]
 
 pub mod event;
 pub mod schema;
