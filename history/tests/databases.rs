@@ -355,6 +355,68 @@ async fn survives_a_killed_database(server: &mut DbServer) {
     history.shutdown(DEADLINE).await;
 }
 
+/// The server hangs (SIGSTOP) mid-run: writes time out and are retried; once it goes on,
+/// everything arrives, once (a batch given up on may have been committed: written again, it
+/// adds nothing).
+async fn survives_a_hung_database(server: &mut DbServer) {
+    let url = DatabaseUrl::parse(&server.url()).unwrap();
+    let opts = HistoryOptions {
+        max_backoff: Duration::from_millis(500),
+        write_timeout: Duration::from_secs(1),
+        ..HistoryOptions::default()
+    };
+    let history = History::start(&url, opts).expect("history");
+    for e in execution("hung", 1, "e1") {
+        history.record(e);
+    }
+    assert!(history.flush(DEADLINE).await.complete);
+    server.pause().expect("paused");
+    for exec in 2..=3 {
+        for e in execution("hung", exec, "e") {
+            history.record(e);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !history.stats().failing {
+        if tokio::time::Instant::now() >= deadline {
+            let _ = server.resume();
+            panic!("the writer never saw the hang: {:?}", history.stats());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.resume().expect("resumed");
+    assert!(
+        history.flush(DEADLINE).await.complete,
+        "{:?}",
+        history.stats()
+    );
+    let store = history.store();
+    assert_eq!(
+        store
+            .count("JOB_EXECUTION_LOG", "job_name = 'hung'")
+            .await
+            .unwrap(),
+        6
+    );
+    assert_eq!(
+        store
+            .count("JOB_STATUS_TRACE_LOG", "job_name = 'hung'")
+            .await
+            .unwrap(),
+        9
+    );
+    assert_eq!(
+        store
+            .count("SHARDJOB_EXECUTION_LOG", "job_name = 'hung'")
+            .await
+            .unwrap(),
+        6
+    );
+    let stats = history.stats();
+    assert_eq!((stats.dropped, stats.rejected, stats.queued), (0, 0, 0));
+    history.shutdown(DEADLINE).await;
+}
+
 /// Over the bound while the database is down: the oldest go, counted; the newest arrive.
 async fn overflow_drops_the_oldest(server: &mut DbServer) {
     let url = DatabaseUrl::parse(&server.url()).unwrap();
@@ -465,12 +527,13 @@ async fn postgres_schema_writes_kill_and_overflow() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb_schema_writes_kill_and_overflow() {
+async fn mariadb_schema_writes_kill_hang_and_overflow() {
     let mut server = DbServer::mariadb().expect("a MariaDB server");
     let url = DatabaseUrl::parse(&server.url()).unwrap();
     schema_is_elasticjobs(url.clone()).await;
     events_are_written_once(url.clone()).await;
     a_refused_event_does_not_hold_the_queue(url).await;
     survives_a_killed_database(&mut server).await;
+    survives_a_hung_database(&mut server).await;
     overflow_drops_the_oldest(&mut server).await;
 }

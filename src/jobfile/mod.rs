@@ -13,6 +13,9 @@
 //!   (`regCenter`, `reg-center`, `reg_center`); other top-level keys belong to other Spring
 //!   components and are listed as not read.
 //!
+//! A Spring file may also name the job history's database: ElasticJob's `elasticjob.tracing`
+//! with Spring's `spring.datasource`, or shardjob's top-level `tracing` ([`tracing`]).
+//!
 //! Strict everywhere: an unknown key is an error with its line and column and the nearest known
 //! name; props are checked against the job's type ([`props`]); names against both registries'
 //! rules. What cannot be honoured is refused by name (`elasticjob.dump`,

@@ -197,6 +197,30 @@ impl DbServer {
         Ok(())
     }
 
+    /// Stops the server with SIGSTOP: connections stay open and get no answer, as from a
+    /// database that hangs. (MariaDB is one process; PostgreSQL's backends are processes of
+    /// their own, which this does not stop.)
+    pub fn pause(&self) -> Result<(), TestkitError> {
+        match &self.process {
+            Some(p) => signal(p.pid, libc::SIGSTOP),
+            None => Err(TestkitError::BadMember(format!(
+                "the {} server is not running",
+                self.kind.name()
+            ))),
+        }
+    }
+
+    /// Lets a paused server go on (SIGCONT).
+    pub fn resume(&self) -> Result<(), TestkitError> {
+        match &self.process {
+            Some(p) => signal(p.pid, libc::SIGCONT),
+            None => Err(TestkitError::BadMember(format!(
+                "the {} server is not running",
+                self.kind.name()
+            ))),
+        }
+    }
+
     /// Starts the server again from its data, on the same port, and waits until it accepts
     /// connections.
     pub fn restart(&mut self) -> Result<(), TestkitError> {
