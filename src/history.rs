@@ -7,7 +7,9 @@
 //! non-blocking push onto the writer's bounded queue, so it keeps up with the driver unless
 //! the runtime starves it. Should it fall behind by more than the event channel's capacity
 //! ([`EVENT_CAPACITY`](crate::runtime::EVENT_CAPACITY)), the events it missed are counted as
-//! dropped ([`HistoryStats::dropped`]), never lost silently.
+//! dropped ([`HistoryStats::dropped`]) and logged, never lost silently (the count is an upper
+//! bound: it includes the missed events the history does not record, such as leadership
+//! changes).
 //!
 //! Per item run: a `JOB_EXECUTION_LOG` row at its start, completed at its end (failure cause:
 //! the job's error, with a script's captured output); per execution (one fire's items on this
