@@ -280,12 +280,42 @@ async fn events_are_written_once(url: DatabaseUrl) {
             .all(|s| s.sharding_item == "[0, 1]" && s.slave_id == "10.0.0.1")
     );
 
+    // A failover of execution 2's item 0 (another row, same fire): its attempt is 2.
+    let mut again = run("settle", 0, 2);
+    again.id = trace_id(&["10.0.0.2@-@7", "settle", "0", "2"]);
+    again.instance_id = "10.0.0.2@-@7".into();
+    again.source = ExecutionSource::Failover;
+    again.run_kind = "FAILOVER".into();
+    history.record(TraceEvent::ItemStarted(again.clone()));
+    assert!(history.flush(DEADLINE).await.complete);
+    let rows = store
+        .executions(&ExecutionQuery {
+            job: Some("settle".into()),
+            since: Some(at(20)),
+            until: Some(at(21)),
+            sort: shardjob_history::SortKey::CompleteTime,
+            ..ExecutionQuery::default()
+        })
+        .await
+        .unwrap();
+    let attempts: Vec<(Option<&str>, Option<i32>, Option<String>)> = rows
+        .rows
+        .iter()
+        .filter(|r| r.sharding_item == 0)
+        .map(|r| (r.run_kind.as_deref(), r.attempt, r.instance_id.clone()))
+        .collect();
+    assert_eq!(attempts.len(), 2, "{rows:?}");
+    assert!(attempts.contains(&(Some("SCHEDULED"), Some(1), Some("10.0.0.1@-@42".into()))));
+    assert!(attempts.contains(&(Some("FAILOVER"), Some(2), Some("10.0.0.2@-@7".into()))));
+    let failover = rows.rows.iter().find(|r| r.execution_source == "FAILOVER");
+    assert!(failover.is_some_and(|r| r.complete_time.is_none() && !r.success));
+
     // Retention: everything is older than now.
     let gone = store.delete_older_than(Utc::now(), 2).await.unwrap();
     assert_eq!(
         gone,
-        4 + 6
-            + 4
+        5 + 6
+            + 5
             + if url.dialect() == Dialect::MySql {
                 6
             } else {
