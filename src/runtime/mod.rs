@@ -341,6 +341,8 @@ impl SchedulerBuilder {
     /// `sqlite://path`, `postgres://user:pass@host:port/db` or `mysql://…` (see
     /// [`crate::history`]). A URL that cannot be used makes [`SchedulerBuilder::build`] fail;
     /// a database that is down does not (the history waits for it, within its queue's bound).
+    /// [`SchedulerHandle::shutdown`] and [`SchedulerHandle::shutdown_now`] write what is queued
+    /// (10 s at most by default) before they return.
     #[cfg(feature = "history")]
     pub fn tracing(mut self, url: &str) -> Self {
         self.tracing = Some(
