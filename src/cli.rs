@@ -6,7 +6,9 @@
 //! - `shardjob demo` runs three instances in this process over the in-memory registry and shows
 //!   who runs which item, a crash with failover, and a graceful leave;
 //! - `shardjob run <jobs.yaml>` runs config-only jobs (Script, HTTP) until SIGTERM or Ctrl-C, then
-//!   leaves gracefully.
+//!   leaves gracefully (recording the job history its file's tracing settings name);
+//! - `shardjob history JOB` lists a job's item runs from the job history
+//!   ([`crate::history_cli`]).
 //!
 //! Every command writes to the writer it is given and returns the process exit code, so tests
 //! run the real code without a subprocess: 0 when all is well, 1 when the input has problems
@@ -74,6 +76,8 @@ pub enum Command {
     /// Run the Script and HTTP jobs of a YAML file until SIGTERM or Ctrl-C, then leave
     /// gracefully.
     Run(RunArgs),
+    /// A job's item runs from the job history (`--failed`, `--since 1h`, `--json`).
+    History(crate::history_cli::HistoryArgs),
     /// Operating a cluster through its registry (`jobs`, `status`, `trigger`, ...).
     #[command(flatten)]
     Ops(crate::ops_cli::OpsCommand),
@@ -245,6 +249,7 @@ pub fn run(cli: Cli, now: DateTime<Utc>, out: &mut dyn Write) -> Result<ExitCode
         Command::Config(ConfigCommand::Check(args)) => config_check(&args, out)?,
         Command::Demo(args) => demo(&args, out)?,
         Command::Run(args) => run_jobs(&args, out)?,
+        Command::History(args) => crate::history_cli::run(&args, now, out)?,
         Command::Ops(c) => return crate::ops_cli::run(c, now, out),
         Command::Config(ConfigCommand::Get(a)) => return crate::ops_cli::run(a, now, out),
         Command::Config(ConfigCommand::Set(a)) => return crate::ops_cli::run(a, now, out),
@@ -475,6 +480,19 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
              HOST:PORT`)"
         )?;
     }
+    if let Some(t) = &file.tracing {
+        writeln!(
+            out,
+            "# history: {}{}{}",
+            t.describe(),
+            t.retention
+                .map(|r| format!(", rows kept {r:?}"))
+                .unwrap_or_default(),
+            t.queue_bound
+                .map(|b| format!(", at most {b} events waiting"))
+                .unwrap_or_default()
+        )?;
+    }
     for job in &file.jobs {
         writeln!(out, "# runs: {} ({})", job.config.job_name, job.kind.name())?;
     }
@@ -502,6 +520,8 @@ struct RunPlan {
     dump: Option<std::net::SocketAddr>,
     registry: crate::registry_url::RegistryUrl,
     connect: crate::registry_url::ConnectOptions,
+    #[cfg_attr(not(feature = "history"), allow(dead_code))]
+    tracing: Option<crate::jobfile::tracing::FileTracing>,
 }
 
 /// Reads the file and picks the registry as `run` does: `--registry`, else
@@ -591,6 +611,7 @@ fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, Strin
         dump: file.dump,
         registry,
         connect,
+        tracing: file.tracing,
     }))
 }
 
@@ -662,6 +683,14 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         }
         if let Some(addr) = plan.dump {
             builder = builder.dump(addr);
+        }
+        // The file's job history (refused by the file's reader without the feature).
+        #[cfg(feature = "history")]
+        if let Some(tracing) = &plan.tracing {
+            match tracing.config() {
+                Ok(config) => builder = builder.tracing_config(config),
+                Err(e) => return Ok(Err(format!("error: job history: {e}"))),
+            }
         }
         let count = plan.jobs.len();
         for crate::jobfile::FileJob { config, kind } in plan.jobs {

@@ -114,6 +114,9 @@ pub use shardjob_backend_mem as mem;
 pub mod cli;
 #[cfg(feature = "mem")]
 pub mod demo;
+#[cfg(feature = "history")]
+pub mod history;
+pub mod history_cli;
 pub mod jobfile;
 pub mod jobs;
 pub mod listeners;

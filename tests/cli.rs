@@ -314,7 +314,7 @@ fn config_check_prints_effective_config_or_every_problem() {
     let out = binary(&["config", "check", typo.to_str().unwrap()]);
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(
-        err.contains(":6:3: error: elasticjob.tracing: not supported yet"),
+        err.contains(":6:3: error: elasticjob.tracing: type RDB needs a database"),
         "{err}"
     );
     let text = std::fs::read_to_string(&typo)

@@ -13,18 +13,23 @@
 //!   (`regCenter`, `reg-center`, `reg_center`); other top-level keys belong to other Spring
 //!   components and are listed as not read.
 //!
+//! A Spring file may also name the job history's database: ElasticJob's `elasticjob.tracing`
+//! with Spring's `spring.datasource`, or shardjob's top-level `tracing` ([`tracing`]).
+//!
 //! Strict everywhere: an unknown key is an error with its line and column and the nearest known
 //! name; props are checked against the job's type ([`props`]); names against both registries'
 //! rules. `elasticjob.dump.port` (with `enabled`, as ElasticJob's starter reads them, and
 //! shardjob's `address`, `127.0.0.1` by default) opens the instance's dump port
-//! ([`crate::runtime::dump`]). What cannot be honoured is refused by name (`elasticjob.tracing`,
-//! error handlers and listeners that are not built in), except a job given as a Java class
-//! (`elasticJobClass`), which is skipped with a warning so the jobs beside it can run
+//! ([`crate::runtime::dump`]); `elasticjob.tracing` with `spring.datasource` (or `tracing.url`)
+//! records the job history. What cannot be honoured is refused by name (the `EMAIL`,
+//! `WECHAT` and `DINGTALK` error handlers, listeners that are not built in), except a job
+//! given as a Java class (`elasticJobClass`), which is skipped with a warning so the jobs beside it can run
 //! (`shardjob run --strict` refuses the file instead).
 
 pub mod keys;
 pub mod positions;
 pub mod props;
+pub mod tracing;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -138,6 +143,9 @@ pub struct JobFile {
     pub dump: Option<SocketAddr>,
     /// Settings read but not acted on, and the like.
     pub warnings: Vec<Note>,
+    /// The job history settings (`elasticjob.tracing` with `spring.datasource`, or
+    /// `tracing.url`; see [`tracing`]).
+    pub tracing: Option<tracing::FileTracing>,
 }
 
 /// Reads a job file. `Err` holds every problem, each with its place when known.
@@ -164,12 +172,15 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
         skipped: Vec::new(),
         jobs: Vec::new(),
         dump: None,
+        elasticjob_tracing: None,
     };
+    let mut file_tracing = None;
     let spring = value.as_mapping().and_then(|m| m.get("elasticjob"));
     let (shape, registry) = match (spring, &value) {
         (Some(root), Value::Mapping(top)) => {
             for key in top.keys() {
-                if key.as_str() != Some("elasticjob") {
+                // `spring` and `tracing` are read for the job history.
+                if !matches!(key.as_str(), Some("elasticjob" | "spring" | "tracing")) {
                     let k = text_of(key);
                     r.warn(
                         &[Step::Key(k.clone())],
@@ -179,7 +190,15 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
                     );
                 }
             }
-            (Shape::Spring, r.spring(root))
+            let registry = r.spring(root);
+            let elasticjob_tracing = r.elasticjob_tracing.take();
+            file_tracing = r.tracing(
+                top,
+                elasticjob_tracing
+                    .as_ref()
+                    .map(|(path, value)| (path.clone(), value)),
+            );
+            (Shape::Spring, registry)
         }
         _ => {
             r.list(&value);
@@ -212,6 +231,7 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
             registry,
             dump: r.dump,
             warnings: r.warnings,
+            tracing: file_tracing,
         })
     } else {
         Err(r.problems)
@@ -257,6 +277,8 @@ struct Reader<'t> {
     skipped: Vec<SkippedJob>,
     jobs: Vec<FileJob>,
     dump: Option<SocketAddr>,
+    /// `elasticjob.tracing`, read after the rest ([`tracing`]).
+    elasticjob_tracing: Option<(Vec<Step>, Value)>,
 }
 
 fn text_of(v: &Value) -> String {
@@ -379,13 +401,7 @@ impl Reader<'_> {
                     }
                 }
                 "dump" => self.dump = self.dump_port(value, &path),
-                "tracing" => self.problem(
-                    &path,
-                    format!(
-                        "elasticjob.{written}: not supported yet (shardjob does not record job \
-                         history (tracing) yet); remove the key"
-                    ),
-                ),
+                "tracing" => self.elasticjob_tracing = Some((path, value.clone())),
                 _ => {}
             }
         }

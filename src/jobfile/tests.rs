@@ -182,7 +182,9 @@ fn java_class_jobs_are_skipped_and_the_rest_kept() {
 fn what_cannot_be_honoured_is_refused_by_name() {
     let err = problems(&format!("{CAMEL}  tracing:\n    type: RDB\n"));
     assert!(
-        err[0].starts_with("19:3: elasticjob.tracing: not supported yet"),
+        err[0].starts_with(
+            "19:3: elasticjob.tracing: type RDB needs a database: spring.datasource.url"
+        ),
         "{err:?}"
     );
     let err = problems(&CAMEL.replace(
@@ -278,4 +280,100 @@ fn a_bad_dump_port_is_refused_with_its_place() {
     assert!(err[0].contains("\"here\" is not an IP address"), "{err:?}");
     let err = problems(&format!("{CAMEL}  dump:\n    prot: 9888\n"));
     assert!(err[0].contains("unknown key `prot`"), "{err:?}");
+}
+
+#[test]
+fn tracing_takes_elasticjobs_spring_boot_keys() {
+    let text = format!(
+        "spring:\n  datasource:\n    url: jdbc:mysql://db:3306/jobs?useSSL=false\n    \
+         username: ej\n    password: pw\n    driver-class-name: com.mysql.cj.jdbc.Driver\n\
+         {CAMEL}  tracing:\n    type: RDB\n    excludeJobNames: [noisy]\n\
+         tracing:\n  retention: 7d\n  queue-bound: 500\n"
+    );
+    let file = load(&text).unwrap();
+    let t = file.tracing.expect("tracing read");
+    assert_eq!(
+        t.source,
+        tracing::TracingSource::Jdbc {
+            url: "jdbc:mysql://db:3306/jobs?useSSL=false".into(),
+            username: Some("ej".into()),
+            password: Some("pw".into()),
+        }
+    );
+    assert_eq!(t.retention, Some(Duration::from_secs(7 * 86_400)));
+    assert_eq!(t.queue_bound, Some(500));
+    assert_eq!(t.exclude_jobs, ["noisy".to_owned()].into());
+    assert!(!format!("{t:?}").contains("pw"));
+    // The driver class is Java's: said, not silently dropped.
+    assert!(
+        file.warnings
+            .iter()
+            .any(|w| w.message.contains("driver-class-name is not read")),
+        "{:?}",
+        file.warnings
+    );
+    #[cfg(feature = "history")]
+    {
+        let config = t.config().unwrap();
+        assert_eq!(
+            config.url.driver_url(),
+            "mysql://db:3306/jobs?ssl-mode=disabled"
+        );
+        assert_eq!(config.options.queue_bound, 500);
+        assert!(!config.jobs.traces("noisy") && config.jobs.traces("settle"));
+    }
+}
+
+#[test]
+fn tracing_takes_shardjobs_own_url() {
+    let text = format!("{CAMEL}tracing:\n  url: sqlite://history.db\n  retention: 12h\n");
+    let t = load(&text).unwrap().tracing.expect("tracing read");
+    assert_eq!(
+        t.source,
+        tracing::TracingSource::Url("sqlite://history.db".into())
+    );
+    assert_eq!(t.retention, Some(Duration::from_secs(12 * 3600)));
+}
+
+#[test]
+fn tracing_refuses_what_it_cannot_honour() {
+    let oracle = format!(
+        "spring:\n  datasource:\n    url: jdbc:oracle:thin:@db:1521:orcl\n{CAMEL}  tracing:\n    type: RDB\n"
+    );
+    let err = problems(&oracle);
+    assert!(
+        err.iter()
+            .any(|e| e.contains("elasticjob.tracing") || e.contains("job history")),
+        "{err:?}"
+    );
+    assert!(err.iter().any(|e| e.contains("oracle")), "{err:?}");
+    let both = format!(
+        "spring:\n  datasource:\n    url: jdbc:sqlite:a.db\n{CAMEL}  tracing:\n    type: RDB\n\
+         tracing:\n  url: sqlite://b.db\n"
+    );
+    assert!(problems(&both).iter().any(|e| e.contains("keep one")));
+    let log = format!("{CAMEL}  tracing:\n    type: LOG\n");
+    assert!(
+        problems(&log)
+            .iter()
+            .any(|e| e.contains("\"LOG\" is not supported"))
+    );
+    let retention = format!("{CAMEL}tracing:\n  url: sqlite://x.db\n  retention: 7y\n");
+    let err = problems(&retention);
+    assert!(err.iter().any(|e| e.contains("unknown unit")), "{err:?}");
+    let no_database = format!("{CAMEL}tracing:\n  retention: 7d\n");
+    let err = problems(&no_database);
+    assert!(
+        err.iter().any(|e| e.contains("no history database")),
+        "{err:?}"
+    );
+    let exclusive = format!(
+        "{CAMEL}  tracing:\n    type: RDB\n    includeJobNames: a\n    excludeJobNames: b\n\
+         tracing:\n  url: sqlite://x.db\n"
+    );
+    assert!(
+        problems(&exclusive)
+            .iter()
+            .any(|e| e.contains("mutually exclusive"))
+    );
 }

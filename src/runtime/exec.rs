@@ -202,6 +202,7 @@ impl ExecutionTask {
                 fire_time: exec.fire_time,
                 kind: exec.kind,
                 fencing_token: item.fencing_token.0,
+                task_id: exec.task_id.clone(),
             };
             queue.push_back((ctx, info));
         }

@@ -97,6 +97,9 @@ pub enum RuntimeError {
     /// The scheduler has stopped (after a shutdown) and takes no more commands.
     #[error("the scheduler has stopped")]
     Stopped,
+    /// The job history cannot be set up (a database URL that cannot be used).
+    #[error("job history: {0}")]
+    Tracing(String),
     /// The scheduler stopped because it could not go on (its registry client was closed or
     /// killed under it).
     #[error("the scheduler failed: {0}")]
@@ -141,6 +144,9 @@ pub struct ItemRunInfo {
     pub kind: RunKind,
     /// Its fencing token.
     pub fencing_token: u64,
+    /// ElasticJob's task id of its execution, `{job}@-@{items}@-@READY@-@{instance}` (the
+    /// items this instance runs for the fire).
+    pub task_id: String,
 }
 
 /// What a scheduler reports to subscribers ([`SchedulerHandle::subscribe`]).
@@ -205,6 +211,8 @@ impl Scheduler {
             events: broadcast::channel(EVENT_CAPACITY).0,
             registry_name: None,
             dump: None,
+            #[cfg(feature = "history")]
+            tracing: None,
         }
     }
 }
@@ -224,6 +232,8 @@ pub struct SchedulerBuilder {
     events: broadcast::Sender<RunEvent>,
     registry_name: Option<String>,
     dump: Option<(DumpAddr, DumpLimits)>,
+    #[cfg(feature = "history")]
+    tracing: Option<Result<crate::history::TracingConfig, String>>,
 }
 
 impl std::fmt::Debug for SchedulerBuilder {
@@ -363,6 +373,29 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Records the job history (ElasticJob's event trace tables) in the database at `url`:
+    /// `sqlite://path`, `postgres://user:pass@host:port/db` or `mysql://…` (see
+    /// [`crate::history`]). A URL that cannot be used makes [`SchedulerBuilder::build`] fail;
+    /// a database that is down does not (the history waits for it, within its queue's bound).
+    /// [`SchedulerHandle::shutdown`] and [`SchedulerHandle::shutdown_now`] write what is queued
+    /// (10 s at most by default) before they return.
+    #[cfg(feature = "history")]
+    pub fn tracing(mut self, url: &str) -> Self {
+        self.tracing = Some(
+            crate::history::DatabaseUrl::parse(url)
+                .map(crate::history::TracingConfig::new)
+                .map_err(|e| e.to_string()),
+        );
+        self
+    }
+
+    /// Records the job history with all its settings (queue bound, retention, jobs).
+    #[cfg(feature = "history")]
+    pub fn tracing_config(mut self, config: crate::history::TracingConfig) -> Self {
+        self.tracing = Some(Ok(config));
+        self
+    }
+
     /// Validates the jobs, makes their listeners, opens the registry watch and starts the
     /// driver task. Must be called within a tokio runtime.
     pub async fn build(self) -> Result<SchedulerHandle, RuntimeError> {
@@ -433,6 +466,21 @@ impl SchedulerBuilder {
         let (ops_tx, ops_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(SchedulerState::Running);
         let events_tx = self.events;
+        // The history's feeder subscribes before the driver starts: it sees every run.
+        #[cfg(feature = "history")]
+        let history = match self.tracing {
+            None => None,
+            Some(config) => {
+                let config = config.map_err(RuntimeError::Tracing)?;
+                let writer = crate::history::start(&config).map_err(RuntimeError::Tracing)?;
+                Some(crate::history::Feed::start(
+                    writer,
+                    events_tx.subscribe(),
+                    config.jobs,
+                    config.flush_deadline,
+                ))
+            }
+        };
         let status_registry = Arc::clone(&registry);
         let driver = driver::Driver::new(driver::Parts {
             machine,
@@ -464,6 +512,8 @@ impl SchedulerBuilder {
                 instance_id,
                 registry: status_registry,
                 dump_addr,
+                #[cfg(feature = "history")]
+                history,
             }),
         })
     }
@@ -499,6 +549,9 @@ struct Inner {
     registry: Arc<dyn Registry>,
     /// Where the dump port listens, if it is on.
     dump_addr: Option<std::net::SocketAddr>,
+    /// The job history's feeder and writer, when tracing is on.
+    #[cfg(feature = "history")]
+    history: Option<crate::history::Feed>,
 }
 
 /// A running scheduler. Cheap to clone; when every clone is dropped the scheduler shuts down
@@ -625,7 +678,9 @@ impl SchedulerHandle {
     pub async fn shutdown(&self) -> Result<(), RuntimeError> {
         // A driver that is gone already has stopped one way or the other: `wait` says how.
         let _ = self.inner.ops.send(Op::Shutdown);
-        self.wait().await
+        let result = self.wait().await;
+        self.finish_history().await;
+        result
     }
 
     /// Leaves at once, as on a second SIGTERM: running items are cancelled (a script is
@@ -635,7 +690,25 @@ impl SchedulerHandle {
     /// [`SchedulerHandle::shutdown`] to let running items finish.
     pub async fn shutdown_now(&self) -> Result<(), RuntimeError> {
         let _ = self.inner.ops.send(Op::ShutdownNow);
-        self.wait().await
+        let result = self.wait().await;
+        self.finish_history().await;
+        result
+    }
+
+    /// The job history, when tracing is on: its figures ([`crate::history::History::stats`])
+    /// and its database ([`crate::history::History::store`]).
+    #[cfg(feature = "history")]
+    pub fn history(&self) -> Option<&crate::history::History> {
+        self.inner.history.as_ref().map(|feed| feed.history())
+    }
+
+    /// After the driver stopped: the history takes the last events and writes its queue
+    /// within its flush deadline.
+    async fn finish_history(&self) {
+        #[cfg(feature = "history")]
+        if let Some(feed) = &self.inner.history {
+            feed.finish().await;
+        }
     }
 
     /// Waits until the scheduler has stopped: `Ok` after a graceful shutdown, an error if it

@@ -25,6 +25,11 @@
 //! `apt-get install zookeeper etcd-server etcd-client protobuf-compiler libprotobuf-dev` (the
 //! project's `.ci/run` does it).
 //!
+//! # Databases
+//!
+//! [`DbServer`] starts a throw-away PostgreSQL or MariaDB server the same way, for the job
+//! history's tests (see its module).
+//!
 //! # Cutting one client off
 //!
 //! [`Proxy`] is a TCP proxy on loopback between one client and a server; [`Proxy::cut`] takes
@@ -33,8 +38,10 @@
 //! longer than its timeout expires on the server: [`Cluster::zk_session_alive`] says when.
 #![warn(missing_docs)]
 
+mod db;
 mod proxy;
 
+pub use db::{DB_INSTALL_HINT, DbKind, DbServer};
 pub use proxy::{Link, Proxy};
 
 use std::fmt;

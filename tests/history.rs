@@ -1,0 +1,302 @@
+//! The job history after a real run: a scheduler on the in-memory registry with
+//! `.tracing(url)` runs a job every second (one item failing) and a manual trigger; its rows in
+//! SQLite, PostgreSQL and MariaDB (servers the test starts) match the runs it reported.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use shardjob::core::{CronExpr, InstanceId, JobConfig};
+use shardjob::history::{DatabaseUrl, db::Store};
+use shardjob::history::{ExecutionQuery, HistoryOptions, TracingConfig};
+use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
+use shardjob::mem::MemServer;
+use shardjob::runtime::{RunEvent, Scheduler};
+use shardjob_testkit::DbServer;
+
+/// Generous: a loaded 2-core machine.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+struct FailsOne;
+
+#[async_trait]
+impl SimpleJob for FailsOne {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        if ctx.sharding_item == 1 {
+            Err(JobError::failed(format!(
+                "item 1 of {} failed",
+                ctx.job_name
+            )))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    started: BTreeSet<(u64, u32)>,
+    finished: usize,
+    executions: BTreeSet<u64>,
+    tokens: BTreeSet<u64>,
+    triggered: usize,
+}
+
+async fn a_real_run_leaves_its_rows(url: &str) {
+    let server = MemServer::default();
+    let config = JobConfig::new("settle.nightly", 3)
+        .with_cron(CronExpr::parse("* * * * * ?").expect("a cron"));
+    let db = DatabaseUrl::parse(url).expect("a URL");
+    let builder = Scheduler::builder()
+        .registry(Arc::new(server.connect_default()))
+        .instance_id(InstanceId::new("127.0.0.9@-@4242").expect("an id"))
+        .job(config, FailsOne)
+        .tracing_config(TracingConfig {
+            options: HistoryOptions {
+                batch_size: 16,
+                ..HistoryOptions::default()
+            },
+            ..TracingConfig::new(db.clone())
+        });
+    let mut events = builder.subscribe();
+    let scheduler = builder.build().await.expect("a scheduler");
+    let mut seen = Seen::default();
+    let mut triggered = false;
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    // Two scheduled fires and a trigger, at least.
+    while seen.finished < 9 || seen.triggered == 0 {
+        let event = tokio::time::timeout_at(deadline, events.recv())
+            .await
+            .expect("runs within the deadline")
+            .expect("no lag");
+        match event {
+            RunEvent::ItemStarted { run, .. } => {
+                seen.started.insert((run.execution.0, run.item));
+                seen.executions.insert(run.execution.0);
+                seen.tokens.insert(run.fencing_token);
+                if run.kind == shardjob::core::machine::record::RunKind::Trigger {
+                    seen.triggered += 1;
+                }
+            }
+            RunEvent::ItemFinished { .. } => {
+                seen.finished += 1;
+                if !triggered {
+                    triggered = true;
+                    scheduler
+                        .trigger("settle.nightly", None)
+                        .await
+                        .expect("triggered");
+                }
+            }
+            _ => {}
+        }
+    }
+    scheduler.shutdown().await.expect("a graceful shutdown");
+    // The shutdown took the events that came after the loop above: count them too.
+    while let Ok(event) = events.try_recv() {
+        if let RunEvent::ItemStarted { run, .. } = event {
+            seen.started.insert((run.execution.0, run.item));
+            seen.executions.insert(run.execution.0);
+            seen.tokens.insert(run.fencing_token);
+        }
+    }
+    let history = scheduler.history().expect("tracing is on");
+    let stats = history.stats();
+    assert_eq!(
+        (stats.dropped, stats.rejected, stats.queued),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+
+    let store = Store::connect_lazy(&db, DEADLINE).expect("a store");
+    let all = store
+        .executions(&ExecutionQuery {
+            job_prefix: Some("settle.".into()),
+            page_size: 1000,
+            ..ExecutionQuery::default()
+        })
+        .await
+        .expect("query");
+    assert_eq!(
+        all.total as usize,
+        seen.started.len(),
+        "one row per item run"
+    );
+    for row in &all.rows {
+        assert_eq!(row.job_name, "settle.nightly");
+        assert_eq!(row.ip, "127.0.0.9");
+        assert_eq!(row.instance_id.as_deref(), Some("127.0.0.9@-@4242"));
+        assert!(row.task_id.starts_with("settle.nightly@-@"), "{row:?}");
+        assert!(
+            row.task_id.ends_with("@-@READY@-@127.0.0.9@-@4242"),
+            "{row:?}"
+        );
+        assert!(row.complete_time.is_some(), "every run ended: {row:?}");
+        assert_eq!(row.success, row.sharding_item != 1, "{row:?}");
+        assert_eq!(row.attempt, Some(1));
+        assert!(
+            seen.tokens
+                .contains(&(row.fencing_token.unwrap_or(-1) as u64))
+        );
+        match row.run_kind.as_deref() {
+            Some("TRIGGER") | Some("SCHEDULED") => {
+                assert_eq!(row.execution_source, "NORMAL_TRIGGER")
+            }
+            Some("MISFIRE") => assert_eq!(row.execution_source, "MISFIRE"),
+            other => panic!("unexpected run kind {other:?}"),
+        }
+        if row.sharding_item == 1 {
+            assert_eq!(
+                row.failure_cause.as_deref(),
+                Some("item 1 of settle.nightly failed")
+            );
+        }
+    }
+    assert!(
+        all.rows
+            .iter()
+            .any(|r| r.run_kind.as_deref() == Some("TRIGGER"))
+    );
+    let failed = store
+        .executions(&ExecutionQuery {
+            job_prefix: Some("settle.nightly".into()),
+            success: Some(false),
+            ..ExecutionQuery::default()
+        })
+        .await
+        .expect("query");
+    assert_eq!(
+        failed.total as usize,
+        seen.started.iter().filter(|(_, i)| *i == 1).count()
+    );
+    // Three status rows per execution: staging, running, and an error (item 1 failed).
+    let statuses = store
+        .statuses(Some("settle.nightly"), None, 10_000)
+        .await
+        .expect("statuses");
+    let n = seen.executions.len();
+    let count = |state: &str| statuses.iter().filter(|s| s.state == state).count();
+    assert_eq!(
+        (
+            count("TASK_STAGING"),
+            count("TASK_RUNNING"),
+            count("TASK_ERROR")
+        ),
+        (n, n, n),
+        "{statuses:#?}"
+    );
+    assert!(
+        statuses
+            .iter()
+            .filter(|s| s.state == "TASK_ERROR")
+            .all(|s| s.message.as_deref() == Some("{1=item 1 of settle.nightly failed}"))
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|s| s.sharding_item == "[0, 1, 2]" && s.slave_id == "127.0.0.9")
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_rows_after_a_real_run() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let url = format!("sqlite://{}", dir.path().join("history.db").display());
+    a_real_run_leaves_its_rows(&url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rows_after_a_real_run() {
+    let server = DbServer::postgres().expect("a PostgreSQL server");
+    a_real_run_leaves_its_rows(&server.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_rows_after_a_real_run() {
+    let server = DbServer::mariadb().expect("a MariaDB server");
+    a_real_run_leaves_its_rows(&server.url()).await;
+}
+
+#[tokio::test]
+async fn an_unusable_url_fails_the_build() {
+    let server = MemServer::default();
+    let err = Scheduler::builder()
+        .registry(Arc::new(server.connect_default()))
+        .job(JobConfig::new("j", 1), FailsOne)
+        .tracing("oracle://db/x")
+        .build()
+        .await
+        .expect_err("refused");
+    assert!(err.to_string().contains("SQLite"), "{err}");
+}
+
+fn run_cli(args: &[&str]) -> (std::process::ExitCode, String) {
+    use clap::Parser;
+    let cli =
+        shardjob::cli::Cli::try_parse_from(std::iter::once("shardjob").chain(args.iter().copied()))
+            .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let mut out = Vec::new();
+    let code = shardjob::cli::run(cli, chrono::Utc::now(), &mut out).expect("output written");
+    (code, String::from_utf8(out).expect("UTF-8 output"))
+}
+
+/// `shardjob run` records the history its job file's Spring Boot keys name (a JDBC URL of
+/// SQLite), and `shardjob history` reads it back through the same file.
+#[test]
+fn the_cli_records_and_shows_the_history() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let db = dir.path().join("history.db");
+    let file = dir.path().join("jobs.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "spring:\n  datasource:\n    url: jdbc:sqlite:{}\n\
+             elasticjob:\n  tracing:\n    type: RDB\n  jobs:\n    always-fails:\n      \
+             elasticJobType: SCRIPT\n      cron: \"* * * * * ?\"\n      shardingTotalCount: 2\n      \
+             props:\n        script.command.line: \"sh -c 'exit 3'\"\n\
+             tracing:\n  retention: 7d\n",
+            db.display()
+        ),
+    )
+    .expect("the job file written");
+    let file = file.display().to_string();
+    let (code, out) = run_cli(&["config", "check", &file]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+    assert!(out.contains("# history: jdbc:sqlite:"), "{out}");
+    let (code, out) = run_cli(&["run", &file, "--registry", "mem://", "--exit-after", "6"]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{out}");
+
+    let (code, json) = run_cli(&[
+        "history",
+        "always-fails",
+        "--failed",
+        "--json",
+        "--file",
+        &file,
+    ]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{json}");
+    let page: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    let total = page["total"].as_u64().expect("a total");
+    // Six seconds of a job firing every second: its first fire at least.
+    assert!(total >= 1, "{json}");
+    let rows = page["rows"].as_array().expect("rows");
+    assert!(
+        rows.iter().all(|r| r["success"] == false
+            && r["failure_cause"]
+                .as_str()
+                .is_some_and(|c| c.contains("exit status 3"))),
+        "{json}"
+    );
+    let url = format!("sqlite://{}", db.display());
+    let (code, text) = run_cli(&["history", "always-fails", "--since", "1h", "--url", &url]);
+    assert_eq!(code, std::process::ExitCode::SUCCESS, "{text}");
+    assert!(text.starts_with("START (UTC)"), "{text}");
+    assert!(
+        text.contains("FAILED") && text.contains("exit status 3"),
+        "{text}"
+    );
+    let (code, _) = run_cli(&["history", "always-fails", "--url", "oracle://x/y"]);
+    assert_eq!(code, std::process::ExitCode::from(1));
+}
