@@ -302,12 +302,12 @@ pub struct Cluster {
     pub disabled_since: BTreeMap<String, u64>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
-    /// Operators' shutdowns: instance nodes an operator deleted while their session lived,
-    /// after their instance had been shown them (a watch event or a tree read delivered to it).
+    /// Operators' shutdowns: instance nodes an operator deleted while their session lived.
     pub shutdowns: Vec<OperatorShutdown>,
-    /// For each (node, job), the session in which the node was last shown its own instance
-    /// node (by a delivered watch event or tree read).
-    pub shown_own: BTreeMap<(usize, String), SessionId>,
+    /// The (node, job, session) of every instance node that its node was shown (by a
+    /// delivered watch event or tree read): an instance cannot tell the deletion of a node it
+    /// was never shown from a registration that never applied.
+    pub shown_own: BTreeSet<(usize, String, SessionId)>,
     /// Runs (by index) that a node started in the session in which an operator had shut the
     /// job down on it a while before.
     pub shutdown_runs: Vec<usize>,
@@ -363,7 +363,7 @@ impl Cluster {
             disabled_since: BTreeMap::new(),
             disabled_runs: Vec::new(),
             shutdowns: Vec::new(),
-            shown_own: BTreeMap::new(),
+            shown_own: BTreeSet::new(),
             shutdown_runs: Vec::new(),
             protocol_errors: Vec::new(),
             prepared: (0, 0),
@@ -886,6 +886,7 @@ impl Cluster {
                     && Some(s.session) == session
                     && s.ended.is_none()
                     && s.at + 1_000 <= self.now
+                    && self.shown_own.contains(&(n, s.job.clone(), s.session))
             }) {
                 self.shutdown_runs.push(self.runs.len());
             }
@@ -1160,7 +1161,7 @@ impl Cluster {
             return;
         }
         if let Some(job) = dir.parent() {
-            self.shown_own.insert((n, job.name().to_owned()), session);
+            self.shown_own.insert((n, job.name().to_owned(), session));
         }
     }
 
@@ -1332,18 +1333,16 @@ impl Cluster {
 
     /// An operator's shutdown of `job` on node `n`, as ElasticJob's `JobOperateAPI.shutdown`
     /// does it: the node's instance node is deleted (from the operator's session). Recorded
-    /// as a shutdown when the node existed, its owner's session lived, and the instance had
-    /// been shown the node in that session (it cannot tell the deletion of a node it never
-    /// saw from a registration that never applied); the instance is then to stop the job and
-    /// start nothing more of it in that session.
+    /// as a shutdown when the node existed and its owner's session lived; once the instance
+    /// is shown the node (before the deletion, or late), it is to stop the job and start
+    /// nothing more of it in that session.
     pub fn operator_shutdown(&mut self, n: usize, job: &str) -> Result<(), ClusterError> {
         let path = format!("/{job}/instances/{}", self.nodes[n].id);
-        let shown = self.shown_own.get(&(n, job.to_owned())).copied();
         let owner = operator_path(&path)
             .ok()
             .and_then(|p| self.store.node(&p))
             .and_then(|node| node.stat.ephemeral_owner)
-            .filter(|s| self.store.is_alive(*s) && Some(*s) == shown);
+            .filter(|s| self.store.is_alive(*s));
         self.operator_delete(&path)?;
         if let Some(session) = owner {
             if !self.exists(&path) {

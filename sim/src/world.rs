@@ -1160,6 +1160,10 @@ fn take_back_shut_down(
         .collect();
     while !todo.is_empty() {
         let mut leaving = BTreeSet::new();
+        // Hosted still: the instance may not have seen the deletion yet (an operator acts
+        // until the heal), or it found its session gone and registered again. Asked again
+        // until `until`; still hosted then is fine.
+        let mut hosted = BTreeSet::new();
         for (n, job) in std::mem::take(&mut todo) {
             let node = &c.nodes[n];
             if !node.up || node.crashed || node.machine.is_stopped() {
@@ -1172,8 +1176,10 @@ fn take_back_shut_down(
                 continue;
             };
             match c.add_job(n, config) {
-                // Hosted still: it did not leave (its shutdown was not confirmed, say).
-                Ok(()) | Err(MachineError::DuplicateJob(_)) => {}
+                Ok(()) => {}
+                Err(MachineError::DuplicateJob(_)) => {
+                    hosted.insert((n, job));
+                }
                 Err(MachineError::JobLeaving(_)) => {
                     leaving.insert((n, job));
                 }
@@ -1186,7 +1192,7 @@ fn take_back_shut_down(
                 }),
             }
         }
-        if leaving.is_empty() {
+        if leaving.is_empty() && hosted.is_empty() {
             return;
         }
         if c.now >= until {
@@ -1203,6 +1209,7 @@ fn take_back_shut_down(
         }
         c.run_until(c.now + 500);
         todo = leaving;
+        todo.extend(hosted);
     }
 }
 
