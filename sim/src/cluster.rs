@@ -1148,6 +1148,45 @@ impl Cluster {
         progressed
     }
 
+    /// etcd's watch is a stream of its own, not bound to the lease: an instance may see its
+    /// ephemeral nodes deleted by the lease's expiry before its client learns the lease is
+    /// gone. The store's watch ends with its session, as ZooKeeper's does; for half the
+    /// sessions (even ids) the node is handed the deletion of each of its instance nodes that
+    /// it had been shown in that session before it hears anything of the session's trouble
+    /// (a suspension, then the expiry), as etcd's watch stream may deliver them.
+    fn deletions_before_expiry(&mut self, n: usize, old: SessionId) {
+        if old.0 % 2 != 0 {
+            return;
+        }
+        let id = self.nodes[n].id.to_string();
+        let events: Vec<RegistryEvent> = self
+            .shown_own
+            .iter()
+            .filter(|(m, _, s)| *m == n && *s == old)
+            .filter_map(|(_, job, _)| NodePath::new(format!("/{job}/instances/{id}")).ok())
+            .filter(|path| self.store.node(path).is_none())
+            .map(|path| {
+                RegistryEvent::Node(registry::WatchEvent {
+                    kind: registry::WatchEventKind::Deleted,
+                    path,
+                    data: Vec::new(),
+                    stat: None,
+                })
+            })
+            .collect();
+        if events.is_empty() {
+            return;
+        }
+        self.note(("deleted-before-expiry", n), || {
+            format!(
+                "node {n}: sees its instance nodes deleted before it learns session {old:?} expired"
+            )
+        });
+        let t = self.time_of(n);
+        self.nodes[n].machine.handle_registry_events(events, t);
+        self.pump(n);
+    }
+
     /// Notes that node `n` was shown a node: its own instance node, if it is one.
     fn note_own_node(&mut self, n: usize, path: &NodePath, stat: Option<&registry::Stat>) {
         if path.name() != self.nodes[n].id.as_str() {
@@ -1182,6 +1221,12 @@ impl Cluster {
             self.nodes[n].machine.handle_registry_events(events, t);
             self.pump(n);
             return;
+        }
+        // Before the session events that lead up to an expiry (a suspension first, often).
+        for e in &events {
+            if let RegistryEvent::Session(SessionEvent::Expired(old)) = e {
+                self.deletions_before_expiry(n, *old);
+            }
         }
         let mut batch = Vec::with_capacity(events.len());
         for ev in events {
