@@ -317,6 +317,8 @@ impl NotifierTasks {
 /// (an edit in the registry), left off (with an error logged) when they are unusable.
 #[derive(Debug)]
 pub struct NotifierSlot {
+    /// The configuration last looked at (most runs see the same `Arc`: nothing to compare).
+    seen: Option<Arc<JobConfig>>,
     made_for: Option<(ErrorHandlerType, BTreeMap<String, String>)>,
     notifier: Option<Notifier>,
     tasks: NotifierTasks,
@@ -326,6 +328,7 @@ impl NotifierSlot {
     /// An empty slot whose notifiers' tasks go to `tasks`.
     pub fn new(tasks: NotifierTasks) -> NotifierSlot {
         NotifierSlot {
+            seen: None,
             made_for: None,
             notifier: None,
             tasks,
@@ -333,7 +336,15 @@ impl NotifierSlot {
     }
 
     /// The notifier for the job's configuration in force.
-    pub fn for_config(&mut self, config: &JobConfig) -> Option<Notifier> {
+    pub fn for_config(&mut self, config: &Arc<JobConfig>) -> Option<Notifier> {
+        if self
+            .seen
+            .as_ref()
+            .is_some_and(|seen| Arc::ptr_eq(seen, config))
+        {
+            return self.notifier.clone();
+        }
+        self.seen = Some(Arc::clone(config));
         let key = (
             config.job_error_handler_type,
             config
