@@ -22,7 +22,7 @@ use shardjob::core::{CronExpr, InstanceId, JobConfig};
 use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
 use shardjob::mem::MemServer;
 use shardjob::runtime::{RunEvent, RuntimeError, Scheduler, SchedulerHandle};
-use shardjob_testkit::{ReceivedMail, SmtpServer};
+use shardjob_testkit::{ReceivedMail, SmtpServer, SmtpTls};
 use tokio::sync::watch;
 
 /// How long a test waits for what must come: generous, so that a loaded machine only makes a
@@ -159,6 +159,7 @@ async fn email_is_sent_through_a_real_smtp_server() {
     handle.shutdown().await.unwrap();
     let fire = job_body.fires.lock().unwrap()[0];
     assert_eq!(first.auth, "robot", "authenticated as email.username");
+    assert!(!first.tls, "the server offers no TLS");
     assert_eq!(first.mail_from, "robot@example.com");
     let mut rcpt = first.rcpt_to.clone();
     rcpt.sort();
@@ -213,6 +214,37 @@ async fn email_is_sent_through_a_real_smtp_server() {
             .replace('<', "&lt;")
             .replace('>', "&gt;");
         assert!(last.starts_with(&format!("<pre>{want}")), "{last}");
+    }
+}
+
+/// `email.useSsl: true` speaks TLS from the first byte (SMTPS); `false` upgrades with STARTTLS
+/// when the server offers it. The test server's certificate is self-signed: `email.ssl.trust`
+/// names its host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn email_over_smtps_and_starttls() {
+    for (tls, use_ssl) in [(SmtpTls::Implicit, "true"), (SmtpTls::StartTls, "false")] {
+        let smtp = SmtpServer::start_with("robot", "s3cret", tls).unwrap();
+        let server = MemServer::default();
+        let mut props = email_props(smtp.port());
+        props.retain(|(k, _)| *k != "email.useSsl");
+        props.push(("email.useSsl", use_ssl.to_owned()));
+        props.push(("email.ssl.trust", "127.0.0.1".to_owned()));
+        let body = Failing::default();
+        let handle = start(
+            &server,
+            job("mailer", 1, ErrorHandlerType::Email, &props),
+            body.clone(),
+        )
+        .await;
+        let first = wait_until("a mail over TLS", || smtp.mails().into_iter().next()).await;
+        handle.shutdown().await.unwrap();
+        assert!(first.tls, "{tls:?}: {first:?}");
+        assert_eq!(first.auth, "robot", "{tls:?}");
+        let fire = body.fires.lock().unwrap()[0];
+        let want = expected("mailer", 0, fire)
+            .replace('<', "&lt;")
+            .replace('>', "&gt;");
+        assert_eq!(html_part(&first), format!("<pre>{want}</pre>"), "{tls:?}");
     }
 }
 

@@ -4,7 +4,8 @@
 //! `email.useSsl: true` (ElasticJob's default) connects with TLS from the first byte (SMTPS,
 //! as JavaMail's SSL socket factory); `false` upgrades with STARTTLS when the server offers
 //! it, and sends in clear otherwise (JavaMail's plain SMTP never upgrades). `email.ssl.trust`
-//! naming the host (or `*`) accepts its certificate unchecked, as JavaMail's `ssl.trust`.
+//! naming the host (or `*`) accepts its certificate unchecked, as JavaMail's `ssl.trust`
+//! (for both).
 
 use std::time::Duration;
 
@@ -28,8 +29,12 @@ pub enum Security {
         /// Whether any certificate is accepted.
         trust_any: bool,
     },
-    /// STARTTLS when the server offers it, clear otherwise (`email.useSsl: false`).
-    StartTlsIfOffered,
+    /// STARTTLS when the server offers it, clear otherwise (`email.useSsl: false`);
+    /// `trust_any` as for [`Security::Tls`].
+    StartTlsIfOffered {
+        /// Whether any certificate is accepted.
+        trust_any: bool,
+    },
 }
 
 /// The `EMAIL` handler's settings.
@@ -128,7 +133,7 @@ fn transport(s: &EmailSettings) -> Result<AsyncSmtpTransport<Tokio1Executor>, St
     };
     let tls = match s.security {
         Security::Tls { trust_any } => Tls::Wrapper(tls(trust_any)?),
-        Security::StartTlsIfOffered => Tls::Opportunistic(tls(false)?),
+        Security::StartTlsIfOffered { trust_any } => Tls::Opportunistic(tls(trust_any)?),
     };
     Ok(
         AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(s.host.clone())

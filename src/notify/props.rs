@@ -288,16 +288,10 @@ fn email(r: &mut Reader<'_>) -> Option<Channel> {
         .cloned()
         .unwrap_or_else(|| DEFAULT_SUBJECT.to_owned());
     let host = host?;
-    // JavaMail's `mail.smtp.ssl.trust`: `*` trusts every host, else the hosts listed.
+    // JavaMail's `mail.smtp.ssl.trust`: `*` trusts every host, else the hosts listed (for
+    // TLS from the first byte and for STARTTLS alike).
     let trust_any = match trust {
         None => false,
-        Some(t) if !use_ssl => {
-            r.bad(
-                "email.ssl.trust",
-                format!("{t:?} applies to email.useSsl: true only (email.useSsl is false)"),
-            );
-            false
-        }
         Some("*") => true,
         Some(t) if t.split_whitespace().any(|h| h.eq_ignore_ascii_case(host)) => true,
         Some(t) => {
@@ -314,7 +308,7 @@ fn email(r: &mut Reader<'_>) -> Option<Channel> {
     let security = if use_ssl {
         Security::Tls { trust_any }
     } else {
-        Security::StartTlsIfOffered
+        Security::StartTlsIfOffered { trust_any }
     };
     Some(Channel::Email(EmailSettings {
         host: host.to_owned(),

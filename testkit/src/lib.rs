@@ -49,7 +49,7 @@ mod smtp;
 
 pub use db::{DB_INSTALL_HINT, DbKind, DbServer};
 pub use proxy::{Link, Proxy};
-pub use smtp::{ReceivedMail, SMTP_INSTALL_HINT, SmtpServer};
+pub use smtp::{ReceivedMail, SMTP_INSTALL_HINT, SmtpServer, SmtpTls};
 
 use std::fmt;
 use std::fs;

@@ -2,16 +2,17 @@
 //! `$SHARDJOB_PYTHON`, else `/usr/bin/python3`, else `python3` on `PATH`), on a free
 //! `127.0.0.1` port, requiring `AUTH` (PLAIN or LOGIN, without TLS) with the user and password
 //! given, and writing each mail it accepts to a file of its own in a temporary directory, with
-//! its envelope: `MAIL FROM: …`, `RCPT TO: a,b`, `AUTH: user`, an empty line, then the mail as
+//! its envelope: `MAIL FROM: …`, `RCPT TO: a,b`, `AUTH: user`, `TLS: yes|no`, an empty line, then the mail as
 //! received. [`SmtpServer::mails`] reads them back, in the order received.
+//! [`SmtpServer::start_with`] serves TLS from the first byte (SMTPS) or requires STARTTLS,
+//! with a self-signed certificate for `127.0.0.1` made by `openssl`.
 //!
 //! The server runs under the same `sh` watchdog as the registries (see the crate's
 //! documentation): it is SIGKILLed by PID when the [`SmtpServer`] is dropped or this process
 //! ends in any way.
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,7 +29,16 @@ import os, sys, threading
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-port, out, user, password = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+port, out, user, password, mode = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+tls = {}
+if mode != "plain":
+    import ssl
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(sys.argv[6], sys.argv[7])
+    if mode == "implicit":
+        tls = {"ssl_context": context}
+    else:
+        tls = {"tls_context": context, "require_starttls": True}
 lock = threading.Lock()
 count = [0]
 
@@ -38,8 +48,10 @@ class Store:
             count[0] += 1
             n = count[0]
         login = session.auth_data.login.decode() if session.authenticated else "-"
-        head = "MAIL FROM: %s\nRCPT TO: %s\nAUTH: %s\n\n" % (
-            envelope.mail_from, ",".join(envelope.rcpt_tos), login)
+        secured = session.ssl is not None or \
+            server.transport.get_extra_info("ssl_object") is not None
+        head = "MAIL FROM: %s\nRCPT TO: %s\nAUTH: %s\nTLS: %s\n\n" % (
+            envelope.mail_from, ",".join(envelope.rcpt_tos), login, "yes" if secured else "no")
         tmp = os.path.join(out, ".%06d.tmp" % n)
         with open(tmp, "wb") as f:
             f.write(head.encode())
@@ -53,11 +65,22 @@ def check(server, session, envelope, mechanism, data):
     return AuthResult(success=ok, handled=False, auth_data=data)
 
 controller = Controller(Store(), hostname="127.0.0.1", port=port, authenticator=check,
-                        auth_required=True, auth_require_tls=False)
+                        auth_required=True, auth_require_tls=False, **tls)
 controller.start()
 print("ready", flush=True)
 threading.Event().wait()
 "#;
+
+/// How the server secures its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpTls {
+    /// Plain SMTP, no STARTTLS offered.
+    Plain,
+    /// TLS from the first byte (SMTPS), with a self-signed certificate for `127.0.0.1`.
+    Implicit,
+    /// Plain SMTP that offers STARTTLS (same certificate) and requires it before `MAIL`.
+    StartTls,
+}
 
 /// One mail the server accepted.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,6 +91,8 @@ pub struct ReceivedMail {
     pub rcpt_to: Vec<String>,
     /// The user the client authenticated as (`-`: none).
     pub auth: String,
+    /// Whether the mail came over TLS (SMTPS or after STARTTLS).
+    pub tls: bool,
     /// The mail (headers and body) as received.
     pub data: String,
 }
@@ -89,8 +114,17 @@ impl std::fmt::Debug for SmtpServer {
 }
 
 impl SmtpServer {
-    /// Starts the server, accepting `user` / `password`, and waits until it greets.
+    /// Starts a plain SMTP server, accepting `user` / `password`, and waits until it serves.
     pub fn start(user: &str, password: &str) -> Result<SmtpServer, TestkitError> {
+        Self::start_with(user, password, SmtpTls::Plain)
+    }
+
+    /// Starts the server with TLS as `tls` says (a certificate made with `openssl`).
+    pub fn start_with(
+        user: &str,
+        password: &str,
+        tls: SmtpTls,
+    ) -> Result<SmtpServer, TestkitError> {
         // Debian's aiosmtpd is a module of Debian's Python, which another `python3` on PATH
         // (pyenv, a virtualenv) may not see.
         let python = std::env::var_os("SHARDJOB_PYTHON")
@@ -126,7 +160,7 @@ impl SmtpServer {
             port,
             process: None,
         };
-        let argv = [
+        let mut argv = vec![
             python.to_string_lossy().into_owned(),
             script.to_string_lossy().into_owned(),
             port.to_string(),
@@ -134,6 +168,22 @@ impl SmtpServer {
             user.to_owned(),
             password.to_owned(),
         ];
+        match tls {
+            SmtpTls::Plain => argv.push("plain".to_owned()),
+            SmtpTls::Implicit | SmtpTls::StartTls => {
+                let (cert, key) = self_signed(server.dir.path())?;
+                argv.push(
+                    if tls == SmtpTls::Implicit {
+                        "implicit"
+                    } else {
+                        "starttls"
+                    }
+                    .to_owned(),
+                );
+                argv.push(cert.to_string_lossy().into_owned());
+                argv.push(key.to_string_lossy().into_owned());
+            }
+        }
         server.spawn(&argv)?;
         Ok(server)
     }
@@ -233,7 +283,8 @@ impl SmtpServer {
         });
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
-            if greets(self.port) {
+            // The script says `ready` once aiosmtpd's controller has checked it serves.
+            if self.log_tail(1000).lines().any(|l| l == "ready") {
                 return Ok(());
             }
             if !alive(pid) || Instant::now() >= deadline {
@@ -262,15 +313,34 @@ impl Drop for SmtpServer {
     }
 }
 
-/// Whether an SMTP server on the port sends its `220` greeting.
-fn greets(port: u16) -> bool {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(500)) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-    let mut buf = [0u8; 3];
-    s.read_exact(&mut buf).is_ok() && &buf == b"220"
+/// A self-signed certificate and key for `127.0.0.1`, made by `openssl` in `dir`.
+fn self_signed(dir: &Path) -> Result<(PathBuf, PathBuf), TestkitError> {
+    let cert = dir.join("cert.pem");
+    let key = dir.join("key.pem");
+    let out = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io("run openssl to make the SMTP server's certificate"))?;
+    if !out.status.success() {
+        return Err(TestkitError::BadMember(format!(
+            "openssl could not make a certificate: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok((cert, key))
 }
 
 fn parse(path: &Path) -> Option<ReceivedMail> {
@@ -280,6 +350,7 @@ fn parse(path: &Path) -> Option<ReceivedMail> {
         mail_from: String::new(),
         rcpt_to: Vec::new(),
         auth: String::new(),
+        tls: false,
         data: data.to_owned(),
     };
     for line in head.lines() {
@@ -289,6 +360,8 @@ fn parse(path: &Path) -> Option<ReceivedMail> {
             mail.rcpt_to = v.split(',').map(str::to_owned).collect();
         } else if let Some(v) = line.strip_prefix("AUTH: ") {
             mail.auth = v.to_owned();
+        } else if let Some(v) = line.strip_prefix("TLS: ") {
+            mail.tls = v == "yes";
         }
     }
     Some(mail)
