@@ -370,3 +370,43 @@ impl NotifierSlot {
         self.notifier.clone()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_message_is_elasticjobs_sentence_and_counts_what_it_folds() {
+        let fire = DateTime::from_timestamp(1_700_000_000, 0).unwrap_or_default();
+        let since = DateTime::from_timestamp(1_700_000_001, 500_000_000).unwrap_or_default();
+        let failure = Failure {
+            item: Some(7),
+            fire_time: fire,
+            error: "script exited with exit status 3".to_owned(),
+        };
+        let one = Alert {
+            failure: failure.clone(),
+            more: 0,
+            since: fire,
+        };
+        assert_eq!(
+            message_text("settle", &one),
+            "Job 'settle' exception occur in job processing, caused by item 7 of the run fired \
+             at 2023-11-14T22:13:20.000Z: script exited with exit status 3"
+        );
+        let folded = Alert {
+            failure: Failure {
+                item: None,
+                ..failure
+            },
+            more: 41,
+            since,
+        };
+        assert_eq!(
+            message_text("settle", &folded),
+            "Job 'settle' exception occur in job processing, caused by a listener of the run \
+             fired at 2023-11-14T22:13:20.000Z: script exited with exit status 3\nand 41 more \
+             failures since 2023-11-14T22:13:21.500Z"
+        );
+    }
+}
