@@ -120,6 +120,7 @@ pub mod history_cli;
 pub mod jobfile;
 pub mod jobs;
 pub mod listeners;
+pub mod notify;
 pub mod ops_cli;
 pub mod registry_url;
 pub mod runtime;

@@ -21,8 +21,9 @@
 //! rules. `elasticjob.dump.port` (with `enabled`, as ElasticJob's starter reads them, and
 //! shardjob's `address`, `127.0.0.1` by default) opens the instance's dump port
 //! ([`crate::runtime::dump`]); `elasticjob.tracing` with `spring.datasource` (or `tracing.url`)
-//! records the job history. What cannot be honoured is refused by name (the `EMAIL`,
-//! `WECHAT` and `DINGTALK` error handlers, listeners that are not built in), except a job
+//! records the job history. The `EMAIL`, `WECHAT` and `DINGTALK` error handlers' props are
+//! checked with the handler ([`crate::notify`]). What cannot be honoured is refused by name
+//! (the `WEBHOOK` error handler, listeners that are not built in), except a job
 //! given as a Java class (`elasticJobClass`), which is skipped with a warning so the jobs beside it can run
 //! (`shardjob run --strict` refuses the file instead).
 
@@ -268,6 +269,9 @@ const BUILT_IN_HANDLERS: &[ErrorHandlerType] = &[
     ErrorHandlerType::Log,
     ErrorHandlerType::Throw,
     ErrorHandlerType::Ignore,
+    ErrorHandlerType::Email,
+    ErrorHandlerType::Wechat,
+    ErrorHandlerType::Dingtalk,
 ];
 
 struct Reader<'t> {
@@ -776,9 +780,18 @@ impl Reader<'_> {
                 &at("jobErrorHandlerType"),
                 format!(
                     "{what}: jobErrorHandlerType {handler} is not built in yet (built in: LOG, \
-                     THROW, IGNORE)"
+                     THROW, IGNORE, EMAIL, WECHAT, DINGTALK)"
                 ),
             );
+        } else if let Err(problems) = crate::notify::Settings::from_props(handler, &config.props) {
+            for p in problems {
+                let path = if config.props.contains_key(&p.key) {
+                    join(&props_path, &p.key)
+                } else {
+                    props_path.clone()
+                };
+                self.problem(&path, format!("{what}: jobErrorHandlerType {handler}: {p}"));
+            }
         }
         if !config.job_listener_types.is_empty() {
             self.problem(

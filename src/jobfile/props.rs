@@ -30,13 +30,6 @@ pub const HTTP_PROPS: &[&str] = &[
 /// shardjob's own props (under `shardjob.`), read by the runtime for every job type.
 pub const SHARDJOB_PROPS: &[&str] = &[shardjob_core::config::MISFIRE_CATCHUP_PROP];
 
-/// Prefixes of the props of ElasticJob's error handlers that shardjob does not build in.
-const HANDLER_PREFIXES: &[(&str, &str)] = &[
-    ("email.", "EMAIL"),
-    ("wechat.", "WECHAT"),
-    ("dingtalk.", "DINGTALK"),
-];
-
 /// One problem of one prop: the key and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PropProblem {
@@ -73,15 +66,9 @@ pub fn check(kind: FileJobKind, props: &BTreeMap<String, String>) -> Vec<PropPro
                     kind.name()
                 ),
             );
-        } else if let Some((_, handler)) = HANDLER_PREFIXES.iter().find(|(p, _)| key.starts_with(p))
-        {
-            bad(
-                key,
-                format!(
-                    "configures the {handler} error handler, which is not built in yet \
-                     (built in: LOG, THROW, IGNORE)"
-                ),
-            );
+        } else if crate::notify::owns_key(key) {
+            // The notifiers' props: checked with the job's error handler
+            // (`crate::notify::Settings::from_props`).
         } else {
             let known: Vec<&str> = own.iter().chain(SHARDJOB_PROPS).copied().collect();
             let mut hint = did_you_mean(key, &known);
@@ -231,7 +218,7 @@ mod tests {
                 ("email.host", "x"),
             ],
         );
-        assert!(m[0].contains("EMAIL error handler"), "{m:?}");
+        assert!(m.is_empty(), "checked with the error handler: {m:?}");
         let m = messages(
             FileJobKind::Http,
             &[("http.uri", "not a url"), ("http.method", "GET")],

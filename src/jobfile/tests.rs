@@ -179,6 +179,47 @@ fn java_class_jobs_are_skipped_and_the_rest_kept() {
 }
 
 #[test]
+fn notifier_error_handlers_are_read_with_their_props_checked() {
+    let email = CAMEL.replace(
+        "      props:\n",
+        "      jobErrorHandlerType: EMAIL\n      props:\n        email.host: 127.0.0.1\n        \
+         email.port: 2525\n        email.username: u\n        email.password: p\n        \
+         email.useSsl: false\n        email.from: a@example.com\n        \
+         email.to: b@example.com,c@example.com\n        shardjob.notify.windowMilliseconds: 5000\n",
+    );
+    let file = load(&email).unwrap();
+    assert_eq!(
+        file.jobs[0].config.job_error_handler_type,
+        shardjob_core::config::ErrorHandlerType::Email
+    );
+    let err = problems(&CAMEL.replace(
+        "      props:\n",
+        "      jobErrorHandlerType: DINGTALK\n      props:\n        dingtalk.secret: s\n        \
+         dingtalk.connectTimeoutMilliseconds: soon\n",
+    ));
+    assert!(
+        err.iter().any(|e| e.contains(
+            "jobErrorHandlerType DINGTALK: props dingtalk.webhook: is required by the DINGTALK \
+             error handler"
+        )),
+        "{err:?}"
+    );
+    assert!(
+        err.iter()
+            .any(|e| e.starts_with("20:") && e.contains("\"soon\" is not a positive integer")),
+        "{err:?}"
+    );
+    let err = problems(&CAMEL.replace(
+        "      props:\n",
+        "      props:\n        wechat.webhook: http://127.0.0.1:1/\n",
+    ));
+    assert!(
+        err[0].contains("configures the WECHAT error handler, but jobErrorHandlerType is LOG"),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn what_cannot_be_honoured_is_refused_by_name() {
     let err = problems(&format!("{CAMEL}  tracing:\n    type: RDB\n"));
     assert!(
@@ -189,9 +230,9 @@ fn what_cannot_be_honoured_is_refused_by_name() {
     );
     let err = problems(&CAMEL.replace(
         "      cron:",
-        "      jobErrorHandlerType: EMAIL\n      cron:",
+        "      jobErrorHandlerType: WEBHOOK\n      cron:",
     ));
-    assert!(err[0].contains("EMAIL is not built in yet"), "{err:?}");
+    assert!(err[0].contains("WEBHOOK is not built in yet"), "{err:?}");
     let err = problems(&CAMEL.replace("      cron:", "      jobListenerTypes: [LOG]\n      cron:"));
     assert!(err[0].contains("provides no listener types"), "{err:?}");
     let err = problems(&CAMEL.replace("digest: ops:s3cret", "digest: nocolon"));

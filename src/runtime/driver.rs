@@ -32,6 +32,7 @@ use super::outage::{self, Outage, Report};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
 use crate::listeners::{self, Guarantee, GuaranteeShared, JobListener, ListenerFactory};
+use crate::notify::{NotifierSlot, NotifierTasks};
 
 /// The most watch events or replies handled in one go before the driver looks at its other
 /// inputs (timers, finished runs, operations).
@@ -87,6 +88,8 @@ pub(crate) struct Parts {
     pub ops: mpsc::UnboundedReceiver<Op>,
     pub state: watch::Sender<SchedulerState>,
     pub events: broadcast::Sender<RunEvent>,
+    /// The jobs' notifier tasks (error handlers that send).
+    pub notifiers: NotifierTasks,
     pub cancel_timeout: Duration,
     /// The machine's shutdown grace, for the log.
     pub shutdown_grace: Duration,
@@ -106,6 +109,8 @@ pub(crate) struct JobEntry {
     limiter: Option<(ExecutorType, Arc<Semaphore>)>,
     pub resharding: ReshardingFlag,
     pub warned_handler: bool,
+    /// The job's notifier, made for the configuration in force.
+    pub notifier: NotifierSlot,
     /// Items that have an owner in the plan, as the watch shows it.
     owned: BTreeSet<u32>,
     /// The items this instance owns in the plan, as the watch shows it.
@@ -131,6 +136,7 @@ impl JobEntry {
         listeners: Vec<Arc<dyn JobListener>>,
         registry: &Arc<dyn Registry>,
         instance: &InstanceId,
+        notifiers: &NotifierTasks,
     ) -> Self {
         let guarantee = (!listeners.is_empty()).then(GuaranteeShared::new);
         // The machine accepted the job, so its name is a valid path segment.
@@ -152,6 +158,7 @@ impl JobEntry {
             limiter: None,
             resharding: ReshardingFlag::default(),
             warned_handler: false,
+            notifier: NotifierSlot::new(notifiers.clone()),
             owned: BTreeSet::new(),
             mine: BTreeSet::new(),
             mine_logged: None,
@@ -242,6 +249,8 @@ pub(crate) struct Driver {
     removing: BTreeMap<String, Vec<oneshot::Sender<Result<(), RuntimeError>>>>,
     /// The copy of the jobs' nodes the dump port shows, when it is on.
     mirror: Option<Mirror>,
+    /// The jobs' notifier tasks.
+    notifiers: NotifierTasks,
 }
 
 impl Driver {
@@ -255,7 +264,14 @@ impl Driver {
             .map(|(config, job, listeners)| {
                 (
                     config.job_name.clone(),
-                    JobEntry::new(config, job, listeners, &p.registry, &p.instance),
+                    JobEntry::new(
+                        config,
+                        job,
+                        listeners,
+                        &p.registry,
+                        &p.instance,
+                        &p.notifiers,
+                    ),
                 )
             })
             .collect();
@@ -293,6 +309,7 @@ impl Driver {
             mine_touched: BTreeSet::new(),
             removing: BTreeMap::new(),
             mirror: p.mirror,
+            notifiers: p.notifiers,
         }
     }
 
@@ -607,6 +624,7 @@ impl Driver {
             events: self.events.clone(),
             finished: self.finished_tx.clone(),
             warn_handler: !std::mem::replace(&mut entry.warned_handler, true),
+            notifier: entry.notifier.for_config(&entry.effective),
             listeners: Arc::clone(&entry.listeners),
             guarantee: entry.run_guarantee.clone(),
             pass: go
@@ -676,8 +694,14 @@ impl Driver {
                 if result.is_ok() {
                     tracing::info!(instance = %self.instance, job = %config.job_name, "job added");
                     let name = config.job_name.clone();
-                    let entry =
-                        JobEntry::new(*config, job, listeners, &self.registry, &self.instance);
+                    let entry = JobEntry::new(
+                        *config,
+                        job,
+                        listeners,
+                        &self.registry,
+                        &self.instance,
+                        &self.notifiers,
+                    );
                     self.jobs.insert(name, entry);
                 }
                 let _ = reply.send(result.map_err(RuntimeError::from));

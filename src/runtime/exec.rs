@@ -19,6 +19,7 @@ use tokio::time::Instant;
 use super::{ItemRunInfo, RunEvent};
 use crate::jobs::{CancelSignal, Job, JobError, ReshardingFlag, ShardingContext};
 use crate::listeners::{Guarantee, JobListener, ListenerError, ListenerHook, ShardingContexts};
+use crate::notify::{Failure, Notifier};
 
 /// The runs told to start whose task has not had a thread yet. While there are any, the
 /// driver puts its own bookkeeping off (see the driver's run loop), and runs whose body has
@@ -124,6 +125,8 @@ pub(crate) struct ExecutionTask {
     pub finished: mpsc::UnboundedSender<Box<Finished>>,
     /// Whether to warn that the job's error handler is not built in (once per job).
     pub warn_handler: bool,
+    /// The job's notifier (`EMAIL`, `WECHAT`, `DINGTALK` error handlers).
+    pub notifier: Option<Notifier>,
     /// The job's listeners, in calling order.
     pub listeners: Arc<[Arc<dyn JobListener>]>,
     /// Registry access for distribute-once listeners.
@@ -146,6 +149,8 @@ struct Shared {
     events: broadcast::Sender<RunEvent>,
     /// Set by a failing item when the error handler is `THROW`: items not started yet fail.
     thrown: AtomicBool,
+    /// The job's notifier, told of each failure (it never waits).
+    notifier: Option<Notifier>,
     /// Whether the run's item events have a subscriber (see [`StartPass`]).
     watched: AtomicBool,
 }
@@ -159,7 +164,12 @@ impl ExecutionTask {
         if self.warn_handler
             && !matches!(
                 handler,
-                ErrorHandlerType::Log | ErrorHandlerType::Throw | ErrorHandlerType::Ignore
+                ErrorHandlerType::Log
+                    | ErrorHandlerType::Throw
+                    | ErrorHandlerType::Ignore
+                    | ErrorHandlerType::Email
+                    | ErrorHandlerType::Wechat
+                    | ErrorHandlerType::Dingtalk
             )
         {
             tracing::warn!(
@@ -173,6 +183,7 @@ impl ExecutionTask {
             handler,
             events: self.events,
             thrown: AtomicBool::new(false),
+            notifier: self.notifier,
             watched: AtomicBool::new(false),
         });
         let props = Arc::new(self.config.props.clone());
@@ -479,6 +490,13 @@ fn listener_failed(
         }
         _ => {
             tracing::error!(%job, %fire, listener, %hook, "listener failed: {error}");
+            if let Some(n) = &shared.notifier {
+                n.failed(Failure {
+                    item: None,
+                    fire_time: fire,
+                    error: format!("listener {listener} failed {hook}: {error}"),
+                });
+            }
             false
         }
     };
@@ -710,8 +728,10 @@ fn output_lines(text: &str, dropped_front: u64) -> Vec<String> {
 /// The job's error handler: `LOG` logs the failure as an error; `IGNORE` only at debug level;
 /// `THROW` logs it and fails the items of the same run that have not started yet (the
 /// failure escapes the run, as ElasticJob's rethrow ends its execution). Every failed item is
-/// reported as failed to the machine and to subscribers whatever the handler. Handlers that
-/// are not built in yet (`EMAIL`, `WECHAT`, `DINGTALK`, `WEBHOOK`) log like `LOG`.
+/// reported as failed to the machine and to subscribers whatever the handler. `EMAIL`,
+/// `WECHAT` and `DINGTALK` log like `LOG` and hand the failure to the job's notifier
+/// ([`crate::notify`]), which sends off the run's path; `WEBHOOK` (not built in yet) logs
+/// like `LOG`.
 fn handle_error(shared: &Shared, ctx: &ShardingContext, error: &JobError) {
     match shared.handler {
         ErrorHandlerType::Ignore => tracing::debug!(
@@ -725,10 +745,19 @@ fn handle_error(shared: &Shared, ctx: &ShardingContext, error: &JobError) {
                 token = ctx.fencing_token, "item failed (THROW: the rest of the run is not started): {error}"
             );
         }
-        _ => tracing::error!(
-            job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
-            token = ctx.fencing_token, "item failed: {error}"
-        ),
+        _ => {
+            tracing::error!(
+                job = %ctx.job_name, item = ctx.sharding_item, fire = %ctx.fire_time,
+                token = ctx.fencing_token, "item failed: {error}"
+            );
+            if let Some(n) = &shared.notifier {
+                n.failed(Failure {
+                    item: Some(ctx.sharding_item),
+                    fire_time: ctx.fire_time,
+                    error: error.to_string(),
+                });
+            }
+        }
     }
 }
 

@@ -100,6 +100,10 @@ pub enum RuntimeError {
     /// The job history cannot be set up (a database URL that cannot be used).
     #[error("job history: {0}")]
     Tracing(String),
+    /// A job's notifier error handler (`EMAIL`, `WECHAT`, `DINGTALK`) cannot be set up: its
+    /// props are missing, unknown or invalid ([`crate::notify::NotifyError`]).
+    #[error("{0}")]
+    Notify(String),
     /// The scheduler stopped because it could not go on (its registry client was closed or
     /// killed under it).
     #[error("the scheduler failed: {0}")]
@@ -432,6 +436,8 @@ impl SchedulerBuilder {
         for (config, job) in self.jobs {
             let mine = given.remove(&config.job_name).unwrap_or_default();
             let listeners = listeners::resolve(&config, mine, &factories)?;
+            crate::notify::Settings::from_config(&config)
+                .map_err(|e| RuntimeError::Notify(e.to_string()))?;
             let spec = shardjob_core::machine::JobSpec {
                 config: config.clone(),
                 job_type: job.job_type(),
@@ -482,6 +488,7 @@ impl SchedulerBuilder {
             }
         };
         let status_registry = Arc::clone(&registry);
+        let notifiers = crate::notify::NotifierTasks::default();
         let driver = driver::Driver::new(driver::Parts {
             machine,
             registry,
@@ -493,6 +500,7 @@ impl SchedulerBuilder {
             ops: ops_rx,
             state: state_tx,
             events: events_tx.clone(),
+            notifiers: notifiers.clone(),
             cancel_timeout: self.cancel_timeout,
             shutdown_grace,
             registry_name: self.registry_name,
@@ -512,6 +520,7 @@ impl SchedulerBuilder {
                 instance_id,
                 registry: status_registry,
                 dump_addr,
+                notifiers,
                 #[cfg(feature = "history")]
                 history,
             }),
@@ -549,6 +558,8 @@ struct Inner {
     registry: Arc<dyn Registry>,
     /// Where the dump port listens, if it is on.
     dump_addr: Option<std::net::SocketAddr>,
+    /// The jobs' notifier tasks, waited for at shutdown (their last folded messages).
+    notifiers: crate::notify::NotifierTasks,
     /// The job history's feeder and writer, when tracing is on.
     #[cfg(feature = "history")]
     history: Option<crate::history::Feed>,
@@ -646,6 +657,8 @@ impl SchedulerHandle {
         job: impl Job,
         listeners: Vec<Arc<dyn JobListener>>,
     ) -> Result<(), RuntimeError> {
+        crate::notify::Settings::from_config(&config)
+            .map_err(|e| RuntimeError::Notify(e.to_string()))?;
         let (reply, rx) = oneshot::channel();
         self.send(Op::AddJob {
             config: Box::new(config),
@@ -680,6 +693,7 @@ impl SchedulerHandle {
         let _ = self.inner.ops.send(Op::Shutdown);
         let result = self.wait().await;
         self.finish_history().await;
+        self.inner.notifiers.finish().await;
         result
     }
 
@@ -692,6 +706,7 @@ impl SchedulerHandle {
         let _ = self.inner.ops.send(Op::ShutdownNow);
         let result = self.wait().await;
         self.finish_history().await;
+        self.inner.notifiers.finish().await;
         result
     }
 

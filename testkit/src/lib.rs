@@ -30,6 +30,11 @@
 //! [`DbServer`] starts a throw-away PostgreSQL or MariaDB server the same way, for the job
 //! history's tests (see its module).
 //!
+//! # Mail
+//!
+//! [`SmtpServer`] starts a throw-away SMTP server (Debian's `python3-aiosmtpd`) that keeps the
+//! mails it accepts, for the mail notifier's tests (see its module).
+//!
 //! # Cutting one client off
 //!
 //! [`Proxy`] is a TCP proxy on loopback between one client and a server; [`Proxy::cut`] takes
@@ -40,9 +45,11 @@
 
 mod db;
 mod proxy;
+mod smtp;
 
 pub use db::{DB_INSTALL_HINT, DbKind, DbServer};
 pub use proxy::{Link, Proxy};
+pub use smtp::{ReceivedMail, SMTP_INSTALL_HINT, SmtpServer, SmtpTls};
 
 use std::fmt;
 use std::fs;
