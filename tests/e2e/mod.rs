@@ -119,10 +119,11 @@ pub struct Run {
     pub killed: bool,
 }
 
-/// Parses the log.
+/// Parses the log's complete lines: a script may be writing the last one as it is read.
 pub fn parse(text: &str) -> Vec<Line> {
+    let complete = text.rfind('\n').map_or("", |end| &text[..=end]);
     let mut out = Vec::new();
-    for (seq, raw) in text.lines().enumerate() {
+    for (seq, raw) in complete.lines().enumerate() {
         let mut parts = raw.splitn(6, ' ');
         let what = match parts.next() {
             Some("start") => What::Start,
