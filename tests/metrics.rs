@@ -2,15 +2,14 @@
 //! `.metrics(addr)` runs a job every second (one item failing) and a manual trigger; its
 //! `/metrics`, scraped over HTTP, matches the runs it reported. Also: the application's own
 //! registry, a port that cannot be bound, `shardjob run --metrics` and the job file's
-//! `elasticjob.metrics`, and (ignored; run by hand) the overhead on lateness at 1,000 jobs.
+//! `elasticjob.metrics`. (The overhead on lateness: `examples/lateness.rs` with `metrics`.)
 
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
 use shardjob::core::machine::record::RunKind;
 use shardjob::core::machine::{ItemOutcome, MachineEvent};
 use shardjob::core::{CronExpr, InstanceId, JobConfig};
@@ -376,6 +375,44 @@ async fn the_metrics_go_into_the_applications_registry() {
     scheduler.shutdown().await.expect("a graceful stop");
 }
 
+/// With the job history on, its queue and drops are shown.
+#[cfg(feature = "history")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_queue_is_shown_when_tracing_is_on() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let url = format!("sqlite://{}", dir.path().join("history.db").display());
+    let server = MemServer::default();
+    let builder = Scheduler::builder()
+        .registry(Arc::new(server.connect_default()))
+        .job(JobConfig::new("report", 2), FailsOne)
+        .tracing(&url)
+        .metrics(0u16);
+    let scheduler = builder.build().await.expect("a scheduler");
+    let addr = scheduler.metrics_addr().expect("the endpoint is on");
+    scheduler.trigger("report", None).await.expect("a trigger");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let (_, body) = get(addr, "/metrics").await;
+        let written = sample(&body, "shardjob_history_written_total", "").unwrap_or(0.0);
+        // The trigger's rows (status rows, starts, completions) are being written.
+        if written >= 1.0 {
+            assert_eq!(
+                sample(&body, "shardjob_history_dropped_total", ""),
+                Some(0.0),
+                "{body}"
+            );
+            assert!(
+                sample(&body, "shardjob_history_queue_depth", "").is_some(),
+                "{body}"
+            );
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    scheduler.shutdown().await.expect("a graceful stop");
+}
+
 #[tokio::test]
 async fn a_port_that_cannot_be_bound_fails_the_build() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
@@ -563,81 +600,4 @@ fn shardjob_run_refuses_a_bad_metrics_address_and_a_taken_port() {
         text.contains(&format!("cannot open the metrics endpoint on {addr}")),
         "{text}"
     );
-}
-
-/// Lateness of 1,000 jobs firing every second with the metrics off, then on, each for a
-/// while after a warm-up; p50, p99 and max. By hand:
-/// `cargo test --release --test metrics -- --ignored --nocapture lateness_at_1000_jobs`
-/// (`SHARDJOB_BENCH_SECS`, default 20, sets how long each measures).
-#[tokio::test(flavor = "multi_thread")]
-#[ignore = "a benchmark: run by hand, see its documentation"]
-async fn lateness_at_1000_jobs() {
-    let secs: u64 = std::env::var("SHARDJOB_BENCH_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(20);
-    for metrics in [false, true] {
-        let lateness = Arc::new(Mutex::new(Vec::new()));
-        let server = MemServer::default();
-        let mut builder = Scheduler::builder()
-            .registry(Arc::new(server.connect_default()))
-            .instance_id(InstanceId::new("127.0.0.9@-@1").expect("an id"));
-        for i in 0..1000 {
-            let config = JobConfig::new(format!("bench-{i:04}"), 1)
-                .with_cron(CronExpr::parse("* * * * * ?").expect("a cron"));
-            builder = builder.job(
-                config,
-                Measure {
-                    lateness: Arc::clone(&lateness),
-                },
-            );
-        }
-        if metrics {
-            builder = builder.metrics(0u16);
-        }
-        let scheduler = builder.build().await.expect("a scheduler");
-        // Warm-up: registration, the first plans.
-        tokio::time::sleep(Duration::from_secs(10)).await;
-        lateness.lock().expect("not poisoned").clear();
-        // Scraped every 5 s while it measures, as a Prometheus would (more often than its
-        // default 15 s).
-        let mut scraped = 0;
-        for _ in 0..secs.div_ceil(5) {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            if let Some(addr) = scheduler.metrics_addr() {
-                let (status, body) = get(addr, "/metrics").await;
-                assert_eq!(status, 200);
-                scraped = body.len();
-            }
-        }
-        let mut ms: Vec<f64> = lateness.lock().expect("not poisoned").clone();
-        scheduler.shutdown().await.expect("a graceful stop");
-        ms.sort_by(f64::total_cmp);
-        let at = |q: f64| ms[((ms.len() as f64 - 1.0) * q) as usize];
-        assert!(!ms.is_empty(), "no run measured");
-        println!(
-            "metrics {}: {} runs, lateness p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms (scrape {} bytes)",
-            if metrics { "on " } else { "off" },
-            ms.len(),
-            at(0.5),
-            at(0.99),
-            at(1.0),
-            scraped
-        );
-    }
-}
-
-struct Measure {
-    lateness: Arc<Mutex<Vec<f64>>>,
-}
-
-#[async_trait]
-impl SimpleJob for Measure {
-    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
-        let late = (Utc::now() - ctx.fire_time).num_microseconds().unwrap_or(0) as f64 / 1000.0;
-        if ctx.kind == RunKind::Scheduled {
-            self.lateness.lock().expect("not poisoned").push(late);
-        }
-        Ok(())
-    }
 }

@@ -229,6 +229,11 @@ impl Metrics {
         for state in SESSION_STATES {
             session_state.get_or_create(&StateLabel { state }).set(0);
         }
+        // Shown at 0 from the start, so that a rate over them has a beginning.
+        let reconnects = Family::<SessionLabel, Counter>::default();
+        for session in ["kept", "new"] {
+            reconnects.get_or_create(&SessionLabel { session }).inc_by(0);
+        }
         Metrics {
             inner: Arc::new(Families {
                 fires: Family::default(),
@@ -245,7 +250,7 @@ impl Metrics {
                 latency: Family::new_with_constructor(request_histogram),
                 txn_splits: Counter::default(),
                 session_state,
-                reconnects: Family::default(),
+                reconnects,
                 session_losses: Counter::default(),
                 events_missed: Counter::default(),
                 #[cfg(feature = "history")]

@@ -261,7 +261,7 @@ fn a_new_session_after_the_first_counts_as_a_reconnect() {
             "shardjob_session_reconnects_total",
             r#"session="new""#
         ),
-        None
+        Some(0.0)
     );
     p.session(&SessionEvent::Connected(info));
     let text = scrape(&metrics);
