@@ -62,7 +62,8 @@ pub(crate) use serve::MetricsServer;
 /// The port Prometheus' exporters conventionally leave to applications like this one.
 pub const DEFAULT_PORT: u16 = 9464;
 
-/// The most executions remembered to count each once (the oldest are forgotten first).
+/// The most executions remembered to count each once (the oldest are forgotten first): an
+/// execution whose items start more than this many other executions apart is counted again.
 const MAX_SEEN_EXECUTIONS: usize = 10_000;
 
 /// Where the metrics endpoint listens: `127.0.0.1` unless an address says otherwise (the
@@ -232,7 +233,9 @@ impl Metrics {
         // Shown at 0 from the start, so that a rate over them has a beginning.
         let reconnects = Family::<SessionLabel, Counter>::default();
         for session in ["kept", "new"] {
-            reconnects.get_or_create(&SessionLabel { session }).inc_by(0);
+            reconnects
+                .get_or_create(&SessionLabel { session })
+                .inc_by(0);
         }
         Metrics {
             inner: Arc::new(Families {

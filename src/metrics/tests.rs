@@ -248,7 +248,7 @@ fn a_new_session_after_the_first_counts_as_a_reconnect() {
         id: shardjob_core::registry::SessionId(1),
         timeout: Duration::from_secs(10),
     };
-    p.session(&SessionEvent::Connected(info.clone()));
+    p.session(&SessionEvent::Connected(info));
     p.session(&SessionEvent::Expired(info.id));
     let text = scrape(&metrics);
     assert_eq!(

@@ -981,10 +981,10 @@ impl Driver {
             JobNode::Config if exists => return Some(job.to_owned()),
             JobNode::ShardingNecessary => entry.resharding.set(exists),
             // The metrics' leader gauge is looked at again once the machine has seen it.
-            JobNode::LeaderInstance if self.metrics.is_some() => {
-                if !self.mine_touched.contains(job) {
-                    self.mine_touched.insert(job.to_owned());
-                }
+            JobNode::LeaderInstance
+                if self.metrics.is_some() && !self.mine_touched.contains(job) =>
+            {
+                self.mine_touched.insert(job.to_owned());
             }
             JobNode::ItemState(item, ItemLeaf::Disabled) => {
                 if let Some(guarantee) = &entry.guarantee {
