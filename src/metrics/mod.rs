@@ -421,19 +421,37 @@ impl prometheus_client::collector::Collector for HistoryCollector {
     }
 }
 
+/// How long the feeder lets a burst of events gather before it counts them: runs fired
+/// together start first, then their events are counted in one go (counting them as they come
+/// would take a thread from the runs still starting).
+const FEED_PAUSE: Duration = Duration::from_millis(20);
+
 async fn feed(mut recorder: Recorder, mut events: broadcast::Receiver<RunEvent>) {
     loop {
-        match events.recv().await {
-            Ok(event) => recorder.event(&event),
-            Err(broadcast::error::RecvError::Lagged(n)) => {
-                recorder.metrics.inner.events_missed.inc_by(n);
-                tracing::warn!(
-                    missed = n,
-                    "metrics: fell behind the scheduler's events; {n} events are not counted \
-                     (see shardjob_metrics_events_missed_total)"
-                );
+        let first = events.recv().await;
+        // Unless the channel fills up: then count at once, rather than miss events.
+        if events.len() < crate::runtime::EVENT_CAPACITY / 2 {
+            tokio::time::sleep(FEED_PAUSE).await;
+        }
+        let mut next = first.map_err(|e| match e {
+            broadcast::error::RecvError::Lagged(n) => broadcast::error::TryRecvError::Lagged(n),
+            broadcast::error::RecvError::Closed => broadcast::error::TryRecvError::Closed,
+        });
+        loop {
+            match next {
+                Ok(event) => recorder.event(&event),
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    recorder.metrics.inner.events_missed.inc_by(n);
+                    tracing::warn!(
+                        missed = n,
+                        "metrics: fell behind the scheduler's events; {n} events are not \
+                         counted (see shardjob_metrics_events_missed_total)"
+                    );
+                }
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                Err(broadcast::error::TryRecvError::Closed) => return,
             }
-            Err(broadcast::error::RecvError::Closed) => return,
+            next = events.try_recv();
         }
     }
 }

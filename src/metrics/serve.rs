@@ -123,7 +123,7 @@ fn route(head: &str) -> Route {
     }
 }
 
-async fn serve(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
+async fn serve(mut stream: TcpStream, registry: &Arc<Registry>) -> std::io::Result<()> {
     let mut head = Vec::with_capacity(512);
     let read = async {
         let mut buf = [0u8; 1024];
@@ -142,10 +142,17 @@ async fn serve(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()
     }
     let (status, content_type, body) = match route(&String::from_utf8_lossy(&head)) {
         Route::Metrics => {
-            let mut body = String::new();
-            match prometheus_client::encoding::text::encode(&mut body, registry) {
-                Ok(()) => ("200 OK", CONTENT_TYPE, body),
-                Err(_) => (
+            // Thousands of jobs make megabytes of text: written on a blocking thread, not on
+            // one the runs need.
+            let registry = Arc::clone(registry);
+            let encoded = tokio::task::spawn_blocking(move || {
+                let mut body = String::new();
+                prometheus_client::encoding::text::encode(&mut body, &registry).map(|()| body)
+            })
+            .await;
+            match encoded {
+                Ok(Ok(body)) => ("200 OK", CONTENT_TYPE, body),
+                _ => (
                     "500 Internal Server Error",
                     "text/plain; charset=utf-8",
                     "the metrics could not be encoded\n".to_owned(),
