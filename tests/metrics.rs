@@ -231,7 +231,9 @@ async fn a_scrape_after_a_real_run_shows_what_ran() {
             .expect("runs within the deadline")
             .expect("no lag");
         tally.event(&event);
-        if !triggered && tally.runs_of("scheduled", "failed") >= 2 {
+        // A loaded machine may run a fire late (a misfire): counted as well.
+        let fired = tally.runs_of("scheduled", "failed") + tally.runs_of("misfire", "failed");
+        if !triggered && fired >= 2 {
             triggered = true;
             scheduler.trigger("settle", None).await.expect("a trigger");
         }
@@ -293,9 +295,11 @@ async fn a_scrape_after_a_real_run_shows_what_ran() {
             break;
         }
     }
-    assert!(tally.executions_of("scheduled") >= 2, "{tally:?}");
+    assert!(
+        tally.executions_of("scheduled") + tally.executions_of("misfire") >= 2,
+        "{tally:?}"
+    );
     assert_eq!(tally.executions_of("trigger"), 1, "{tally:?}");
-    assert!(tally.runs_of("scheduled", "failed") >= 2, "{tally:?}");
     let mut want = tally.expected("settle");
     want.push((
         "shardjob_job_items_owned".to_owned(),
