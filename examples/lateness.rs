@@ -1,13 +1,16 @@
 //! Measures fire lateness (job body start − scheduled fire time), start-up time, resident
 //! memory and threads of one instance hosting many jobs on the in-memory registry.
 //!
-//! `cargo run --release --example lateness -- [JOBS] [SECONDS] [herd|spread|minute]` (default
-//! 1000 jobs, 10 s, herd). Every job has one item.
+//! `cargo run --release --example lateness -- [JOBS] [SECONDS] [herd|spread|minute] [metrics]`
+//! (default 1000 jobs, 10 s, herd, metrics off). Every job has one item.
 //! - `herd`: every job fires every second, all at the same instant (the worst case);
 //! - `spread`: every job fires every 10 s, a tenth of them in each second (job `n` at seconds
 //!   `n % 10`, `n % 10 + 10`, …): with 10,000 jobs, still 1,000 at the same instant;
 //! - `minute`: every job fires once a minute, job `n` at second `n % 60` (10,000 jobs: about
 //!   167 at each second). Run it for at least 60 s to measure every job.
+//!
+//! With `metrics`, the Prometheus metrics are on (`.metrics`, on a free port of 127.0.0.1)
+//! and scraped every 5 s while it measures, to weigh what they cost the lateness.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,6 +67,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     if !["herd", "spread", "minute"].contains(&mode.as_str()) {
         return Err(format!("expected herd, spread or minute, not {mode:?}").into());
     }
+    let metrics = match args.next().as_deref() {
+        None => false,
+        Some("metrics") => true,
+        Some(other) => return Err(format!("expected metrics or nothing, not {other:?}").into()),
+    };
     let herd = CronExpr::parse("* * * * * ?")?;
     let mut probes: Vec<Arc<Mutex<Vec<i64>>>> = Vec::with_capacity(jobs);
     // Measured from a second after every job is active: start-up is measured separately, and
@@ -89,6 +97,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         );
     }
+    if metrics {
+        builder = builder.metrics(0u16);
+    }
     // Subscribed before the build: the first jobs can be active before it returns.
     let mut events = builder.subscribe();
     let handle = builder.build().await?;
@@ -112,7 +123,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(events);
     let from = Utc::now() + chrono::Duration::seconds(1);
     after.store(from.timestamp_millis(), Ordering::Relaxed);
+    let scrapes = handle
+        .metrics_addr()
+        .map(|addr| tokio::spawn(scrape_every_5s(addr)));
     tokio::time::sleep(Duration::from_secs(seconds)).await;
+    if let Some(scrapes) = scrapes {
+        scrapes.abort();
+    }
     let rss = proc_status("VmRSS:");
     let threads = proc_status("Threads:");
     handle.shutdown().await?;
@@ -142,6 +159,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         pick(0.99) as f64 / 1000.0,
         l.last().copied().unwrap_or(0) as f64 / 1000.0
     );
-    println!("resident memory {rss}, threads {threads}");
+    println!(
+        "resident memory {rss}, threads {threads}, metrics {}",
+        if metrics { "on" } else { "off" }
+    );
     Ok(())
+}
+
+/// Scrapes `/metrics` as a Prometheus would, every 5 s; says the size of the first scrape.
+async fn scrape_every_5s(addr: std::net::SocketAddr) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut first = true;
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let Ok(mut stream) = tokio::net::TcpStream::connect(addr).await else {
+            continue;
+        };
+        let mut body = Vec::new();
+        let asked = stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: bench\r\n\r\n")
+            .await;
+        if asked.is_ok() && stream.read_to_end(&mut body).await.is_ok() && first {
+            first = false;
+            println!("scraped /metrics: {} bytes", body.len());
+        }
+    }
 }

@@ -117,6 +117,11 @@ pub struct RunArgs {
     /// This instance's id (default `{ip}@-@{pid}`).
     #[arg(long)]
     pub instance_id: Option<String>,
+    /// Serve Prometheus metrics on GET /metrics at HOST:PORT (say 127.0.0.1:9464; a port
+    /// alone binds 127.0.0.1; port 0 takes any free port, printed at start). Wins over the
+    /// file's `elasticjob.metrics`.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<crate::metrics::MetricsAddr>,
     /// Leave after this many seconds as if SIGTERM had come (for tests and trials).
     #[arg(long, hide = true)]
     pub exit_after: Option<u64>,
@@ -480,6 +485,13 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
              HOST:PORT`)"
         )?;
     }
+    if let Some(addr) = file.metrics {
+        writeln!(
+            out,
+            "# metrics: http://{addr}/metrics (elasticjob.metrics; `run --metrics` would \
+             override it)"
+        )?;
+    }
     if let Some(t) = &file.tracing {
         writeln!(
             out,
@@ -518,6 +530,8 @@ struct RunPlan {
     jobs: Vec<crate::jobfile::FileJob>,
     /// Where the dump port listens, if the file turns it on.
     dump: Option<std::net::SocketAddr>,
+    /// Where the metrics endpoint listens: `--metrics`, else the file's.
+    metrics: Option<crate::metrics::MetricsAddr>,
     registry: crate::registry_url::RegistryUrl,
     connect: crate::registry_url::ConnectOptions,
     #[cfg_attr(not(feature = "history"), allow(dead_code))]
@@ -609,6 +623,7 @@ fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, Strin
     Ok(Ok(RunPlan {
         jobs: file.jobs,
         dump: file.dump,
+        metrics: args.metrics.or(file.metrics.map(Into::into)),
         registry,
         connect,
         tracing: file.tracing,
@@ -684,6 +699,9 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
         if let Some(addr) = plan.dump {
             builder = builder.dump(addr);
         }
+        if let Some(addr) = plan.metrics {
+            builder = builder.metrics(addr);
+        }
         // The file's job history (refused by the file's reader without the feature).
         #[cfg(feature = "history")]
         if let Some(tracing) = &plan.tracing {
@@ -716,6 +734,12 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
                 format_args!(
                     "shardjob: dump port on {addr} (read it with `shardjob dump JOB --instance {addr}`)"
                 ),
+            );
+        }
+        if let Some(addr) = handle.metrics_addr() {
+            say(
+                out,
+                format_args!("shardjob: metrics on http://{addr}/metrics"),
             );
         }
         stop_and_leave(&handle, signals, args.exit_after, out).await

@@ -99,6 +99,7 @@
 //!   sees;
 //! - [`listeners`]: hooks before and after each run, and once per fire across the cluster
 //!   ([`listeners::DistributeOnce`]);
+//! - [`metrics`]: Prometheus metrics of a scheduler (`/metrics`, or the application's registry);
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
 //!   with the `etcd` feature);
 //! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
@@ -120,6 +121,7 @@ pub mod history_cli;
 pub mod jobfile;
 pub mod jobs;
 pub mod listeners;
+pub mod metrics;
 pub mod notify;
 pub mod ops_cli;
 pub mod registry_url;

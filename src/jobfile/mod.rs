@@ -20,12 +20,13 @@
 //! name; props are checked against the job's type ([`props`]); names against both registries'
 //! rules. `elasticjob.dump.port` (with `enabled`, as ElasticJob's starter reads them, and
 //! shardjob's `address`, `127.0.0.1` by default) opens the instance's dump port
-//! ([`crate::runtime::dump`]); `elasticjob.tracing` with `spring.datasource` (or `tracing.url`)
-//! records the job history. The `EMAIL`, `WECHAT` and `DINGTALK` error handlers' props are
-//! checked with the handler ([`crate::notify`]). What cannot be honoured is refused by name
-//! (the `WEBHOOK` error handler, listeners that are not built in), except a job
-//! given as a Java class (`elasticJobClass`), which is skipped with a warning so the jobs beside it can run
-//! (`shardjob run --strict` refuses the file instead).
+//! ([`crate::runtime::dump`]); shardjob's `elasticjob.metrics.port` (same keys) opens the
+//! Prometheus metrics endpoint ([`crate::metrics`]); `elasticjob.tracing` with
+//! `spring.datasource` (or `tracing.url`) records the job history. The `EMAIL`, `WECHAT` and
+//! `DINGTALK` error handlers' props are checked with the handler ([`crate::notify`]). What
+//! cannot be honoured is refused by name (the `WEBHOOK` error handler, listeners that are not
+//! built in), except a job given as a Java class (`elasticJobClass`), which is skipped with a
+//! warning so the jobs beside it can run (`shardjob run --strict` refuses the file instead).
 
 pub mod keys;
 pub mod positions;
@@ -142,6 +143,9 @@ pub struct JobFile {
     pub registry: Option<FileRegistry>,
     /// Where the dump port listens (`elasticjob.dump`), if the file turns it on.
     pub dump: Option<SocketAddr>,
+    /// Where the Prometheus metrics endpoint listens (`elasticjob.metrics`, shardjob's:
+    /// `port`, `enabled`, `address` as for the dump port), if the file turns it on.
+    pub metrics: Option<SocketAddr>,
     /// Settings read but not acted on, and the like.
     pub warnings: Vec<Note>,
     /// The job history settings (`elasticjob.tracing` with `spring.datasource`, or
@@ -173,6 +177,7 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
         skipped: Vec::new(),
         jobs: Vec::new(),
         dump: None,
+        metrics: None,
         elasticjob_tracing: None,
     };
     let mut file_tracing = None;
@@ -231,6 +236,7 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
             skipped: r.skipped,
             registry,
             dump: r.dump,
+            metrics: r.metrics,
             warnings: r.warnings,
             tracing: file_tracing,
         })
@@ -240,7 +246,7 @@ pub fn load(text: &str) -> Result<JobFile, Vec<Note>> {
 }
 
 /// The keys of `elasticjob`.
-const ROOT_KEYS: &[&str] = &["regCenter", "jobs", "tracing", "dump"];
+const ROOT_KEYS: &[&str] = &["regCenter", "jobs", "tracing", "dump", "metrics"];
 
 /// The keys of `elasticjob.regCenter` (ElasticJob's `ZookeeperConfiguration`).
 const REG_CENTER_KEYS: &[&str] = &[
@@ -258,7 +264,8 @@ const REG_CENTER_KEYS: &[&str] = &[
 const JOB_KEYS: &[&str] = shardjob_core::config::KEYS;
 
 /// The keys of `elasticjob.dump`: ElasticJob's starter's `port` and `enabled`, and shardjob's
-/// `address` (where to bind; ElasticJob binds every interface).
+/// `address` (where to bind; ElasticJob binds every interface). `elasticjob.metrics`
+/// (shardjob's) has the same keys.
 const DUMP_KEYS: &[&str] = &["port", "enabled", "address"];
 
 /// The keys of a Spring Boot job entry that are not job configuration.
@@ -281,6 +288,7 @@ struct Reader<'t> {
     skipped: Vec<SkippedJob>,
     jobs: Vec<FileJob>,
     dump: Option<SocketAddr>,
+    metrics: Option<SocketAddr>,
     /// `elasticjob.tracing`, read after the rest ([`tracing`]).
     elasticjob_tracing: Option<(Vec<Step>, Value)>,
 }
@@ -405,6 +413,7 @@ impl Reader<'_> {
                     }
                 }
                 "dump" => self.dump = self.dump_port(value, &path),
+                "metrics" => self.metrics = self.metrics_port(value, &path),
                 "tracing" => self.elasticjob_tracing = Some((path, value.clone())),
                 _ => {}
             }
@@ -421,11 +430,30 @@ impl Reader<'_> {
     /// `elasticjob.dump`: the dump port's address, if it is on. As ElasticJob's starter: on
     /// when `port` is given, unless `enabled` is false.
     fn dump_port(&mut self, value: &Value, path: &[Step]) -> Option<SocketAddr> {
+        self.listen_port(value, path, "dump", 9888)
+    }
+
+    /// `elasticjob.metrics` (shardjob's): the metrics endpoint's address, if it is on; read
+    /// as `elasticjob.dump` is.
+    fn metrics_port(&mut self, value: &Value, path: &[Step]) -> Option<SocketAddr> {
+        self.listen_port(value, path, "metrics", crate::metrics::DEFAULT_PORT)
+    }
+
+    /// A port setting, `elasticjob.{section}`: `port`, `enabled` and `address` (127.0.0.1
+    /// by default); on when `port` is given, unless `enabled` is false.
+    fn listen_port(
+        &mut self,
+        value: &Value,
+        path: &[Step],
+        section: &str,
+        example: u16,
+    ) -> Option<SocketAddr> {
         let Value::Mapping(map) = value else {
             self.problem(
                 path,
-                "elasticjob.dump: expected a mapping (port, and optionally enabled, address)"
-                    .to_owned(),
+                format!(
+                    "elasticjob.{section}: expected a mapping (port, and optionally enabled, address)"
+                ),
             );
             return None;
         };
@@ -433,7 +461,9 @@ impl Reader<'_> {
         let mut enabled = true;
         let mut address = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let start = self.problems.len();
-        for (key, written, v) in self.bind(map, path, DUMP_KEYS, true, "elasticjob.dump") {
+        for (key, written, v) in
+            self.bind(map, path, DUMP_KEYS, true, &format!("elasticjob.{section}"))
+        {
             let at = join(path, &written);
             let text = match v {
                 Value::String(s) => s.trim().to_owned(),
@@ -447,7 +477,7 @@ impl Reader<'_> {
                     Err(_) => self.problem(
                         &at,
                         format!(
-                            "elasticjob.dump.{written}: {} is not a TCP port: give a whole number \
+                            "elasticjob.{section}.{written}: {} is not a TCP port: give a whole number \
                              from 0 to 65535 (0 takes any free port)",
                             if text.is_empty() {
                                 format!("{v:?}")
@@ -462,7 +492,7 @@ impl Reader<'_> {
                     "false" => enabled = false,
                     _ => self.problem(
                         &at,
-                        format!("elasticjob.dump.{written}: expected true or false"),
+                        format!("elasticjob.{section}.{written}: expected true or false"),
                     ),
                 },
                 "address" => match text.parse::<IpAddr>() {
@@ -470,7 +500,7 @@ impl Reader<'_> {
                     Err(_) => self.problem(
                         &at,
                         format!(
-                            "elasticjob.dump.{written}: {text:?} is not an IP address of this \
+                            "elasticjob.{section}.{written}: {text:?} is not an IP address of this \
                              host to listen on (127.0.0.1 by default; 0.0.0.0 for every \
                              interface)"
                         ),
@@ -485,9 +515,10 @@ impl Reader<'_> {
         let Some(port) = port else {
             self.problem(
                 path,
-                "elasticjob.dump: no port: add elasticjob.dump.port (say 9888), or remove the \
-                 key"
-                .to_owned(),
+                format!(
+                    "elasticjob.{section}: no port: add elasticjob.{section}.port (say \
+                     {example}), or remove the key"
+                ),
             );
             return None;
         };

@@ -302,6 +302,40 @@ fn the_dump_port_binds_loopback_unless_told_otherwise() {
 }
 
 #[test]
+fn the_metrics_endpoint_is_read_as_the_dump_port_is() {
+    let file = load(&format!("{CAMEL}  metrics:\n    port: 9464\n")).unwrap();
+    assert_eq!(file.metrics, Some("127.0.0.1:9464".parse().unwrap()));
+    assert_eq!(file.dump, None);
+    let file = load(&format!(
+        "{CAMEL}  metrics:\n    port: 0\n    address: 0.0.0.0\n"
+    ))
+    .unwrap();
+    assert_eq!(file.metrics, Some("0.0.0.0:0".parse().unwrap()));
+    let file = load(&format!(
+        "{CAMEL}  metrics:\n    port: 9464\n    enabled: false\n"
+    ))
+    .unwrap();
+    assert_eq!(file.metrics, None);
+    assert_eq!(load(CAMEL).unwrap().metrics, None);
+    let err = problems(&format!("{CAMEL}  metrics:\n    port: 70000\n"));
+    assert!(
+        err[0].starts_with("20:5: elasticjob.metrics.port: ")
+            && err[0].contains("\"70000\" is not a TCP port"),
+        "{err:?}"
+    );
+    let err = problems(&format!("{CAMEL}  metrics:\n    enabled: true\n"));
+    assert!(
+        err[0].contains("elasticjob.metrics: no port: add elasticjob.metrics.port (say 9464)"),
+        "{err:?}"
+    );
+    let err = problems(&format!("{CAMEL}  metrics: 9464\n"));
+    assert!(
+        err[0].contains("elasticjob.metrics: expected a mapping"),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn a_bad_dump_port_is_refused_with_its_place() {
     for (port, shown) in [("65536", "\"65536\""), ("-1", "\"-1\""), ("abc", "\"abc\"")] {
         let err = problems(&format!("{CAMEL}  dump:\n    port: {port}\n"));

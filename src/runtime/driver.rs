@@ -32,6 +32,7 @@ use super::outage::{self, Outage, Report};
 use super::{Op, RunEvent, RuntimeError, SchedulerState};
 use crate::jobs::{CancelSender, CancelSignal, Job, ReshardingFlag};
 use crate::listeners::{self, Guarantee, GuaranteeShared, JobListener, ListenerFactory};
+use crate::metrics::{self, DriverProbe};
 use crate::notify::{NotifierSlot, NotifierTasks};
 
 /// The most watch events or replies handled in one go before the driver looks at its other
@@ -97,6 +98,8 @@ pub(crate) struct Parts {
     pub registry_name: Option<String>,
     /// The copy of the jobs' nodes the dump port shows, when it is on.
     pub mirror: Option<Mirror>,
+    /// What the driver records for the metrics, when they are on.
+    pub metrics: Option<DriverProbe>,
 }
 
 /// A hosted job as the driver knows it.
@@ -251,6 +254,8 @@ pub(crate) struct Driver {
     mirror: Option<Mirror>,
     /// The jobs' notifier tasks.
     notifiers: NotifierTasks,
+    /// What the driver records for the metrics, when they are on.
+    metrics: Option<DriverProbe>,
 }
 
 impl Driver {
@@ -310,6 +315,7 @@ impl Driver {
             removing: BTreeMap::new(),
             mirror: p.mirror,
             notifiers: p.notifiers,
+            metrics: p.metrics,
         }
     }
 
@@ -333,8 +339,12 @@ impl Driver {
         tracing::info!(instance = %self.instance, jobs = self.jobs.len(), "scheduler started");
         if let Some(info) = self.registry.session() {
             let now = self.clock.now();
+            let event = SessionEvent::Connected(info);
+            if let Some(metrics) = &mut self.metrics {
+                metrics.session(&event);
+            }
             self.machine
-                .handle_registry_event(RegistryEvent::Session(SessionEvent::Connected(info)), now);
+                .handle_registry_event(RegistryEvent::Session(event), now);
         }
         // Since when the driver has stepped aside for runs told to start.
         let mut aside: Option<std::time::Instant> = None;
@@ -528,8 +538,16 @@ impl Driver {
                     }
                     let registry = Arc::clone(&self.registry);
                     let tx = self.replies_tx.clone();
+                    let metrics = self
+                        .metrics
+                        .as_ref()
+                        .map(|m| (m.requests(), metrics::op_index(&op)));
                     tokio::spawn(async move {
+                        let began = std::time::Instant::now();
                         let reply = registry::execute(&*registry, op).await;
+                        if let Some((requests, op)) = metrics {
+                            requests.record(op, &reply, began.elapsed());
+                        }
                         // The driver may have stopped meanwhile; then nobody needs the reply.
                         let _ = tx.send((id, reply));
                     });
@@ -853,6 +871,9 @@ impl Driver {
                 }
                 // Events may have been missed: distribute-once waiters read the registry again.
                 RegistryEvent::Session(session) => {
+                    if let Some(metrics) = &mut self.metrics {
+                        metrics.session(session);
+                    }
                     for guarantee in self.jobs.values().filter_map(|e| e.guarantee.as_ref()) {
                         guarantee.changed();
                     }
@@ -913,12 +934,16 @@ impl Driver {
     }
 
     /// Logs, for each job whose items owned here changed, the items this instance owns now:
-    /// one line per job and change.
+    /// one line per job and change.  With metrics on, sets the job's items-owned and leader gauges
+    /// (a leader node that changed touches the job too).
     fn log_mine(&mut self) {
         for job in std::mem::take(&mut self.mine_touched) {
             let Some(entry) = self.jobs.get_mut(&job) else {
                 continue;
             };
+            if let Some(metrics) = &mut self.metrics {
+                metrics.job(&job, entry.mine.len(), self.machine.is_leader(&job));
+            }
             if entry.mine_logged.as_ref() == Some(&entry.mine) {
                 continue;
             }
@@ -979,6 +1004,12 @@ impl Driver {
             }
             JobNode::Config if exists => return Some(job.to_owned()),
             JobNode::ShardingNecessary => entry.resharding.set(exists),
+            // The metrics' leader gauge is looked at again once the machine has seen it.
+            JobNode::LeaderInstance
+                if self.metrics.is_some() && !self.mine_touched.contains(job) =>
+            {
+                self.mine_touched.insert(job.to_owned());
+            }
             JobNode::ItemState(item, ItemLeaf::Disabled) => {
                 if let Some(guarantee) = &entry.guarantee {
                     guarantee.set_disabled(item, exists);
@@ -1047,6 +1078,9 @@ impl Driver {
     }
 
     fn on_event(&mut self, event: MachineEvent) {
+        if let Some(metrics) = &mut self.metrics {
+            metrics.machine_event(&event);
+        }
         let me = &self.instance;
         match &event {
             MachineEvent::JobActive { job } => tracing::info!(instance = %me, %job, "job active"),

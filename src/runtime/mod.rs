@@ -63,6 +63,7 @@ use crate::jobs::{CapturedOutput, Job, JobError};
 use crate::listeners::{
     self, JobListener, ListenerError, ListenerFactory, ListenerHook, ListenerSetupError,
 };
+use crate::metrics::{Metrics, MetricsAddr};
 
 pub use driver::executor_size;
 pub use dump::{DumpAddr, DumpLimits};
@@ -108,6 +109,16 @@ pub enum RuntimeError {
     /// killed under it).
     #[error("the scheduler failed: {0}")]
     Failed(String),
+    /// The metrics endpoint could not be opened ([`SchedulerBuilder::metrics`]).
+    #[error(
+        "cannot open the metrics endpoint on {addr}: {error} (is the port taken or the address not this host's? pick another port, or 0 for any free one)"
+    )]
+    Metrics {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// Why.
+        error: String,
+    },
     /// The dump port could not be opened ([`SchedulerBuilder::dump`]).
     #[error(
         "cannot open the dump port on {addr}: {error} (is the port taken or the address not this host's? pick another port, or 0 for any free one)"
@@ -215,6 +226,7 @@ impl Scheduler {
             events: broadcast::channel(EVENT_CAPACITY).0,
             registry_name: None,
             dump: None,
+            metrics: None,
             #[cfg(feature = "history")]
             tracing: None,
         }
@@ -236,6 +248,8 @@ pub struct SchedulerBuilder {
     events: broadcast::Sender<RunEvent>,
     registry_name: Option<String>,
     dump: Option<(DumpAddr, DumpLimits)>,
+    /// The metrics, and where to serve them (if not only in an application's registry).
+    metrics: Option<(Metrics, Option<MetricsAddr>)>,
     #[cfg(feature = "history")]
     tracing: Option<Result<crate::history::TracingConfig, String>>,
 }
@@ -377,6 +391,40 @@ impl SchedulerBuilder {
         self
     }
 
+    /// Serves Prometheus metrics ([`crate::metrics`]) on `GET /metrics` at `addr`: a port
+    /// alone binds `127.0.0.1` (`.metrics(9464)`), a [`SocketAddr`](std::net::SocketAddr)
+    /// binds what it says (port 0: any free port, see [`SchedulerHandle::metrics_addr`]). A
+    /// port that cannot be bound makes [`SchedulerBuilder::build`] fail. The endpoint closes
+    /// when the scheduler stops.
+    pub fn metrics(mut self, addr: impl Into<MetricsAddr>) -> Self {
+        let addr = addr.into();
+        match &mut self.metrics {
+            Some((_, at)) => *at = Some(addr),
+            None => self.metrics = Some((Metrics::new(), Some(addr))),
+        }
+        self
+    }
+
+    /// Registers the scheduler's metrics ([`crate::metrics`]) in the application's own
+    /// Prometheus registry, under the `shardjob_` prefix, for the application to serve with
+    /// its own. May be combined with [`SchedulerBuilder::metrics`] (both show the same
+    /// figures). One scheduler per registry (see [`Metrics::register`]).
+    pub fn metrics_registry(
+        mut self,
+        registry: &mut prometheus_client::registry::Registry,
+    ) -> Self {
+        let metrics = match &self.metrics {
+            Some((m, _)) => m.clone(),
+            None => {
+                let m = Metrics::new();
+                self.metrics = Some((m.clone(), None));
+                m
+            }
+        };
+        metrics.register(registry);
+        self
+    }
+
     /// Records the job history (ElasticJob's event trace tables) in the database at `url`:
     /// `sqlite://path`, `postgres://user:pass@host:port/db` or `mysql://…` (see
     /// [`crate::history`]). A URL that cannot be used makes [`SchedulerBuilder::build`] fail;
@@ -465,6 +513,20 @@ impl SchedulerBuilder {
             }
             _ => None,
         };
+        let metrics = match self.metrics {
+            None => None,
+            Some((metrics, None)) => Some((metrics, None)),
+            Some((metrics, Some(addr))) => {
+                let server = crate::metrics::MetricsServer::bind(addr, &metrics)
+                    .await
+                    .and_then(|s| s.local_addr().map(|a| (s, a)))
+                    .map_err(|e| RuntimeError::Metrics {
+                        addr: addr.0,
+                        error: e.to_string(),
+                    })?;
+                Some((metrics, Some(server)))
+            }
+        };
         let stream = registry
             .watch(&NodePath::root())
             .await
@@ -472,6 +534,10 @@ impl SchedulerBuilder {
         let (ops_tx, ops_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(SchedulerState::Running);
         let events_tx = self.events;
+        // The metrics' feeder subscribes before the driver starts: it counts every run.
+        if let Some((m, _)) = &metrics {
+            m.feed(events_tx.subscribe());
+        }
         // The history's feeder subscribes before the driver starts: it sees every run.
         #[cfg(feature = "history")]
         let history = match self.tracing {
@@ -487,6 +553,10 @@ impl SchedulerBuilder {
                 ))
             }
         };
+        #[cfg(feature = "history")]
+        if let (Some((m, _)), Some(feed)) = (&metrics, &history) {
+            m.set_history(feed.history().clone());
+        }
         let status_registry = Arc::clone(&registry);
         let notifiers = crate::notify::NotifierTasks::default();
         let driver = driver::Driver::new(driver::Parts {
@@ -505,10 +575,17 @@ impl SchedulerBuilder {
             shutdown_grace,
             registry_name: self.registry_name,
             mirror,
+            metrics: metrics.as_ref().map(|(m, _)| m.probe()),
         });
         let dump_addr = dump.as_ref().map(|(_, addr)| *addr);
         if let Some((server, addr)) = dump {
             tracing::info!(instance = %instance_id, %addr, "dump port open: send dump@JOB_NAME");
+            tokio::spawn(server.run(state_rx.clone()));
+        }
+        let mut metrics_addr = None;
+        if let Some((_, Some((server, addr)))) = metrics {
+            tracing::info!(instance = %instance_id, %addr, "metrics endpoint open: GET http://{addr}/metrics");
+            metrics_addr = Some(addr);
             tokio::spawn(server.run(state_rx.clone()));
         }
         tokio::spawn(driver.run());
@@ -521,6 +598,7 @@ impl SchedulerBuilder {
                 registry: status_registry,
                 dump_addr,
                 notifiers,
+                metrics_addr,
                 #[cfg(feature = "history")]
                 history,
             }),
@@ -560,6 +638,8 @@ struct Inner {
     dump_addr: Option<std::net::SocketAddr>,
     /// The jobs' notifier tasks, waited for at shutdown (their last folded messages).
     notifiers: crate::notify::NotifierTasks,
+    /// Where the metrics endpoint listens, if it is on.
+    metrics_addr: Option<std::net::SocketAddr>,
     /// The job history's feeder and writer, when tracing is on.
     #[cfg(feature = "history")]
     history: Option<crate::history::Feed>,
@@ -591,6 +671,12 @@ impl SchedulerHandle {
     /// bound, with the port taken when port 0 was asked for.
     pub fn dump_addr(&self) -> Option<std::net::SocketAddr> {
         self.inner.dump_addr
+    }
+
+    /// Where the metrics endpoint listens ([`SchedulerBuilder::metrics`]), if it is on: the
+    /// address bound, with the port taken when port 0 was asked for.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.inner.metrics_addr
     }
 
     /// Where the scheduler is in its life.
