@@ -165,7 +165,18 @@ fn convergence_holds_a_process_to_the_jobs_it_is_meant_to_host() {
             .any(|m| m.contains("running process 10.0.0.1@-@1 is not registered")),
         "{found:#?}"
     );
+    // An operator's deletion is a shutdown: the machine drops the job, which convergence
+    // reports until the job is added back (as a restart of the process would).
     c.run_until(6_000);
+    let found = check(&c);
+    assert!(
+        found
+            .iter()
+            .any(|m| m.contains("dropped job mail by itself")),
+        "{found:#?}"
+    );
+    c.add_job(0, &job("mail")).unwrap();
+    c.run_until(9_000);
     assert_eq!(check(&c), Vec::<String>::new(), "it registers again");
 
     // A process meant to host a job its machine does not have.
@@ -181,13 +192,13 @@ fn convergence_holds_a_process_to_the_jobs_it_is_meant_to_host() {
 
     // A job removed as by a deploy is left cleanly, and taken back.
     c.remove_job(0, "mail").unwrap();
-    c.run_until(8_000);
+    c.run_until(11_000);
     assert!(!c.nodes[0].machine.job_names().any(|j| j == "mail"));
     assert!(!c.exists("/mail/instances/10.0.0.1@-@1"));
     c.add_job(0, &job("mail")).unwrap();
-    c.run_until(11_000);
+    c.run_until(14_000);
     assert_eq!(check(&c), Vec::<String>::new());
-    assert!(c.runs_of("mail").iter().any(|r| r.start > 8_000));
+    assert!(c.runs_of("mail").iter().any(|r| r.start > 11_000));
 }
 
 #[test]
