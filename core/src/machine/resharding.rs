@@ -1,0 +1,454 @@
+//! The leader's re-shard: the plan, written whole or in parts, and the housekeeping of items.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// The leader's re-sharding decision: the transaction to send, if any, or what is wrong with
+/// the assignment the strategy gave (the plan then stays as it is).
+#[allow(clippy::too_many_arguments)]
+pub(super) fn reshard(
+    j: &mut Job,
+    view: &JobView,
+    config: &JobConfig,
+    custom: Option<Arc<dyn ShardingStrategy>>,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    opts: &MachineOptions,
+    now: Now,
+    wake: &mut Vec<u64>,
+) -> Result<Option<Action>, String> {
+    let n = config.sharding_total_count;
+    // Fires change only the items' run markers and records: the plan needs nothing then, and
+    // working out the target assignment again would cost every evaluation of the leader. The
+    // one exception: an item beyond the count whose run has ended can now be removed.
+    let removable = view
+        .items
+        .range(n..)
+        .any(|(_, v)| v.exists && v.running.is_none());
+    if j.reshard_idle == Some(j.cache.plan_version) && !removable {
+        return Ok(None);
+    }
+    let candidates = registry_order(view.eligible());
+    if candidates.is_empty() {
+        return Ok(None);
+    }
+    let key = PlanKey {
+        candidates,
+        total: n,
+        strategy: config.job_sharding_strategy_type.clone(),
+        static_sharding: config.static_sharding,
+    };
+    if let Some(action) = next_part(j, view, &key, me, sid, opts, now) {
+        return Ok(Some(action));
+    }
+    let candidates = key.candidates.clone();
+    let live: BTreeSet<&InstanceId> = candidates.iter().collect();
+    let target: Assignment = match custom {
+        Some(s) => s.shard(&candidates, j.name(), n),
+        None => config
+            .job_sharding_strategy_type
+            .parse::<BuiltinStrategy>()
+            .unwrap_or_default()
+            .shard(&candidates, j.name(), n),
+    };
+    if let Some(problem) = assignment_problem(&target, &live, n) {
+        // A custom strategy broke its contract. Keep the plan; work the assignment out again
+        // only when what it depends on changes.
+        j.reshard_idle = Some(j.cache.plan_version);
+        return Err(problem);
+    }
+    // Each item's target owner, in one pass (a search per item would cost the whole
+    // assignment per item: n² for a job of n items).
+    let target_owners = target.owners(n);
+    let mut owners: BTreeMap<u32, InstanceId> = BTreeMap::new();
+    let mut moving: Vec<u32> = Vec::new();
+    for item in 0..n {
+        let current = view.items.get(&item).and_then(|v| v.owner.clone());
+        let valid = current.as_ref().is_some_and(|c| live.contains(c));
+        let want = if config.static_sharding && valid {
+            current.clone()
+        } else {
+            target_owners.get(item as usize).copied().flatten().cloned()
+        };
+        let Some(want) = want else { continue };
+        if current.as_ref() != Some(&want) {
+            moving.push(item);
+        }
+        owners.insert(item, want);
+    }
+    let is_running = |i: &u32| view.items.get(i).is_some_and(|v| v.running.is_some());
+    // Items beyond the count are removed, but not while they still run: their `running` marker
+    // is what keeps a later run of the same number (the count grown back meanwhile) from
+    // overlapping the old one. Nothing else waits for them, as no one claims an item beyond
+    // the count; they are removed once their run ends, which the leader watches for (see
+    // [`Machine::bears_on_me`]).
+    let removed: Vec<u32> = view
+        .items
+        .range(n..)
+        .filter(|(i, v)| v.exists && !is_running(i))
+        .map(|(i, _)| *i)
+        .collect();
+    if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
+        j.reshard_wanted = None;
+        j.reshard_moved.clear();
+        j.reshard_written = 0;
+        j.reshard_plan = None;
+        j.reshard_idle = Some(j.cache.plan_version);
+        return Ok(None);
+    }
+    if waiting(&mut j.reshard_wanted, ms(opts.reshard_debounce), now, wake) {
+        return Ok(None);
+    }
+    // Items that run under a live owner wait for their run to end, up to a deadline. The
+    // `running` marker keeps the new owner from starting them while the old run lasts, so
+    // after the deadline they move anyway: waiting longer could starve a job whose runs
+    // overlap forever. Items of owners that are gone, or that run a failover, move at once.
+    let owner_live = |i: &u32| {
+        view.items
+            .get(i)
+            .and_then(|v| v.owner.as_ref())
+            .is_some_and(|o| live.contains(o))
+    };
+    let blocked: Vec<u32> = moving
+        .iter()
+        .copied()
+        .filter(|i| is_running(i) && owner_live(i))
+        .collect();
+    // The debounce above started `reshard_wanted`: the wait for running items counts from it.
+    let wanted = j.reshard_wanted.unwrap_or(now.mono);
+    let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
+    let p = &j.paths;
+    let mut ops = vec![
+        TxnOp::Check(Check::Session(sid)),
+        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+    ];
+    if !blocked.is_empty() && now.mono < wait_end {
+        wake.push(wait_end);
+        if view.necessary.is_none() {
+            ops.push(TxnOp::create(p.sharding_necessary(), Vec::<u8>::new()));
+            return Ok(Some(Action::Txn(Purpose::Flag, ops)));
+        }
+        return Ok(None);
+    }
+    // Within the transaction limit: moves and new items first (one unit each), then removals
+    // (two units: an item and its state). Each item's change stands on its own: an item whose
+    // owner is written can no longer be claimed by the old owner (claims check the owner in
+    // the registry), one not written yet stays with its old owner until the next part. The
+    // flag goes with the last part, so a leader that dies meanwhile leaves it for the next.
+    let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
+    let mut units = 0usize;
+    let mut last = true;
+    let mut part_moving: Vec<u32> = Vec::new();
+    for item in &moving {
+        if units >= limit {
+            last = false;
+            break;
+        }
+        units += 1;
+        part_moving.push(*item);
+    }
+    let mut part_removed: Vec<u32> = Vec::new();
+    for item in &removed {
+        if units > 0 && units.saturating_add(2) > limit {
+            last = false;
+            break;
+        }
+        units += 2;
+        part_removed.push(*item);
+    }
+    let remaining =
+        (moving.len() + removed.len()).saturating_sub(part_moving.len() + part_removed.len());
+    // A re-shard of more parts to come, with nothing that holds it (runs, items to remove, the
+    // flag): the parts after this one are taken from the plan as worked out now (see
+    // [`next_part`]), not by working the whole plan out again for each.
+    j.reshard_plan = (!last && removed.is_empty() && view.running == 0 && view.necessary.is_none())
+        .then(|| {
+            Box::new(ReshardPlan {
+                key,
+                owners: owners.clone(),
+                todo: moving.clone(),
+                // This part writes the first items of `moving`.
+                cursor: part_moving.len(),
+            })
+        });
+    let (moving, removed) = (part_moving, part_removed);
+    let moved_running: Vec<u32> = moving.iter().copied().filter(is_running).collect();
+    if let (Some(v), true) = (view.necessary, last) {
+        ops.push(TxnOp::Delete {
+            path: p.sharding_necessary(),
+            expected: Some(v),
+        });
+    }
+    for item in &removed {
+        for path in j.cache.item_descendants_deepest_first(p, view, *item) {
+            ops.push(TxnOp::delete(path));
+        }
+        ops.push(TxnOp::delete(p.item(*item)));
+    }
+    // The latest fire done by any item, those removed now included, is kept in the `sharding`
+    // node's data (ElasticJob leaves it empty), so that it outlives the items.
+    let latest_done = latest_done(view);
+    let removed_done = removed
+        .iter()
+        .filter_map(|i| view.items.get(i))
+        .filter_map(|v| v.record.as_ref().and_then(|(r, _)| r.done))
+        .max();
+    if removed_done.is_some_and(|d| view.sharding_done.is_none_or(|s| d > s)) {
+        let mark = ItemRecord {
+            done: removed_done,
+            run: None,
+        };
+        ops.push(TxnOp::set(p.sharding(), mark.to_bytes()));
+    }
+    // A new item starts with a record: fires before its creation are not due, whoever owns it
+    // and whatever that owner remembers from an earlier item of that number. Its start is the
+    // later of this clock and the latest fire the job has done, so a leader whose clock is
+    // behind does not make a new item run a fire the job already ran.
+    let start = latest_done.map_or(now.wall_ms(), |d| d.max(now.wall_ms()));
+    for item in &moving {
+        let Some(owner) = owners.get(item) else {
+            continue;
+        };
+        // `moved_running` is ascending, as `moving` is.
+        let running = moved_running.binary_search(item).is_ok();
+        move_ops(p, view, *item, owner, start, running, &mut ops);
+    }
+    if ops.len() == 2 {
+        return Ok(None);
+    }
+    Ok(Some(Action::Txn(
+        Purpose::Reshard {
+            items: moving.len() + removed.len(),
+            remaining,
+            owners,
+            moved_running,
+            last,
+            units,
+        },
+        ops,
+    )))
+}
+
+/// The latest fire done by any item, those removed included (the `sharding` node's record).
+pub(super) fn latest_done(view: &JobView) -> Option<i64> {
+    view.dones
+        .max()
+        .copied()
+        .into_iter()
+        .chain(view.sharding_done)
+        .max()
+}
+
+/// The operations that give `item` to `owner`: creating it first (with a record whose last
+/// fire done is `start`) if it does not exist, and checking that it does not run unless it
+/// moves `running`.
+pub(super) fn move_ops(
+    p: &JobPaths,
+    view: &JobView,
+    item: u32,
+    owner: &InstanceId,
+    start: i64,
+    running: bool,
+    ops: &mut Vec<TxnOp>,
+) {
+    let v = view.items.get(&item);
+    if !v.is_some_and(|v| v.exists) {
+        ops.push(TxnOp::create(p.item(item), Vec::<u8>::new()));
+        let baseline = ItemRecord {
+            done: Some(start),
+            run: None,
+        };
+        ops.push(TxnOp::create(p.item_execution(item), baseline.to_bytes()));
+    }
+    if !running {
+        ops.push(TxnOp::Check(Check::Absent(p.item_running(item))));
+    }
+    if v.is_some_and(|v| v.owner_stat.is_some()) {
+        ops.push(TxnOp::set(p.item_instance(item), owner.as_str()));
+    } else {
+        ops.push(TxnOp::create(p.item_instance(item), owner.as_str()));
+    }
+}
+
+/// What a re-shard is worked out from: the same inputs give the same plan.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct PlanKey {
+    /// The candidates, in registry order.
+    candidates: Vec<InstanceId>,
+    /// The item count.
+    total: u32,
+    /// The sharding strategy's type.
+    strategy: String,
+    /// Whether items keep a live owner.
+    static_sharding: bool,
+}
+
+/// A re-shard too large for one transaction, as worked out for its first part: the parts
+/// after it are taken from it, so that each costs the items it writes rather than the whole
+/// job (a job of n items written k items at a time would cost n²/k).
+#[derive(Debug)]
+pub(super) struct ReshardPlan {
+    key: PlanKey,
+    /// Each item's owner in the plan.
+    owners: BTreeMap<u32, InstanceId>,
+    /// The items whose owner the plan changes, ascending.
+    todo: Vec<u32>,
+    /// The items of `todo` before this one are written.
+    cursor: usize,
+}
+
+/// The next part of the re-shard in progress, taken from its plan, if there is one for `key`
+/// and the part is one the whole plan worked out again would make too: past the debounce,
+/// with no item running, no item beyond the count, the flag not set, and more than one
+/// part's worth of items left (the last part is worked out in full, which also finds what
+/// changed meanwhile behind the plan's back).
+pub(super) fn next_part(
+    j: &mut Job,
+    view: &JobView,
+    key: &PlanKey,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    opts: &MachineOptions,
+    now: Now,
+) -> Option<Action> {
+    let debounced = j
+        .reshard_wanted
+        .is_some_and(|w| now.mono >= w.saturating_add(ms(opts.reshard_debounce)));
+    let plain = debounced
+        && view.running == 0
+        && view.necessary.is_none()
+        && view.items.range(key.total..).next().is_none();
+    if !plain || j.reshard_plan.as_ref().is_none_or(|plan| plan.key != *key) {
+        j.reshard_plan = None;
+        return None;
+    }
+    let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
+    let plan = j.reshard_plan.as_mut()?;
+    // The first `limit` items the plan still changes; one more shows there is another part.
+    // Those before the cursor are written (the parts that wrote them succeeded), even if the
+    // view does not show it yet: ZooKeeper's watch can report the nodes of one transaction in
+    // several bursts, and a part checked against such a view would write them again.
+    let mut part: Vec<u32> = Vec::new();
+    let mut k = plan.cursor;
+    let mut end = k;
+    while k < plan.todo.len() && part.len() <= limit {
+        let item = plan.todo[k];
+        let current = view.items.get(&item).and_then(|v| v.owner.as_ref());
+        if current != plan.owners.get(&item) {
+            if part.len() < limit {
+                end = k + 1;
+            }
+            part.push(item);
+        }
+        k += 1;
+    }
+    if part.len() <= limit {
+        j.reshard_plan = None;
+        return None;
+    }
+    part.truncate(limit);
+    plan.cursor = end;
+    // `k` is one past the item that showed another part: the items after the part.
+    let remaining = plan.todo.len() - (k - 1);
+    let new_items = part
+        .iter()
+        .any(|i| !view.items.get(i).is_some_and(|v| v.exists));
+    let latest = if new_items { latest_done(view) } else { None };
+    let start = latest.map_or(now.wall_ms(), |d| d.max(now.wall_ms()));
+    let p = &j.paths;
+    let mut ops = vec![
+        TxnOp::Check(Check::Session(sid)),
+        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+    ];
+    for item in &part {
+        let owner = plan.owners.get(item)?;
+        move_ops(p, view, *item, owner, start, false, &mut ops);
+    }
+    Some(Action::Txn(
+        Purpose::Reshard {
+            owners: BTreeMap::new(),
+            moved_running: Vec::new(),
+            last: false,
+            units: part.len(),
+            items: part.len(),
+            remaining,
+        },
+        ops,
+    ))
+}
+
+/// What is wrong with a strategy's assignment of the items `0..total` to the candidates
+/// `live`, if anything: each item must go to exactly one of them.
+pub(super) fn assignment_problem(
+    target: &Assignment,
+    live: &BTreeSet<&InstanceId>,
+    total: u32,
+) -> Option<String> {
+    if let Some((who, _)) = target
+        .iter()
+        .find(|(who, items)| !items.is_empty() && !live.contains(who))
+    {
+        return Some(format!("it gives items to {who}, which is not a candidate"));
+    }
+    if !target.covers_exactly(total) {
+        let given = target.total_items();
+        return Some(format!(
+            "it does not give each item of 0..{total} to exactly one instance ({given} given)"
+        ));
+    }
+    None
+}
+
+/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone, at
+/// most `limit` of them per transaction.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn housekeeping(
+    j: &mut Job,
+    view: &JobView,
+    config: &JobConfig,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    limit: Option<usize>,
+    now: Now,
+    wake: &mut Vec<u64>,
+) -> Option<Action> {
+    let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
+    if interval == 0 {
+        return None;
+    }
+    let last = *j.last_housekeeping.get_or_insert(now.mono);
+    if now.mono < last.saturating_add(interval) {
+        wake.push(last.saturating_add(interval));
+        return None;
+    }
+    let live_ips: BTreeSet<&str> = view.instances.iter().map(InstanceId::server_ip).collect();
+    let p = &j.paths;
+    let mut ops = vec![
+        TxnOp::Check(Check::Session(sid)),
+        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+    ];
+    let limit = limit.unwrap_or(usize::MAX);
+    let mut units = 0usize;
+    let mut last = true;
+    for (ip, value) in &view.servers {
+        if value.trim() == "ENABLED" && !live_ips.contains(ip.as_str()) {
+            if units >= limit {
+                last = false;
+                break;
+            }
+            if let Ok(path) = p.server(ip) {
+                units += 1;
+                ops.push(TxnOp::Check(Check::Value(
+                    path.clone(),
+                    b"ENABLED".to_vec(),
+                )));
+                ops.push(TxnOp::delete(path));
+            }
+        }
+    }
+    if ops.len() == 2 {
+        j.last_housekeeping = Some(now.mono);
+        return None;
+    }
+    Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
+}
