@@ -15,13 +15,15 @@
 //! [`DbServer::restart`] starts it again from that data on the same port.
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Process, READY_TIMEOUT, TestkitError, alive, finish, free_ports, io, signal};
+use super::{
+    Process, READY_TIMEOUT, TestkitError, alive, finish, free_ports, io, signal, spawn_watchdog,
+};
 
 /// What to install when a database server is missing.
 pub const DB_INSTALL_HINT: &str = "apt-get install -y --no-install-recommends postgresql \
@@ -269,33 +271,9 @@ impl DbServer {
                 cmd.uid(uid).gid(gid);
             }
         }
-        let mut watchdog = cmd
-            .spawn()
-            .map_err(io("start the database watchdog (/bin/sh)"))?;
-        let pipe = watchdog.stdin.take();
-        let pid = watchdog
-            .stdout
-            .take()
-            .and_then(|out| {
-                let mut line = String::new();
-                BufReader::new(out).read_line(&mut line).ok()?;
-                line.trim().parse::<i32>().ok()
-            })
-            .filter(|pid| *pid > 0);
-        let Some(pid) = pid else {
-            drop(pipe);
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-            return Err(TestkitError::BadMember(format!(
-                "the {} watchdog reported no PID",
-                self.kind.name()
-            )));
-        };
-        self.process = Some(Process {
-            watchdog,
-            pipe,
-            pid,
-        });
+        let process = spawn_watchdog(&mut cmd, &format!("{} watchdog", self.kind.name()))?;
+        let pid = process.pid;
+        self.process = Some(process);
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if self.ready() {

@@ -102,6 +102,37 @@ pub enum TestkitError {
     BadMember(String),
 }
 
+/// Starts a watchdog shell (`cmd`) that prints the PID of the server it starts on its first
+/// line; `what` names it in errors.
+fn spawn_watchdog(cmd: &mut Command, what: &str) -> Result<Process, TestkitError> {
+    let mut watchdog = cmd
+        .spawn()
+        .map_err(io(format!("start the {what} (/bin/sh)")))?;
+    let pipe = watchdog.stdin.take();
+    let pid = watchdog
+        .stdout
+        .take()
+        .and_then(|out| {
+            let mut line = String::new();
+            BufReader::new(out).read_line(&mut line).ok()?;
+            line.trim().parse::<i32>().ok()
+        })
+        .filter(|pid| *pid > 0);
+    let Some(pid) = pid else {
+        drop(pipe);
+        let _ = watchdog.kill();
+        let _ = watchdog.wait();
+        return Err(TestkitError::BadMember(format!(
+            "the {what} reported no PID"
+        )));
+    };
+    Ok(Process {
+        watchdog,
+        pipe,
+        pid,
+    })
+}
+
 fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> TestkitError {
     let context = context.into();
     move |source| TestkitError::Io { context, source }
@@ -627,32 +658,10 @@ impl Cluster {
             // Its own process group: a terminal's Ctrl-C goes to the test, not the server.
             cmd.process_group(0);
         }
-        let mut watchdog = cmd
-            .spawn()
-            .map_err(io("start the server watchdog (/bin/sh)"))?;
-        let pipe = watchdog.stdin.take();
-        let pid = watchdog
-            .stdout
-            .take()
-            .and_then(|out| {
-                let mut line = String::new();
-                BufReader::new(out).read_line(&mut line).ok()?;
-                line.trim().parse::<i32>().ok()
-            })
-            .filter(|pid| *pid > 0);
-        let Some(pid) = pid else {
-            drop(pipe);
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-            return Err(TestkitError::BadMember(format!(
-                "the watchdog of member {member} reported no PID"
-            )));
-        };
-        m.process = Some(Process {
-            watchdog,
-            pipe,
-            pid,
-        });
+        m.process = Some(spawn_watchdog(
+            &mut cmd,
+            &format!("server watchdog of member {member}"),
+        )?);
         m.paused = false;
         Ok(())
     }

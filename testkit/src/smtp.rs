@@ -12,12 +12,13 @@
 //! ends in any way.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{Process, READY_TIMEOUT, TestkitError, alive, finish, free_ports, io, signal};
+use super::{
+    Process, READY_TIMEOUT, TestkitError, alive, finish, free_ports, io, signal, spawn_watchdog,
+};
 
 /// What to install when aiosmtpd is missing.
 pub const SMTP_INSTALL_HINT: &str = "apt-get install -y --no-install-recommends python3-aiosmtpd (or run .ci/run, which installs it)";
@@ -255,32 +256,9 @@ impl SmtpServer {
             use std::os::unix::process::CommandExt;
             cmd.process_group(0);
         }
-        let mut watchdog = cmd
-            .spawn()
-            .map_err(io("start the SMTP server watchdog (/bin/sh)"))?;
-        let pipe = watchdog.stdin.take();
-        let pid = watchdog
-            .stdout
-            .take()
-            .and_then(|out| {
-                let mut line = String::new();
-                BufReader::new(out).read_line(&mut line).ok()?;
-                line.trim().parse::<i32>().ok()
-            })
-            .filter(|pid| *pid > 0);
-        let Some(pid) = pid else {
-            drop(pipe);
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-            return Err(TestkitError::BadMember(
-                "the SMTP server's watchdog reported no PID".to_owned(),
-            ));
-        };
-        self.process = Some(Process {
-            watchdog,
-            pipe,
-            pid,
-        });
+        let process = spawn_watchdog(&mut cmd, "SMTP server watchdog")?;
+        let pid = process.pid;
+        self.process = Some(process);
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             // The script says `ready` once aiosmtpd's controller has checked it serves.
