@@ -2,14 +2,12 @@
 //! rows (see [`shardjob_history`], re-exported as [`crate::history::db`]).
 //!
 //! [`SchedulerBuilder::tracing`](crate::runtime::SchedulerBuilder::tracing) starts a
-//! [`History`] writer and a feeder task. The feeder subscribes to the scheduler's events
-//! before the driver starts, so it sees every run from the first; its work per event is a
-//! non-blocking push onto the writer's bounded queue, so it keeps up with the driver unless
-//! the runtime starves it. Should it fall behind by more than the event channel's capacity
-//! ([`EVENT_CAPACITY`](crate::runtime::EVENT_CAPACITY)), the events it missed are counted as
-//! dropped ([`HistoryStats::dropped`]) and logged, never lost silently (the count is an upper
-//! bound: it includes the missed events the history does not record, such as leadership
-//! changes).
+//! [`History`] writer and hands the scheduler a sink for its events, in place before the driver
+//! starts, so it hears every run from the first. The sink is called in line by whoever sends
+//! an event (not through the subscribers' broadcast channel, where a starved reader misses
+//! events): it translates the event and pushes the rows onto the writer's bounded queue, a
+//! push that never waits. The only place events can be lost is that queue's bound
+//! ([`HistoryOptions`]), and what it drops is counted ([`HistoryStats::dropped`]) and logged.
 //!
 //! Per item run: a `JOB_EXECUTION_LOG` row at its start, completed at its end (failure cause:
 //! the job's error, with a script's captured output); per execution (one fire's items on this
@@ -24,7 +22,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use shardjob_core::machine::ItemOutcome;
 use shardjob_core::machine::record::RunKind;
-use tokio::sync::{broadcast, oneshot};
 
 pub use shardjob_history as db;
 pub use shardjob_history::{
@@ -33,6 +30,7 @@ pub use shardjob_history::{
 
 use shardjob_history::{ExecutionSource, ItemRun, StatusTrace, TaskState, TraceEvent, trace_id};
 
+use crate::runtime::events::RunEventSink;
 use crate::runtime::{ItemRunInfo, RunEvent};
 
 /// How long a scheduler's shutdown waits for the history to be written by default.
@@ -84,26 +82,26 @@ impl TracingConfig {
     }
 }
 
-/// The running feeder of one scheduler.
+/// The history of one scheduler: the sink that turns its events into trace rows, and the
+/// writer behind it.
 pub(crate) struct Feed {
     history: History,
-    running: std::sync::Mutex<Option<(oneshot::Sender<()>, tokio::task::JoinHandle<()>)>>,
+    sink: std::sync::Arc<Sink>,
+    finished: std::sync::atomic::AtomicBool,
     flush_deadline: Duration,
 }
 
 impl Feed {
-    /// Starts the feeder over `events` (subscribed before the driver starts).
-    pub(crate) fn start(
-        history: History,
-        events: broadcast::Receiver<RunEvent>,
-        jobs: JobFilter,
-        flush_deadline: Duration,
-    ) -> Feed {
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(feed(history.clone(), events, jobs, stopped));
+    /// The history's side of a scheduler: hand [`Feed::sink`] to its events before the driver
+    /// starts, so that it hears every run.
+    pub(crate) fn start(history: History, jobs: JobFilter, flush_deadline: Duration) -> Feed {
         Feed {
+            sink: std::sync::Arc::new(Sink {
+                history: history.clone(),
+                translator: std::sync::Mutex::new(Translator::new(jobs)),
+            }),
             history,
-            running: std::sync::Mutex::new(Some((stop, task))),
+            finished: std::sync::atomic::AtomicBool::new(false),
             flush_deadline,
         }
     }
@@ -112,54 +110,36 @@ impl Feed {
         &self.history
     }
 
-    /// Takes what the scheduler sent until now, then writes the queue within the deadline and
-    /// stops the writer. Only the first call does anything.
+    /// What the scheduler's events go into.
+    pub(crate) fn sink(&self) -> std::sync::Arc<dyn RunEventSink> {
+        self.sink.clone()
+    }
+
+    /// Writes the queue within the deadline and stops the writer. Only the first call does
+    /// anything.
     pub(crate) async fn finish(&self) {
-        let running = self
-            .running
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some((stop, task)) = running {
-            let _ = stop.send(());
-            let _ = task.await;
+        if !self
+            .finished
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
             self.history.shutdown(self.flush_deadline).await;
         }
     }
 }
 
-async fn feed(
+/// Turns each event, in line, into trace events pushed onto the writer's bounded queue (a
+/// push never waits: past the queue's bound the oldest events are dropped, counted).
+struct Sink {
     history: History,
-    mut events: broadcast::Receiver<RunEvent>,
-    jobs: JobFilter,
-    mut stopped: oneshot::Receiver<()>,
-) {
-    let mut t = Translator::new(jobs);
-    loop {
-        tokio::select! {
-            biased;
-            event = events.recv() => match event {
-                Ok(event) => t.event(&event, &mut |e| history.record(e)),
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(
-                        missed = n,
-                        "job history: fell behind the scheduler's events; {n} events are not \
-                         recorded (counted as dropped)"
-                    );
-                    history.lost(n);
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            },
-            _ = &mut stopped => {
-                loop {
-                    match events.try_recv() {
-                        Ok(event) => t.event(&event, &mut |e| history.record(e)),
-                        Err(broadcast::error::TryRecvError::Lagged(n)) => history.lost(n),
-                        Err(_) => return,
-                    }
-                }
-            }
-        }
+    translator: std::sync::Mutex<Translator>,
+}
+
+impl RunEventSink for Sink {
+    fn event(&self, event: &RunEvent) {
+        // A panic elsewhere while the lock was held leaves the translator as it was between
+        // two events: go on with it.
+        let mut t = self.translator.lock().unwrap_or_else(|p| p.into_inner());
+        t.event(event, &mut |e| self.history.record(e));
     }
 }
 

@@ -219,6 +219,80 @@ async fn mariadb_rows_after_a_real_run() {
     a_real_run_leaves_its_rows(&server.url()).await;
 }
 
+/// Counts its runs.
+struct Counts(Arc<std::sync::atomic::AtomicUsize>);
+
+#[async_trait]
+impl SimpleJob for Counts {
+    async fn execute(&self, _: &ShardingContext) -> Result<(), JobError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// The history hears the scheduler's events in line, not through the subscribers' channel of
+/// `EVENT_CAPACITY` events: a burst of more item events than that, on a one-thread runtime
+/// where a reading task would get its turn only after the runs, leaves every row.
+#[tokio::test(flavor = "current_thread")]
+async fn a_burst_beyond_the_event_channel_loses_no_row() {
+    const ITEMS: u32 = 3_000;
+    assert!(2 * ITEMS as usize > shardjob::runtime::EVENT_CAPACITY);
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let url = format!("sqlite://{}", dir.path().join("history.db").display());
+    let db = DatabaseUrl::parse(&url).expect("a URL");
+    let server = MemServer::default();
+    let ran = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let scheduler = Scheduler::builder()
+        .registry(Arc::new(server.connect_default()))
+        .instance_id(InstanceId::new("127.0.0.9@-@4243").expect("an id"))
+        .job(JobConfig::new("burst", ITEMS), Counts(Arc::clone(&ran)))
+        .tracing_config(TracingConfig::new(db.clone()))
+        .build()
+        .await
+        .expect("a scheduler");
+    // A subscriber that never reads: it misses events, the history must not.
+    let _deaf = scheduler.subscribe();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        // The job is active once the trigger is taken.
+        if scheduler.trigger("burst", None).await.is_ok() {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the job never became active"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    while ran.load(std::sync::atomic::Ordering::SeqCst) < ITEMS as usize {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "only {} of {ITEMS} items ran",
+            ran.load(std::sync::atomic::Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    scheduler.shutdown().await.expect("a graceful shutdown");
+    let stats = scheduler.history().expect("tracing is on").stats();
+    assert_eq!(
+        (stats.dropped, stats.rejected, stats.queued),
+        (0, 0, 0),
+        "{stats:?}"
+    );
+    let store = Store::connect_lazy(&db, DEADLINE).expect("a store");
+    let page = store
+        .executions(&ExecutionQuery {
+            job_prefix: Some("burst".into()),
+            success: Some(true),
+            page_size: 1,
+            ..ExecutionQuery::default()
+        })
+        .await
+        .expect("query");
+    assert_eq!(page.total, u64::from(ITEMS));
+    store.close().await;
+}
+
 #[tokio::test]
 async fn an_unusable_url_fails_the_build() {
     let server = MemServer::default();

@@ -234,14 +234,6 @@ impl History {
         s.wake.notify_one();
     }
 
-    /// Counts `n` events lost before they reached the queue (a subscriber that fell behind)
-    /// as dropped.
-    pub fn lost(&self, n: u64) {
-        let s = &self.shared;
-        let mut q = s.lock();
-        s.count_drops(&mut q, n);
-    }
-
     /// The writer's figures.
     pub fn stats(&self) -> HistoryStats {
         let s = &self.shared;

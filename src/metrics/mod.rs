@@ -25,17 +25,14 @@
 //! | `shardjob_session_state` | gauge | `state` | 1 for the session's state: `connected`, `suspended`, `expired`, `closed` |
 //! | `shardjob_session_reconnects_total` | counter | `session` | connections back: `kept` (the session survived), `new` (after an expiry) |
 //! | `shardjob_session_losses_total` | counter | | sessions lost (the instance registered again) |
-//! | `shardjob_metrics_events_missed_total` | counter | | scheduler events the metrics fell too far behind to count |
 //! | `shardjob_history_queue_depth` | gauge | | job history events waiting to be written (tracing on) |
 //! | `shardjob_history_dropped_total` | counter | | job history events dropped (tracing on) |
 //! | `shardjob_history_written_total` | counter | | job history events written (tracing on) |
 //!
-//! Recording never holds up a job: the job figures are counted by a task of their own from
-//! the scheduler's [`RunEvent`]s (a job's run only sends its events, as it does for any
-//! subscriber), and what the driver records itself (registry requests, session, items owned,
-//! leadership) is an atomic add or a short uncontended lock, never held across an await.
-//! Should that task fall more than [`EVENT_CAPACITY`](crate::runtime::EVENT_CAPACITY) events
-//! behind, what it missed is counted in `shardjob_metrics_events_missed_total`.
+//! Recording never holds up a job: the job figures are counted in line as the scheduler's
+//! [`RunEvent`]s are sent (a sink of the scheduler's events, so none is missed however busy
+//! the runtime is), and what the driver records itself (registry requests, session, items
+//! owned, leadership) is likewise an atomic add or a short lock, never held across an await.
 
 mod serve;
 
@@ -53,9 +50,9 @@ use prometheus_client::registry::{Registry, Unit};
 use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{ItemOutcome, MachineEvent};
 use shardjob_core::registry::{ErrorClass, RegistryOp, RegistryReply, SessionEvent};
-use tokio::sync::broadcast;
 
 use crate::runtime::RunEvent;
+use crate::runtime::events::RunEventSink;
 
 pub(crate) use serve::MetricsServer;
 
@@ -203,7 +200,6 @@ struct Families {
     session_state: Family<StateLabel, Gauge>,
     reconnects: Family<SessionLabel, Counter>,
     session_losses: Counter,
-    events_missed: Counter,
     #[cfg(feature = "history")]
     history: std::sync::OnceLock<crate::history::History>,
 }
@@ -255,7 +251,6 @@ impl Metrics {
                 session_state,
                 reconnects,
                 session_losses: Counter::default(),
-                events_missed: Counter::default(),
                 #[cfg(feature = "history")]
                 history: std::sync::OnceLock::new(),
             }),
@@ -352,11 +347,6 @@ impl Metrics {
             "Registry sessions lost (the instance registered again)",
             m.session_losses.clone(),
         );
-        r.register(
-            "metrics_events_missed",
-            "Scheduler events the metrics fell too far behind to count",
-            m.events_missed.clone(),
-        );
         #[cfg(feature = "history")]
         r.register_collector(Box::new(HistoryCollector(Arc::clone(&self.inner))));
     }
@@ -367,9 +357,9 @@ impl Metrics {
         let _ = self.inner.history.set(history);
     }
 
-    /// Starts counting the scheduler's events (subscribed before the driver starts).
-    pub(crate) fn feed(&self, events: broadcast::Receiver<RunEvent>) {
-        tokio::spawn(feed(Recorder::new(self.clone()), events));
+    /// What counts the scheduler's events (handed to them before the driver starts).
+    pub(crate) fn sink(&self) -> Arc<dyn RunEventSink> {
+        Arc::new(Sink(std::sync::Mutex::new(Recorder::new(self.clone()))))
     }
 
     /// What the driver records itself.
@@ -421,38 +411,17 @@ impl prometheus_client::collector::Collector for HistoryCollector {
     }
 }
 
-/// How long the feeder lets a burst of events gather before it counts them: runs fired
-/// together start first, then their events are counted in one go (counting them as they come
-/// would take a thread from the runs still starting).
-const FEED_PAUSE: Duration = Duration::from_millis(20);
+/// The metrics' sink of the scheduler's events.
+struct Sink(std::sync::Mutex<Recorder>);
 
-async fn feed(mut recorder: Recorder, mut events: broadcast::Receiver<RunEvent>) {
-    loop {
-        let first = events.recv().await;
-        // Unless the channel fills up: then count at once, rather than miss events.
-        if events.len() < crate::runtime::EVENT_CAPACITY / 2 {
-            tokio::time::sleep(FEED_PAUSE).await;
-        }
-        let mut next = first.map_err(|e| match e {
-            broadcast::error::RecvError::Lagged(n) => broadcast::error::TryRecvError::Lagged(n),
-            broadcast::error::RecvError::Closed => broadcast::error::TryRecvError::Closed,
-        });
-        loop {
-            match next {
-                Ok(event) => recorder.event(&event),
-                Err(broadcast::error::TryRecvError::Lagged(n)) => {
-                    recorder.metrics.inner.events_missed.inc_by(n);
-                    tracing::warn!(
-                        missed = n,
-                        "metrics: fell behind the scheduler's events; {n} events are not \
-                         counted (see shardjob_metrics_events_missed_total)"
-                    );
-                }
-                Err(broadcast::error::TryRecvError::Empty) => break,
-                Err(broadcast::error::TryRecvError::Closed) => return,
-            }
-            next = events.try_recv();
-        }
+impl RunEventSink for Sink {
+    fn event(&self, event: &RunEvent) {
+        // A panic elsewhere while the lock was held leaves the recorder between two events:
+        // go on with it.
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .event(event);
     }
 }
 

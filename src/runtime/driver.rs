@@ -22,7 +22,7 @@ use shardjob_core::registry::{
     RequestId, SessionEvent, WatchEventKind,
 };
 use shardjob_core::{InstanceId, JobConfig};
-use tokio::sync::{Semaphore, broadcast, mpsc, oneshot, watch};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -88,7 +88,7 @@ pub(crate) struct Parts {
     pub stream: Box<dyn EventStream>,
     pub ops: mpsc::UnboundedReceiver<Op>,
     pub state: watch::Sender<SchedulerState>,
-    pub events: broadcast::Sender<RunEvent>,
+    pub events: super::events::EventOut,
     /// The jobs' notifier tasks (error handlers that send).
     pub notifiers: NotifierTasks,
     pub cancel_timeout: Duration,
@@ -231,7 +231,7 @@ pub(crate) struct Driver {
     ops: mpsc::UnboundedReceiver<Op>,
     ops_open: bool,
     state: watch::Sender<SchedulerState>,
-    events: broadcast::Sender<RunEvent>,
+    events: super::events::EventOut,
     cancel_timeout: Duration,
     shutdown_grace: Duration,
     registry_name: String,
@@ -557,8 +557,7 @@ impl Driver {
                     // Set up at the claim: only the signal is left to give. A run gone
                     // meanwhile hands its pass back, which drops it.
                     Some(Prepared::Waiting(go)) => {
-                        let watched =
-                            *watched.get_or_insert_with(|| self.events.receiver_count() > 0);
+                        let watched = *watched.get_or_insert_with(|| self.events.heard());
                         let _ = go.send(self.starting.pass(watched));
                     }
                     Some(Prepared::NoBody(execution)) => self.start(execution, None),
@@ -647,7 +646,7 @@ impl Driver {
             guarantee: entry.run_guarantee.clone(),
             pass: go
                 .is_none()
-                .then(|| self.starting.pass(self.events.receiver_count() > 0)),
+                .then(|| self.starting.pass(self.events.heard())),
             go,
             starting: self.starting.clone(),
         };
@@ -1186,7 +1185,7 @@ impl Driver {
             #[allow(unreachable_patterns)]
             other => tracing::debug!(instance = %me, event = ?other, "machine event"),
         }
-        let _ = self.events.send(RunEvent::Machine(event));
+        self.events.send(RunEvent::Machine(event));
     }
 }
 

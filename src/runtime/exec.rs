@@ -12,7 +12,7 @@ use futures_util::FutureExt;
 use shardjob_core::config::ErrorHandlerType;
 use shardjob_core::machine::{Execution, ExecutionId, ItemOutcome};
 use shardjob_core::{InstanceId, JobConfig};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, broadcast, mpsc, oneshot};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -121,7 +121,7 @@ pub(crate) struct ExecutionTask {
     pub cancel: CancelSignal,
     pub cancel_timeout: Duration,
     pub instance: InstanceId,
-    pub events: broadcast::Sender<RunEvent>,
+    pub events: super::events::EventOut,
     pub finished: mpsc::UnboundedSender<Box<Finished>>,
     /// Whether to warn that the job's error handler is not built in (once per job).
     pub warn_handler: bool,
@@ -146,7 +146,7 @@ struct Shared {
     job: Arc<dyn Job>,
     limiter: Arc<Semaphore>,
     handler: ErrorHandlerType,
-    events: broadcast::Sender<RunEvent>,
+    events: super::events::EventOut,
     /// Set by a failing item when the error handler is `THROW`: items not started yet fail.
     thrown: AtomicBool,
     /// The job's notifier, told of each failure (it never waits).
@@ -500,7 +500,7 @@ fn listener_failed(
             false
         }
     };
-    let _ = shared.events.send(RunEvent::ListenerFailed {
+    shared.events.send(RunEvent::ListenerFailed {
         job: job.clone(),
         execution: ctx.execution,
         fire_time: fire,
@@ -585,7 +585,7 @@ fn stopped(job: &str, item: u32, cancel_timeout: Duration) -> (ItemOutcome, JobE
 
 /// Reports an item that ended without its body running to its end.
 fn not_run(shared: &Shared, run: ItemRunInfo, outcome: ItemOutcome, error: JobError) {
-    let _ = shared.events.send(RunEvent::ItemFinished {
+    shared.events.send(RunEvent::ItemFinished {
         run,
         outcome,
         error: Some(error),
@@ -619,7 +619,7 @@ async fn run_item(
     // start). A subscriber that comes during the run sees neither of its events.
     let watched = shared.watched.load(Ordering::Relaxed);
     if watched {
-        let _ = shared.events.send(RunEvent::ItemStarted {
+        shared.events.send(RunEvent::ItemStarted {
             run: run.clone(),
             at: started,
         });
@@ -660,7 +660,7 @@ async fn run_item(
     // it.
     drop(permit);
     if watched {
-        let _ = shared.events.send(RunEvent::ItemFinished {
+        shared.events.send(RunEvent::ItemFinished {
             run: run.clone(),
             outcome: outcome.clone(),
             error,

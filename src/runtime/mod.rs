@@ -41,6 +41,7 @@
 
 mod driver;
 pub mod dump;
+pub(crate) mod events;
 mod exec;
 mod ident;
 mod mirror;
@@ -533,26 +534,24 @@ impl SchedulerBuilder {
             .map_err(RuntimeError::Watch)?;
         let (ops_tx, ops_rx) = mpsc::unbounded_channel();
         let (state_tx, state_rx) = watch::channel(SchedulerState::Running);
-        let events_tx = self.events;
-        // The metrics' feeder subscribes before the driver starts: it counts every run.
+        // The metrics and the history hear every event, in line, from the driver's first:
+        // they are the events' sinks, not subscribers that could fall behind.
+        let mut sinks: Vec<Arc<dyn events::RunEventSink>> = Vec::new();
         if let Some((m, _)) = &metrics {
-            m.feed(events_tx.subscribe());
+            sinks.push(m.sink());
         }
-        // The history's feeder subscribes before the driver starts: it sees every run.
         #[cfg(feature = "history")]
         let history = match self.tracing {
             None => None,
             Some(config) => {
                 let config = config.map_err(RuntimeError::Tracing)?;
                 let writer = crate::history::start(&config).map_err(RuntimeError::Tracing)?;
-                Some(crate::history::Feed::start(
-                    writer,
-                    events_tx.subscribe(),
-                    config.jobs,
-                    config.flush_deadline,
-                ))
+                let feed = crate::history::Feed::start(writer, config.jobs, config.flush_deadline);
+                sinks.push(feed.sink());
+                Some(feed)
             }
         };
+        let events_tx = events::EventOut::new(self.events, sinks);
         #[cfg(feature = "history")]
         if let (Some((m, _)), Some(feed)) = (&metrics, &history) {
             m.set_history(feed.history().clone());
@@ -630,7 +629,7 @@ pub(crate) enum Op {
 struct Inner {
     ops: mpsc::UnboundedSender<Op>,
     state: watch::Receiver<SchedulerState>,
-    events: broadcast::Sender<RunEvent>,
+    events: events::EventOut,
     instance_id: InstanceId,
     /// The scheduler's registry client, for reads a status page makes.
     registry: Arc<dyn Registry>,
