@@ -123,6 +123,10 @@ pub struct WorldConfig {
     /// deploy that adds a job; naming any job, even on every instance, keeps the seed from
     /// drawing.
     pub hosts: BTreeMap<String, BTreeSet<usize>>,
+    /// How the world races ([`Races`]); `None`: drawn by the seed from a stream of its own
+    /// (half of the seeds race). [`Races::NONE`] replays a seed found before the races as it
+    /// was.
+    pub races: Option<Races>,
 }
 
 impl WorldConfig {
@@ -144,6 +148,7 @@ impl WorldConfig {
             strategies: Vec::new(),
             session_timeout: None,
             hosts: BTreeMap::new(),
+            races: None,
         }
     }
 }
@@ -609,7 +614,10 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     // the nodes), from a stream of their own: half of the seeds draw none and stay the
     // fixed-latency worlds they were.
     let race_seed = mix(cfg.seed, 0x7261_6365_7300);
-    c.set_races(Races::draw(race_seed), race_seed);
+    c.set_races(
+        cfg.races.unwrap_or_else(|| Races::draw(race_seed)),
+        race_seed,
+    );
     for (job, some) in &hosts {
         c.note(("hosts", job, some), || {
             format!("job {job} is hosted by instances {some:?} only")
