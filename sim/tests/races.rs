@@ -50,14 +50,14 @@ fn the_world_log_says_how_it_races() {
     assert!(report.log.contains(&line), "no {line:?} in the log");
 }
 
-/// Seeds of the CI world (the first four in seeds 0 to 20,267) where a second instance, whose view of the `instances` directory was
-/// stale, registered as a start of the job's cluster although another instance had just
-/// started it, and wrote an earlier start over the real one; fires from before the real start
-/// then ran. In 5268 and 9206 the instance reloaded its job on a new session while a deletion event
-/// older than the reload was on its way: the machine applies the events that arrive during a
-/// load after the snapshot, so the stale deletion hid the instance node the snapshot showed.
-/// A machine bug, left to the lead (the fix needs the revision of a deletion event to tell
-/// stale buffered events from newer ones); un-ignore when it is fixed.
+/// Seeds of the CI world (the first four in seeds 0 to 20,267) where a second instance, whose view
+/// of the `instances` directory was stale, registered as a start of the job's cluster although
+/// another instance had just started it, and wrote an earlier start over the real one; fires from
+/// before the real start then ran. In 5268 and 9206 the instance reloaded its job on a new session
+/// while a deletion event older than the reload was on its way: the machine applies the events that
+/// arrive during a load after the snapshot, so the stale deletion hid the instance node the
+/// snapshot showed. A machine bug, left to the lead (the fix needs the revision of a deletion event
+/// to tell stale buffered events from newer ones); un-ignore when it is fixed.
 #[test]
 #[ignore = "machine bug found by the races: a stale buffered event hides an instance node"]
 fn a_stale_view_of_the_instances_never_restarts_the_cluster() {
