@@ -3,12 +3,17 @@
 //!
 //! Everything runs on one thread in one order: registry requests are applied to the store when
 //! a machine emits them and answered after [`Cluster::latency`]; watch events are delivered as
-//! the store releases them; executions last what [`Cluster::duration`] says and end early when
-//! cancelled (after [`Cluster::cancel_delay`]), unless their job ignores cancellation. Faults:
-//! [`Cluster::crash`], [`Cluster::partition`] (both ways), [`Cluster::deafen`] (the node's
-//! requests arrive but it hears nothing back), [`Cluster::pause`] (a stop-the-world pause of
-//! the whole process), [`Cluster::restart_registry`], clock skew per node
-//! ([`Node::skew`]).
+//! the store releases them; nodes act in index order at each instant; executions last what
+//! [`Cluster::duration`] says and end early when cancelled (after [`Cluster::cancel_delay`]),
+//! unless their job ignores cancellation. A world that races ([`Cluster::set_races`], see
+//! [`crate::network`]) draws instead, from a seeded stream, each request's trip to the
+//! registry (it applies on arrival) and its reply's way back, each watch delivery's delay,
+//! lost replies and the order of the nodes at each instant; one node's messages keep their
+//! order. Faults: [`Cluster::crash`], [`Cluster::partition`] (both ways), [`Cluster::deafen`]
+//! (the node's requests arrive but it hears nothing back), [`Cluster::pause`] (a
+//! stop-the-world pause of the whole process), [`Cluster::restart_registry`], lost replies
+//! ([`Cluster::lose_replies`], [`Cluster::set_reply_loss`]), clock skew per node
+//! ([`Node::skew`]). A node's state is a [`Process`] times a [`Link`].
 //!
 //! Adding a node or writing as an operator checks its input and returns a [`ClusterError`].
 //! The methods that take a node's index `n` panic on an index that [`Cluster::add_node`] did
@@ -19,18 +24,21 @@ use std::hash::{Hash, Hasher};
 
 use siphasher::sip::SipHasher13;
 
+use crate::network::{InFlight, Network, Races};
+use crate::node::Running;
+pub use crate::node::{Link, Node, Process};
 use crate::timeline;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use shardjob_backend_mem::{Store, WatchId};
+use shardjob_backend_mem::Store;
 use shardjob_core::config::{KnownTypes, Strictness};
 use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::{ItemRecord, RunKind};
 use shardjob_core::machine::{
-    AuditMark, Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine,
-    MachineError, MachineEvent, MachineOptions, Now,
+    Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine, MachineError,
+    MachineEvent, MachineOptions, Now,
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
@@ -155,7 +163,8 @@ pub struct ClusterStart {
     pub job: String,
     /// The node that registered.
     pub node: usize,
-    /// That node's wall clock then (epoch ms).
+    /// That node's wall clock when it sent the registration (epoch ms): what it stamps as
+    /// the start. With travelling requests ([`Races::spread`]) the registration applies later.
     pub wall: i64,
 }
 
@@ -178,79 +187,6 @@ pub struct OperatorShutdown {
     pub ended: Option<u64>,
 }
 
-/// One instance of the cluster.
-#[derive(Debug)]
-pub struct Node {
-    /// The instance id.
-    pub id: InstanceId,
-    /// The real core machine. Read it freely; hand it input only through the cluster, which
-    /// keeps its cached answer to [`Machine::poll_timeout`] in step with it.
-    pub machine: Machine,
-    /// The machine's [`Machine::poll_timeout`] as of its last input, or `None` when it has to
-    /// be asked again.
-    timer: Option<Option<u64>>,
-    /// Its live session, if any.
-    pub session: Option<SessionId>,
-    watch: Option<WatchId>,
-    /// Whether the process runs (false after a crash or a finished shutdown).
-    pub up: bool,
-    /// Whether it was crashed on purpose (as opposed to stopped).
-    pub crashed: bool,
-    /// Whether the node is cut off from the registry both ways.
-    pub partitioned: bool,
-    /// Whether its requests reach the registry but nothing comes back.
-    pub deaf: bool,
-    /// How many of its next requests lose their reply: each reaches the registry and applies,
-    /// and the node hears a timeout after [`Cluster::request_timeout`] instead (a connection
-    /// that drops between a request and its reply). Events still reach it.
-    pub lose_replies: u32,
-    /// Since when the whole process is paused, if it is.
-    pub paused: Option<u64>,
-    /// Milliseconds its wall clock is ahead of true time (negative: behind).
-    pub skew: i64,
-    /// Whether a graceful shutdown was asked for.
-    pub shutdown_requested: bool,
-    /// The jobs the node is meant to host: those it was added with, as
-    /// [`Cluster::add_job`] and [`Cluster::remove_job`] changed them. The checkers hold the
-    /// machine to it rather than to what the machine says it hosts.
-    pub jobs: BTreeSet<String>,
-    replies: Vec<(u64, RequestId, RegistryReply)>,
-    running: BTreeMap<ExecutionId, Running>,
-    /// The earliest end of the runs in `running`, kept with it (see [`Node::ends_changed`]):
-    /// each step of time asks, and most steps end nothing.
-    first_end: Option<u64>,
-    /// Runs announced with [`Command::Prepare`] and not started or discarded yet.
-    prepared: BTreeMap<ExecutionId, Execution>,
-    /// Events the machine reported, with their virtual time.
-    pub events: Vec<(u64, MachineEvent)>,
-    /// Where the last wake audit of the machine left off.
-    audit: AuditMark,
-}
-
-impl Node {
-    /// Works `first_end` out again after `running` changed.
-    fn ends_changed(&mut self) {
-        self.first_end = self.running.values().map(|r| r.ends).min();
-    }
-
-    /// When the machine wants [`Machine::handle_timeout`] next. Its timers change only when it
-    /// is handed something (every input is followed by [`Cluster::pump`], which forgets the
-    /// answer), so it is asked once per input instead of at every step of time.
-    fn timer(&mut self) -> Option<u64> {
-        *self
-            .timer
-            .get_or_insert_with(|| self.machine.poll_timeout())
-    }
-}
-
-#[derive(Debug)]
-struct Running {
-    exec: Execution,
-    ends: u64,
-    cancelled: bool,
-    runs: Vec<usize>,
-}
-
 /// Several machines over one store.
 pub struct Cluster {
     /// The shared registry store.
@@ -267,7 +203,7 @@ pub struct Cluster {
     pub starts: Vec<ClusterStart>,
     /// The last run of each (node, job, item) that ended, an index into `runs`.
     last_ended: BTreeMap<(usize, String, u32), usize>,
-    /// Registry round-trip latency, ms.
+    /// Registry round-trip latency, ms, when requests do not travel ([`Races::spread`] is 0).
     pub latency: u64,
     /// Extra delay before a node sees watch events, ms.
     pub watch_delay: u64,
@@ -323,6 +259,8 @@ pub struct Cluster {
     pub late_wakes: Vec<(u64, usize, LateWake)>,
     next_audit: u64,
     operator: Option<SessionId>,
+    /// The wire when the world races ([`Cluster::set_races`]).
+    network: Network,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -371,6 +309,7 @@ impl Cluster {
             late_wakes: Vec::new(),
             next_audit: 0,
             operator: None,
+            network: Network::new(Races::NONE, 0),
         }
     }
 
@@ -463,28 +402,8 @@ impl Cluster {
                     error,
                 })?;
         }
-        self.nodes.push(Node {
-            id: id.clone(),
-            machine,
-            timer: None,
-            session: None,
-            watch: None,
-            up: true,
-            crashed: false,
-            partitioned: false,
-            deaf: false,
-            lose_replies: 0,
-            paused: None,
-            skew: 0,
-            shutdown_requested: false,
-            jobs: jobs.iter().map(|j| j.job_name.clone()).collect(),
-            replies: Vec::new(),
-            running: BTreeMap::new(),
-            first_end: None,
-            prepared: BTreeMap::new(),
-            events: Vec::new(),
-            audit: AuditMark::default(),
-        });
+        let hosted = jobs.iter().map(|j| j.job_name.clone()).collect();
+        self.nodes.push(Node::new(id.clone(), machine, hosted));
         self.requests.push(0);
         self.transactions.push(0);
         self.note(("join", n), || format!("node {n} ({id}) starts"));
@@ -518,10 +437,12 @@ impl Cluster {
         let now = self.store_now();
         self.note(("crash", n), || format!("node {n} crashes"));
         let node = &mut self.nodes[n];
-        node.up = false;
-        node.crashed = true;
+        node.set_process(Process::Crashed);
         node.replies.clear();
+        node.inbox.clear();
         node.prepared.clear();
+        self.network.drop_node(n);
+        let node = &mut self.nodes[n];
         let gone: Vec<Running> = std::mem::take(&mut node.running).into_values().collect();
         node.first_end = None;
         for r in gone {
@@ -543,7 +464,8 @@ impl Cluster {
     pub fn partition(&mut self, n: usize) {
         let now = self.store_now();
         self.note(("partition", n), || format!("node {n} is cut off"));
-        self.nodes[n].partitioned = true;
+        let deaf = self.nodes[n].deaf();
+        self.nodes[n].set_link(Link::Partitioned { deaf });
         if let Some(s) = self.nodes[n].session {
             self.store.suspend(s, now);
         }
@@ -553,16 +475,16 @@ impl Cluster {
     pub fn heal(&mut self, n: usize) {
         let now = self.store_now();
         self.note(("heal", n), || format!("node {n} is reconnected"));
-        if self.nodes[n].deaf {
-            self.nodes[n].deaf = false;
+        let (deaf, partitioned) = (self.nodes[n].deaf(), self.nodes[n].partitioned());
+        self.nodes[n].set_link(Link::Connected);
+        if deaf {
             if let Some(w) = self.nodes[n].watch {
                 self.store.release_watch(w);
             }
         }
-        if !self.nodes[n].partitioned {
+        if !partitioned {
             return;
         }
-        self.nodes[n].partitioned = false;
         if let Some(s) = self.nodes[n].session {
             self.store.resume(s, now);
             if !self.store.is_alive(s) {
@@ -575,7 +497,11 @@ impl Cluster {
     /// reply or event reaches it; requests time out after [`Cluster::request_timeout`].
     pub fn deafen(&mut self, n: usize) {
         self.note(("deaf", n), || format!("node {n} hears nothing"));
-        self.nodes[n].deaf = true;
+        let link = match self.nodes[n].link() {
+            Link::Connected | Link::Deaf => Link::Deaf,
+            Link::Partitioned { .. } => Link::Partitioned { deaf: true },
+        };
+        self.nodes[n].set_link(link);
         if let Some(w) = self.nodes[n].watch {
             self.store.hold_watch(w);
         }
@@ -585,13 +511,14 @@ impl Cluster {
     /// runs make no progress, and its session is not kept alive.
     pub fn pause(&mut self, n: usize) {
         let now = self.store_now();
-        if self.nodes[n].paused.is_some() || !self.nodes[n].up {
+        if !self.nodes[n].active() {
             return;
         }
         self.note(("pause", n), || format!("node {n} pauses"));
-        self.nodes[n].paused = Some(self.now);
+        let since = self.now;
+        self.nodes[n].set_process(Process::Paused { since });
         if let Some(s) = self.nodes[n].session {
-            if !self.nodes[n].partitioned {
+            if !self.nodes[n].partitioned() {
                 self.store.suspend(s, now);
             }
         }
@@ -599,9 +526,10 @@ impl Cluster {
 
     /// Ends a pause: runs resume where they were, the client reconnects.
     pub fn unpause(&mut self, n: usize) {
-        let Some(since) = self.nodes[n].paused.take() else {
+        let Some(since) = self.nodes[n].paused() else {
             return;
         };
+        self.nodes[n].set_process(Process::Up);
         let now = self.store_now();
         let frozen = self.now - since;
         self.note(("unpause", n), || {
@@ -618,7 +546,7 @@ impl Cluster {
         for reply in &mut self.nodes[n].replies {
             reply.0 = reply.0.max(resumed);
         }
-        if !self.nodes[n].partitioned {
+        if !self.nodes[n].partitioned() {
             if let Some(s) = self.nodes[n].session {
                 self.store.resume(s, now);
                 if !self.store.is_alive(s) {
@@ -638,7 +566,7 @@ impl Cluster {
         });
         let mut cut = Vec::new();
         for n in 0..self.nodes.len() {
-            if self.nodes[n].up && !self.nodes[n].partitioned && self.nodes[n].paused.is_none() {
+            if self.nodes[n].active() && !self.nodes[n].partitioned() {
                 self.partition(n);
                 cut.push(n);
             }
@@ -647,10 +575,74 @@ impl Cluster {
         let until = self.now + outage_ms;
         self.run_until(until);
         for n in cut {
-            if self.nodes[n].up {
+            if self.nodes[n].up() {
                 self.heal(n);
             }
         }
+    }
+
+    /// Makes the world race as `races` says, drawing from `seed` (see [`crate::network`]).
+    /// Set it before the first node joins: the races of requests already sent are not
+    /// redrawn.
+    pub fn set_races(&mut self, races: Races, seed: u64) {
+        self.network = Network::new(races, seed);
+        if self.keep_log {
+            self.log.push(format!("world: races: {races}"));
+        }
+    }
+
+    /// The races of the world ([`Cluster::set_races`]).
+    pub fn races(&self) -> Races {
+        self.network.races
+    }
+
+    /// Makes node `n` lose the replies to its next `count` requests (see
+    /// [`Node::lose_replies`]).
+    pub fn lose_replies(&mut self, n: usize, count: u32) {
+        self.note(("lose-replies", n, count), || {
+            format!("node {n} loses the replies to its next {count} requests")
+        });
+        self.nodes[n].set_lose_replies(count);
+    }
+
+    /// Makes node `n` lose each reply with a chance of `per_mille` (see [`Node::reply_loss`]);
+    /// 0 ends it.
+    pub fn set_reply_loss(&mut self, n: usize, per_mille: u32) {
+        self.note(("reply-loss", n, per_mille), || {
+            format!("node {n} loses {per_mille}‰ of its replies")
+        });
+        self.nodes[n].set_reply_loss(per_mille);
+    }
+
+    /// The heal's end of lost replies: none drawn any more ([`Races::reply_loss`]), none on
+    /// any node ([`Cluster::lose_replies`], [`Cluster::set_reply_loss`]). The other races go
+    /// on: they slow the world down, they do not stop it.
+    pub fn calm(&mut self) {
+        if self.network.races.reply_loss > 0 {
+            self.note("calm", || "no more replies are lost".to_owned());
+            self.network.races.reply_loss = 0;
+        }
+        for node in &mut self.nodes {
+            node.set_lose_replies(0);
+            node.set_reply_loss(0);
+        }
+    }
+
+    /// The longest a registry round trip usually takes, ms: [`Cluster::latency`], or with
+    /// travelling requests two legs of [`Races::spread`] (a spike takes up to three times
+    /// more).
+    pub fn latency_bound(&self) -> u64 {
+        if self.network.travels() {
+            2 * self.network.races.spread
+        } else {
+            self.latency
+        }
+    }
+
+    /// The longest a watch delivery is usually late, ms: [`Cluster::watch_delay`] and
+    /// [`Races::watch_spread`].
+    pub fn watch_delay_bound(&self) -> u64 {
+        self.watch_delay + self.network.races.watch_spread
     }
 
     fn renew(&mut self, n: usize) {
@@ -728,7 +720,7 @@ impl Cluster {
         let origin = self.wall_origin.timestamp_millis();
         self.nodes[n].timer = None;
         while let Some(cmd) = self.nodes[n].machine.poll_command() {
-            if !self.nodes[n].up {
+            if !self.nodes[n].up() {
                 continue;
             }
             match cmd {
@@ -737,20 +729,7 @@ impl Cluster {
                     if matches!(op, RegistryOp::Transact(_)) {
                         self.transactions[n] += 1;
                     }
-                    let reply = self.execute(n, op);
-                    let lost = self.nodes[n].lose_replies > 0;
-                    if lost {
-                        self.nodes[n].lose_replies -= 1;
-                    }
-                    let (at, reply) = if self.nodes[n].deaf || lost {
-                        (
-                            self.now + self.request_timeout,
-                            RegistryReply::Failed(RegistryError::Timeout),
-                        )
-                    } else {
-                        (self.now + self.latency, reply)
-                    };
-                    self.nodes[n].replies.push((at, id, reply));
+                    self.send(n, id, op);
                 }
                 Command::Start(exec) => {
                     // A run announced ahead is started by its id only.
@@ -826,7 +805,7 @@ impl Cluster {
                     if let Some(s) = self.nodes[n].session.take() {
                         let _ = self.store.close_session(s, now);
                     }
-                    self.nodes[n].up = false;
+                    self.nodes[n].set_process(Process::Stopped);
                 }
                 Command::Event(e) => {
                     let now = self.now;
@@ -845,6 +824,81 @@ impl Cluster {
                 }
             }
         }
+    }
+
+    /// Sends a request of node `n`. Without travel ([`Races::spread`] 0) it applies now and
+    /// is answered after [`Cluster::latency`]; with travel it reaches the registry after a
+    /// drawn leg (never before an earlier request of the node), applies then, and its answer
+    /// takes another leg (never before an earlier answer). A deaf node, or a lost reply, hears
+    /// a timeout after [`Cluster::request_timeout`] instead, although the request applies.
+    fn send(&mut self, n: usize, id: RequestId, op: RegistryOp) {
+        let counted = self.nodes[n].take_lost_reply();
+        let per_mille = self.nodes[n].reply_loss();
+        let lost = counted || self.network.loses(per_mille);
+        let answered = !(self.nodes[n].deaf() || lost);
+        let timeout = (
+            self.now + self.request_timeout,
+            id,
+            RegistryReply::Failed(RegistryError::Timeout),
+        );
+        if !self.network.travels() || self.nodes[n].partitioned() {
+            // Applied now: a cut-off node's request is refused by the registry at once.
+            let wall = self.time_of(n).wall_ms();
+            let reply = self.execute(n, self.nodes[n].session, wall, op);
+            let reply = if answered {
+                let at = if self.network.travels() {
+                    self.reply_time(n)
+                } else {
+                    self.now + self.latency
+                };
+                (at, id, reply)
+            } else {
+                timeout
+            };
+            self.nodes[n].replies.push(reply);
+            return;
+        }
+        let at = (self.now + self.network.leg()).max(self.nodes[n].wire.request);
+        self.nodes[n].wire.request = at;
+        if !answered {
+            self.nodes[n].replies.push(timeout);
+        }
+        let session = self.nodes[n].session;
+        let wall = self.time_of(n).wall_ms();
+        self.network.send(
+            at,
+            InFlight {
+                node: n,
+                session,
+                wall,
+                id,
+                op,
+                answered,
+            },
+        );
+    }
+
+    /// When an answer sent to node `n` now arrives: after a drawn leg, never before an earlier
+    /// answer.
+    fn reply_time(&mut self, n: usize) -> u64 {
+        let at = (self.now + self.network.leg()).max(self.nodes[n].wire.reply);
+        self.nodes[n].wire.reply = at;
+        at
+    }
+
+    /// Applies the requests that reached the registry by now, in the order they arrived, and
+    /// sends their answers back. Whether there was one.
+    fn arrive(&mut self) -> bool {
+        let mut any = false;
+        while let Some(r) = self.network.arrived(self.now) {
+            any = true;
+            let reply = self.execute(r.node, r.session, r.wall, r.op);
+            if r.answered {
+                let at = self.reply_time(r.node);
+                self.nodes[r.node].replies.push((at, r.id, reply));
+            }
+        }
+        any
     }
 
     fn start(&mut self, n: usize, exec: Execution) {
@@ -916,9 +970,19 @@ impl Cluster {
         self.nodes[n].ends_changed();
     }
 
-    fn execute(&mut self, n: usize, op: RegistryOp) -> RegistryReply {
+    /// Applies a request of node `n`, sent in `session` when the node's clock read `wall`
+    /// (epoch ms), to the store. A registration that starts its job's cluster is recorded
+    /// with that time: the instance stamps its start when it sends the registration, and
+    /// cannot know when it reaches the registry.
+    fn execute(
+        &mut self,
+        n: usize,
+        session: Option<SessionId>,
+        wall: i64,
+        op: RegistryOp,
+    ) -> RegistryReply {
         let now = self.store_now();
-        let Some(s) = self.nodes[n].session else {
+        let Some(s) = session else {
             return RegistryReply::Failed(RegistryError::ConnectionLoss);
         };
         let result = match op {
@@ -949,7 +1013,6 @@ impl Cluster {
                     for i in ended {
                         self.runs[i].end_committed = Some(self.now);
                     }
-                    let wall = self.time_of(n).wall_ms();
                     for job in starting {
                         self.starts.push(ClusterStart {
                             at: self.now,
@@ -1024,7 +1087,7 @@ impl Cluster {
         }
         self.next_audit = self.now.saturating_add(1_000);
         for n in 0..self.nodes.len() {
-            if !self.nodes[n].up || self.nodes[n].paused.is_some() {
+            if !self.nodes[n].active() {
                 continue;
             }
             let now = self.time_of(n);
@@ -1035,17 +1098,25 @@ impl Cluster {
         }
     }
 
-    /// Handles everything due now, in a fixed order per node.
+    /// Handles everything due now: the requests that reached the registry, then each node in
+    /// turn, in index order or, when the world races ([`Races::shuffle`]), in an order drawn
+    /// for this instant.
     fn settle(&mut self) {
+        let order = self.network.order(self.nodes.len());
         let mut progressed = true;
         let mut rounds = 0;
         while progressed && rounds < 10_000 {
             progressed = false;
             rounds += 1;
             self.store.advance_to(self.store_now());
-            for n in 0..self.nodes.len() {
+            progressed |= self.arrive();
+            for k in 0..self.nodes.len() {
+                let n = order.as_ref().and_then(|o| o.get(k)).copied().unwrap_or(k);
                 progressed |= self.step_node(n);
             }
+        }
+        if let Some(order) = order {
+            self.network.reuse(order);
         }
     }
 
@@ -1056,15 +1127,28 @@ impl Cluster {
     }
 
     fn step_node(&mut self, n: usize) -> bool {
-        if !self.nodes[n].up || self.nodes[n].paused.is_some() {
+        if !self.nodes[n].active() {
             return false;
         }
         let mut progressed = false;
         let now = self.now;
-        // Watch events.
+        // Watch events: handed over as the store releases them, or, when deliveries race, each
+        // delivery after a drawn delay (never before an earlier one).
         if let Some(w) = self.nodes[n].watch {
             let events = self.store.take_events(w, self.store_now());
             if !events.is_empty() {
+                progressed = true;
+                if self.network.races.watch_spread > 0 {
+                    let at = (now + self.network.watch_lag()).max(self.nodes[n].wire.event);
+                    self.nodes[n].wire.event = at;
+                    self.nodes[n].inbox.push_back((at, events));
+                } else {
+                    self.deliver(n, events);
+                }
+            }
+        }
+        while self.nodes[n].inbox.front().is_some_and(|d| d.0 <= now) {
+            if let Some((_, events)) = self.nodes[n].inbox.pop_front() {
                 progressed = true;
                 self.deliver(n, events);
             }
@@ -1076,7 +1160,7 @@ impl Cluster {
             node.replies = rest;
             for (_, id, reply) in due {
                 progressed = true;
-                let reply = if self.nodes[n].partitioned {
+                let reply = if self.nodes[n].partitioned() {
                     RegistryReply::Failed(RegistryError::ConnectionLoss)
                 } else {
                     reply
@@ -1256,7 +1340,7 @@ impl Cluster {
                         .machine
                         .handle_registry_event(RegistryEvent::Session(s), t);
                     self.pump(n);
-                    if matches!(s, SessionEvent::Expired(_)) && !self.nodes[n].partitioned {
+                    if matches!(s, SessionEvent::Expired(_)) && !self.nodes[n].partitioned() {
                         self.renew(n);
                     }
                 }
@@ -1272,9 +1356,12 @@ impl Cluster {
     fn next_time(&mut self) -> Option<u64> {
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
-        for node in self.nodes.iter_mut().filter(|n| n.up && n.paused.is_none()) {
+        for node in self.nodes.iter_mut().filter(|n| n.active()) {
             if let Some(t) = node.timer() {
                 at(t.max(self.now + 1));
+            }
+            if let Some(d) = node.inbox.front() {
+                at(d.0.max(self.now + 1));
             }
             for r in &node.replies {
                 at(r.0.max(self.now + 1));
@@ -1282,6 +1369,9 @@ impl Cluster {
             if let Some(t) = node.first_end {
                 at(t.max(self.now + 1));
             }
+        }
+        if let Some(t) = self.network.next_arrival() {
+            at(t.max(self.now + 1));
         }
         if let Some(d) = self.store.next_deadline() {
             at(u64::try_from(d.as_millis())
@@ -1473,5 +1563,209 @@ pub fn wall_origin() -> DateTime<Utc> {
 impl Default for Cluster {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardjob_core::CronExpr;
+    use shardjob_core::registry::CreateMode;
+
+    /// A cluster of `nodes` nodes without jobs, racing as `races` says.
+    fn racing(races: Races, seed: u64, nodes: usize) -> Cluster {
+        let mut c = Cluster::new();
+        c.set_races(races, seed);
+        for k in 0..nodes {
+            c.add_node(&format!("10.0.0.{}@-@1", k + 1), &[])
+                .expect("a node without jobs");
+        }
+        c
+    }
+
+    fn create(path: &str) -> RegistryOp {
+        RegistryOp::Transact(vec![TxnOp::Create {
+            path: NodePath::new(path).expect("a valid path"),
+            data: Vec::new(),
+            mode: CreateMode::Persistent,
+        }])
+    }
+
+    /// The revision at which `path` was created.
+    fn created(c: &Cluster, path: &str) -> u64 {
+        let node = c.store.node(&NodePath::new(path).expect("a valid path"));
+        node.expect("the request applied").stat.created.0
+    }
+
+    /// Node `n % 2` sends a creation of `/r{i}` at virtual ms `i` for 200 requests; everything
+    /// arrives. Returns the cluster.
+    fn two_senders(seed: u64) -> Cluster {
+        let races = Races {
+            spread: 30,
+            ..Races::NONE
+        };
+        let mut c = racing(races, seed, 2);
+        for i in 0..200u64 {
+            c.now = i;
+            c.send(
+                (i % 2) as usize,
+                RequestId(10_000 + i),
+                create(&format!("/r{i}")),
+            );
+            c.arrive();
+        }
+        c.now = 1_000;
+        c.arrive();
+        c
+    }
+
+    #[test]
+    fn one_sessions_requests_and_replies_keep_their_order_under_drawn_latency() {
+        for seed in 0..5 {
+            let c = two_senders(seed);
+            for n in 0..2u64 {
+                let mine: Vec<u64> = (0..200).filter(|i| i % 2 == n).collect();
+                let applied: Vec<u64> = mine
+                    .iter()
+                    .map(|i| created(&c, &format!("/r{i}")))
+                    .collect();
+                assert!(
+                    applied.windows(2).all(|w| w[0] < w[1]),
+                    "seed {seed}: node {n} applied out of order"
+                );
+                let replies = &c.nodes[n as usize].replies;
+                let ids: Vec<u64> = replies.iter().map(|r| r.1.0 - 10_000).collect();
+                assert_eq!(ids, mine, "seed {seed}: node {n}'s replies out of order");
+                assert!(replies.windows(2).all(|w| w[0].0 <= w[1].0));
+                assert!(
+                    replies
+                        .iter()
+                        .all(|r| matches!(r.2, RegistryReply::Transacted(_)))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn two_sessions_race_a_later_request_applies_first() {
+        let overtaken = |c: &Cluster| {
+            (0..199u64).any(|i| created(c, &format!("/r{}", i + 1)) < created(c, &format!("/r{i}")))
+        };
+        assert!(
+            overtaken(&two_senders(1)),
+            "no request of one node overtook the other's"
+        );
+        // Without travel, requests apply in the order they are sent.
+        let mut c = racing(Races::NONE, 1, 2);
+        for i in 0..20u64 {
+            c.now = i;
+            c.send(
+                (i % 2) as usize,
+                RequestId(10_000 + i),
+                create(&format!("/r{i}")),
+            );
+        }
+        assert!(
+            (0..19u64)
+                .all(|i| created(&c, &format!("/r{}", i + 1)) > created(&c, &format!("/r{i}")))
+        );
+    }
+
+    #[test]
+    fn a_lost_reply_s_request_applied_and_the_node_hears_a_timeout() {
+        for races in [
+            Races::NONE,
+            Races {
+                spread: 20,
+                ..Races::NONE
+            },
+        ] {
+            let mut c = racing(races, 4, 1);
+            c.set_reply_loss(0, 1_000);
+            c.now = 10;
+            c.send(0, RequestId(10_000), create("/lost"));
+            c.now = 1_000;
+            c.arrive();
+            assert!(c.exists("/lost"), "{races}: the request did not apply");
+            let replies = &c.nodes[0].replies;
+            assert_eq!(replies.len(), 1);
+            assert_eq!(replies[0].0, 10 + c.request_timeout);
+            assert_eq!(replies[0].2, RegistryReply::Failed(RegistryError::Timeout));
+            c.calm();
+            assert_eq!(c.nodes[0].reply_loss(), 0);
+        }
+    }
+
+    #[test]
+    fn a_drawn_loss_loses_some_replies_and_only_before_the_calm() {
+        let races = Races {
+            reply_loss: 300,
+            ..Races::NONE
+        };
+        let mut c = racing(races, 2, 1);
+        for i in 0..100u64 {
+            c.send(0, RequestId(10_000 + i), create(&format!("/r{i}")));
+        }
+        let lost = |c: &Cluster| {
+            c.nodes[0]
+                .replies
+                .iter()
+                .filter(|r| r.2 == RegistryReply::Failed(RegistryError::Timeout))
+                .count()
+        };
+        assert!((10..60).contains(&lost(&c)), "{} of 100 lost", lost(&c));
+        assert!((0..100).all(|i| c.exists(&format!("/r{i}"))));
+        c.calm();
+        let before = lost(&c);
+        for i in 100..200u64 {
+            c.send(0, RequestId(10_000 + i), create(&format!("/r{i}")));
+        }
+        assert_eq!(lost(&c), before);
+    }
+
+    #[test]
+    fn a_request_in_flight_when_its_node_is_cut_off_is_refused() {
+        let races = Races {
+            spread: 20,
+            ..Races::NONE
+        };
+        let mut c = racing(races, 5, 1);
+        // A leg of 20 at most, 60 in a spike: the request is still in flight at once.
+        c.send(0, RequestId(10_000), create("/cut"));
+        c.partition(0);
+        c.now = 1_000;
+        c.arrive();
+        assert!(!c.exists("/cut"));
+        assert_eq!(
+            c.nodes[0].replies[0].2,
+            RegistryReply::Failed(RegistryError::ConnectionLoss)
+        );
+    }
+
+    /// The leader of a job that three nodes join at once.
+    fn first_leader(races: Races, seed: u64) -> String {
+        let mut c = Cluster::new();
+        c.set_races(races, seed);
+        let mut job = JobConfig::new("pay", 3);
+        job.cron = CronExpr::parse("0/5 * * * * ?").ok();
+        for k in 1..=3 {
+            c.add_node(&format!("10.0.0.{k}@-@1"), std::slice::from_ref(&job))
+                .expect("a node");
+        }
+        c.run_until(3_000);
+        c.read("/pay/leader/election/instance").unwrap_or_default()
+    }
+
+    #[test]
+    fn the_order_of_the_nodes_at_an_instant_varies_with_the_seed() {
+        let fixed: BTreeSet<String> = (0..12).map(|s| first_leader(Races::NONE, s)).collect();
+        assert_eq!(fixed.len(), 1, "index order: always the same leader");
+        let shuffled = Races {
+            shuffle: true,
+            ..Races::NONE
+        };
+        let drawn: BTreeSet<String> = (0..12).map(|s| first_leader(shuffled, s)).collect();
+        assert!(drawn.len() > 1, "the same leader for every seed: {drawn:?}");
+        assert_eq!(first_leader(shuffled, 3), first_leader(shuffled, 3));
     }
 }

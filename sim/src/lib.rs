@@ -91,5 +91,7 @@ pub use shardjob_backend_mem as mem;
 
 pub mod checkers;
 pub mod cluster;
+pub mod network;
+pub mod node;
 pub mod timeline;
 pub mod world;

@@ -21,6 +21,7 @@ use siphasher::sip::SipHasher13;
 
 use crate::checkers::{self, Violation};
 use crate::cluster::{Cluster, ClusterError, RunRecord};
+use crate::network::Races;
 
 /// The kinds of fault the nemesis can inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -122,6 +123,10 @@ pub struct WorldConfig {
     /// deploy that adds a job; naming any job, even on every instance, keeps the seed from
     /// drawing.
     pub hosts: BTreeMap<String, BTreeSet<usize>>,
+    /// How the world races ([`Races`]); `None`: drawn by the seed from a stream of its own
+    /// (half of the seeds race). [`Races::NONE`] replays a seed found before the races as it
+    /// was.
+    pub races: Option<Races>,
 }
 
 impl WorldConfig {
@@ -143,6 +148,7 @@ impl WorldConfig {
             strategies: Vec::new(),
             session_timeout: None,
             hosts: BTreeMap::new(),
+            races: None,
         }
     }
 }
@@ -604,6 +610,14 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         };
         c.log.extend(header.lines());
     }
+    // Races (latency drawn per request and per watch delivery, lost replies, a drawn order of
+    // the nodes), from a stream of their own: half of the seeds draw none and stay the
+    // fixed-latency worlds they were.
+    let race_seed = mix(cfg.seed, 0x7261_6365_7300);
+    c.set_races(
+        cfg.races.unwrap_or_else(|| Races::draw(race_seed)),
+        race_seed,
+    );
     for (job, some) in &hosts {
         c.note(("hosts", job, some), || {
             format!("job {job} is hosted by instances {some:?} only")
@@ -707,7 +721,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 format!("every process crashes for {length} ms")
             });
             for n in 0..c.nodes.len() {
-                if c.nodes[n].up && !c.nodes[n].crashed {
+                if c.nodes[n].up() && !c.nodes[n].crashed() {
                     c.unpause(n);
                     c.heal(n);
                     c.crash(n);
@@ -723,8 +737,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             }
         }
         let up: Vec<usize> = (0..c.nodes.len())
-            .filter(|n| c.nodes[*n].up && !c.nodes[*n].partitioned && !c.nodes[*n].deaf)
-            .filter(|n| c.nodes[*n].paused.is_none())
+            .filter(|n| c.nodes[*n].up() && !c.nodes[*n].partitioned() && !c.nodes[*n].deaf())
+            .filter(|n| c.nodes[*n].paused().is_none())
             .collect();
         let fault = *rng
             .pick(
@@ -786,6 +800,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         &mut refusals,
     );
     c.run_until(heal_at);
+    c.calm();
     for n in 0..c.nodes.len() {
         c.unpause(n);
         c.heal(n);
@@ -802,7 +817,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             &mut refusals,
         );
     }
-    let alive = c.nodes.iter().filter(|n| n.up && !n.crashed).count();
+    let alive = c.nodes.iter().filter(|n| n.up() && !n.crashed()).count();
     for k in alive..2 {
         let ip = format!("10.0.1.{k}");
         join(&mut c, &ip, &mut next_pid, &jobs, &mut refusals);
@@ -911,7 +926,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             &c.runs, &c.starts, &at_end, heal_at, end, 50,
         ));
     }
-    let slack = 2_000 + 2 * max_skew + c.latency * 4 + c.watch_delay * 2;
+    let slack = 2_000 + 2 * max_skew + c.latency_bound() * 4 + c.watch_delay_bound() * 2;
     violations.extend(checkers::liveness::misfires(
         &c.runs,
         &at_end,
@@ -1027,7 +1042,10 @@ impl DeployPlan<'_> {
             c.run_until(at);
             let live = |c: &Cluster, n: usize| {
                 let node = &c.nodes[n];
-                node.up && !node.crashed && node.paused.is_none() && !node.machine.is_stopped()
+                node.up()
+                    && !node.crashed()
+                    && node.paused().is_none()
+                    && !node.machine.is_stopped()
             };
             match step {
                 Deploy::Remove if at < self.last_removal => {
@@ -1066,7 +1084,7 @@ impl DeployPlan<'_> {
                 Deploy::Remove => {}
                 Deploy::Add(n, job) => {
                     // A process that crashed meanwhile comes back with its server's jobs.
-                    if !c.nodes[n].up || c.nodes[n].crashed || c.nodes[n].machine.is_stopped() {
+                    if !c.nodes[n].up() || c.nodes[n].crashed() || c.nodes[n].machine.is_stopped() {
                         continue;
                     }
                     let Some(config) = self.jobs.iter().find(|j| j.job_name == job) else {
@@ -1166,7 +1184,7 @@ fn take_back_shut_down(
         let mut hosted = BTreeSet::new();
         for (n, job) in std::mem::take(&mut todo) {
             let node = &c.nodes[n];
-            if !node.up || node.crashed || node.machine.is_stopped() {
+            if !node.up() || node.crashed() || node.machine.is_stopped() {
                 continue;
             }
             if !node.jobs.contains(&job) {

@@ -1290,9 +1290,9 @@ fn an_adoption_waiting_on_a_lost_probe_probes_again() {
     c.run_until(15_000);
     let before = c.requests[0];
     // The claim of the fire at 20 s (sent at 19.75 s) and the probe after it.
-    c.nodes[0].lose_replies = 2;
+    c.lose_replies(0, 2);
     c.run_until(35_000);
-    assert_eq!(c.nodes[0].lose_replies, 0);
+    assert_eq!(c.nodes[0].lose_replies(), 0);
     assert!(
         c.requests[0] - before > 2,
         "no request after the lost probe"

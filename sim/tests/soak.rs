@@ -39,7 +39,7 @@ fn soak(seed: u64) {
     let mut t = 1_000;
     while t < 40_000 {
         c.run_until(t);
-        let up: Vec<usize> = (0..c.nodes.len()).filter(|n| c.nodes[*n].up).collect();
+        let up: Vec<usize> = (0..c.nodes.len()).filter(|n| c.nodes[*n].up()).collect();
         match rng.next_u32() % 8 {
             0 if up.len() > 1 => c.crash(up[rng.next_u32() as usize % up.len()]),
             1 if up.len() < 5 => {
@@ -53,7 +53,7 @@ fn soak(seed: u64) {
             }
             3 => {
                 for n in up {
-                    if c.nodes[n].partitioned {
+                    if c.nodes[n].partitioned() {
                         c.heal(n);
                     }
                 }
@@ -76,7 +76,7 @@ fn soak(seed: u64) {
     }
     // Heal: everyone reconnects; then everything must converge and run every fire once.
     for n in 0..c.nodes.len() {
-        if c.nodes[n].partitioned {
+        if c.nodes[n].partitioned() {
             c.heal(n);
         }
     }

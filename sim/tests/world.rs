@@ -1,6 +1,7 @@
 //! Seeded worlds under every fault, as `cargo test` runs them: small worlds, a few hundred
 //! seeds, and the determinism check. (`.ci/run` runs thousands more with the release binary.)
 
+use shardjob_sim::network::Races;
 use shardjob_sim::world::{self, Fault, SeedReport, WorldConfig};
 
 fn small(seed: u64) -> WorldConfig {
@@ -77,6 +78,7 @@ fn seeds_that_stalled_without_the_safety_sweep_converge() {
             instances: 5,
             job_count: 10,
             duration_ms: 360_000,
+            races: Some(Races::NONE),
             ..WorldConfig::standard(seed)
         });
         holds(&cfg, "--instances 5 --jobs 10 --hours 0.1");
@@ -180,6 +182,7 @@ fn seeds_that_stalled_after_deploys_converge() {
     for seed in [6_001_869, 7_016_443] {
         let cfg = WorldConfig {
             duration_ms: 108_000,
+            races: Some(Races::NONE),
             ..small(seed)
         };
         holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
@@ -195,6 +198,7 @@ fn a_trigger_whose_items_moved_away_does_not_lose_the_wake() {
     // skipped the scheduled fires, which set the job's wake: item 1 never ran again.
     let cfg = WorldConfig {
         duration_ms: 108_000,
+        races: Some(Races::NONE),
         ..small(8_090_533)
     };
     holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");

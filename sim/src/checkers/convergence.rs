@@ -25,7 +25,7 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
         let live: BTreeSet<String> = c
             .nodes
             .iter()
-            .filter(|n| n.up && !n.crashed && !n.machine.is_stopped())
+            .filter(|n| n.up() && !n.crashed() && !n.machine.is_stopped())
             .map(|n| n.id.to_string())
             .filter(|id| c.exists(&format!("/{job}/instances/{id}")))
             .collect();
@@ -54,7 +54,7 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             let runs = c
                 .nodes
                 .iter()
-                .any(|n| n.up && n.machine.running_items(job).contains(item));
+                .any(|n| n.up() && n.machine.running_items(job).contains(item));
             if runs && c.exists(&format!("/{job}/sharding/{item}/running")) {
                 continue;
             }
@@ -66,7 +66,7 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             Some(_) => {}
         }
         for n in c.nodes.iter().filter(|n| {
-            n.up && !n.crashed && !n.machine.is_stopped() && n.jobs.contains(job.as_str())
+            n.up() && !n.crashed() && !n.machine.is_stopped() && n.jobs.contains(job.as_str())
         }) {
             if !live.contains(n.id.as_str()) {
                 fail(format!("{job}: running process {} is not registered", n.id));
@@ -74,7 +74,7 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
         }
         // A process that left the job (or never hosted it) must not hold its place.
         for n in c.nodes.iter().filter(|n| {
-            n.up && !n.crashed && !n.machine.is_stopped() && !n.jobs.contains(job.as_str())
+            n.up() && !n.crashed() && !n.machine.is_stopped() && !n.jobs.contains(job.as_str())
         }) {
             if live.contains(n.id.as_str()) {
                 fail(format!(
@@ -85,10 +85,10 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
         }
     }
     for (i, n) in c.nodes.iter().enumerate() {
-        if !n.crashed && n.machine.is_stopped() && !n.shutdown_requested {
+        if !n.crashed() && n.machine.is_stopped() && !n.shutdown_requested {
             fail(format!("node {i} ({}) stopped by itself", n.id));
         }
-        if n.up && !n.crashed && !n.machine.is_stopped() {
+        if n.up() && !n.crashed() && !n.machine.is_stopped() {
             for job in n
                 .jobs
                 .iter()

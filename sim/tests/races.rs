@@ -1,0 +1,73 @@
+//! Worlds that race ([`shardjob_sim::network::Races`]): drawn for some seeds only, replayed
+//! the same by a seed, and the seeds where the races found a machine bug.
+
+use std::hash::{Hash, Hasher};
+
+use shardjob_sim::network::Races;
+use shardjob_sim::world::{self, WorldConfig};
+
+/// The world's race stream, as `world::run` seeds it (`mix(seed, 0x7261_6365_7300)`).
+fn races_of(seed: u64) -> Races {
+    let mut h = siphasher::sip::SipHasher13::new();
+    (seed, 0x7261_6365_7300_u64).hash(&mut h);
+    Races::draw(h.finish())
+}
+
+/// The CI world: 3 instances, 4 jobs, 0.03 simulated hours.
+fn ci(seed: u64) -> WorldConfig {
+    WorldConfig {
+        instances: 3,
+        job_count: 4,
+        duration_ms: 108_000,
+        ..WorldConfig::standard(seed)
+    }
+}
+
+#[test]
+fn racing_worlds_replay_the_same_and_hold() {
+    let racing: Vec<u64> = (0..40).filter(|s| races_of(*s).any()).take(6).collect();
+    assert_eq!(racing.len(), 6, "fewer than 6 of 40 seeds race");
+    for seed in racing {
+        let (a, b) = (world::run(&ci(seed)), world::run(&ci(seed)));
+        assert_eq!(a.trace_hash, b.trace_hash, "seed {seed}: not deterministic");
+        assert!(
+            a.violations.is_empty(),
+            "seed {seed} (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.03): {:#?}",
+            a.violations
+        );
+    }
+}
+
+#[test]
+fn the_world_log_says_how_it_races() {
+    let seed = (0..40).find(|s| races_of(*s).any()).expect("a racing seed");
+    let cfg = WorldConfig {
+        keep_log: true,
+        ..ci(seed)
+    };
+    let report = world::run(&cfg);
+    let line = format!("world: races: {}", races_of(seed));
+    assert!(report.log.contains(&line), "no {line:?} in the log");
+}
+
+/// Seeds of the CI world (the first four in seeds 0 to 20,267) where a second instance, whose view
+/// of the `instances` directory was stale, registered as a start of the job's cluster although
+/// another instance had just started it, and wrote an earlier start over the real one; fires from
+/// before the real start then ran. In 5268 and 9206 the instance reloaded its job on a new session
+/// while a deletion event older than the reload was on its way: the machine applies the events that
+/// arrive during a load after the snapshot, so the stale deletion hid the instance node the
+/// snapshot showed. A machine bug, left to the lead (the fix needs the revision of a deletion event
+/// to tell stale buffered events from newer ones); un-ignore when it is fixed.
+#[test]
+#[ignore = "machine bug found by the races: a stale buffered event hides an instance node"]
+fn a_stale_view_of_the_instances_never_restarts_the_cluster() {
+    for seed in [5_268, 9_206, 12_066, 16_815] {
+        assert!(races_of(seed).any());
+        let report = world::run(&ci(seed));
+        assert!(
+            report.violations.is_empty(),
+            "seed {seed} (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.03): {:#?}",
+            report.violations
+        );
+    }
+}
