@@ -134,14 +134,19 @@ pub struct RunRecord {
     pub crashed: bool,
     /// When its process resumed from a pause during the run, if it did.
     pub resumed: Option<u64>,
-    /// Whether the machine recorded its end in the registry.
-    pub recorded: bool,
     /// When the registry committed the transaction that records its end (its `running`
     /// marker removed, the item's record left without a run in progress), as the store saw
     /// it: also when the machine never heard the reply (a deaf node's completion applies and
-    /// its reply is lost), which leaves `recorded` false. A cut-short run whose end is
-    /// committed finished its fire for the registry: the fire is never due again.
+    /// its reply is lost). A cut-short run whose end is committed finished its fire for the
+    /// registry: the fire is never due again.
     pub end_committed: Option<u64>,
+    /// The node's registry session when the run started (`None`: it had none).
+    pub session: Option<SessionId>,
+    /// When that session ended (expired, or closed), as the store saw it, if it has. The
+    /// checkers hold a run to what the executor and the registry saw, never to what its
+    /// machine reported: a run whose session ended before its end was committed may be run
+    /// again elsewhere; one whose end was committed, or whose session lives, may not.
+    pub session_end: Option<u64>,
 }
 
 /// A registration that found the `instances` node of its job in the store without any instance
@@ -825,19 +830,14 @@ impl Cluster {
                     self.note(("close", n), || format!("node {n} closes its session"));
                     if let Some(s) = self.nodes[n].session.take() {
                         let _ = self.store.close_session(s, now);
+                        if !self.store.is_alive(s) {
+                            self.session_ended(s);
+                        }
                     }
                     self.nodes[n].up = false;
                 }
                 Command::Event(e) => {
                     let now = self.now;
-                    if let MachineEvent::RunRecorded { job, items } = &e {
-                        for item in items {
-                            let last = self.last_ended.get(&(n, job.clone(), *item)).copied();
-                            if let Some(i) = last {
-                                self.runs[i].recorded = true;
-                            }
-                        }
-                    }
                     self.note(("event", n), || {
                         format!("node {n}: {}", timeline::event(&e))
                     });
@@ -867,8 +867,9 @@ impl Cluster {
                 cancelled: false,
                 crashed: false,
                 resumed: None,
-                recorded: false,
                 end_committed: None,
+                session: self.nodes[n].session,
+                session_end: None,
             };
             let disabled = format!("/{}/sharding/{}/disabled", run.job, run.item);
             if self.exists(&disabled)
@@ -1042,10 +1043,24 @@ impl Cluster {
         while progressed && rounds < 10_000 {
             progressed = false;
             rounds += 1;
-            self.store.advance_to(self.store_now());
+            for s in self.store.advance_to(self.store_now()) {
+                self.session_ended(s);
+            }
             for n in 0..self.nodes.len() {
                 progressed |= self.step_node(n);
             }
+        }
+    }
+
+    /// Notes the end of a session (expired or closed) in the runs that started in it.
+    fn session_ended(&mut self, s: SessionId) {
+        let now = self.now;
+        for r in self
+            .runs
+            .iter_mut()
+            .filter(|r| r.session == Some(s) && r.session_end.is_none())
+        {
+            r.session_end = Some(now);
         }
     }
 
