@@ -305,6 +305,9 @@ pub struct Cluster {
     pub log: Vec<String>,
     /// When an operator disabled each item (by its `disabled` node's path).
     pub disabled_since: BTreeMap<String, u64>,
+    /// Every write or deletion by an operator, whether the registry took it or not:
+    /// (virtual ms, path). What the lost-fire checker may excuse a skipped fire by.
+    pub operator_log: Vec<(u64, String)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
     /// Operators' shutdowns: instance nodes an operator deleted while their session lived.
@@ -366,6 +369,7 @@ impl Cluster {
             keep_log: false,
             log: Vec::new(),
             disabled_since: BTreeMap::new(),
+            operator_log: Vec::new(),
             disabled_runs: Vec::new(),
             shutdowns: Vec::new(),
             shown_own: BTreeSet::new(),
@@ -1349,6 +1353,7 @@ impl Cluster {
         let now = self.store_now();
         let path = operator_path(path)?;
         let session = self.operator_session(now);
+        self.operator_log.push((self.now, path.to_string()));
         let result = match self.store.node(&path) {
             Some(_) => self
                 .store
@@ -1383,6 +1388,7 @@ impl Cluster {
         let now = self.store_now();
         let path = operator_path(path)?;
         let session = self.operator_session(now);
+        self.operator_log.push((self.now, path.to_string()));
         let result = self.store.delete(session, &path, None, now);
         self.disabled_since.remove(path.as_str());
         self.note(("operator-delete", path.to_string()), || {

@@ -626,6 +626,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     };
 
     let mut next_pid: u32 = 100;
+    // The largest clock skew any node had (the heal brings them within a second).
+    let mut skew_seen: u64 = 0;
     let mut ips: Vec<String> = Vec::new();
     for k in 0..slots {
         let ip = format!("10.0.0.{}", k + 1);
@@ -636,6 +638,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             let skew = rng.between(0, 2_000) as i64 - 1_000;
             if let Some(n) = joined.and_then(|n| c.nodes.get_mut(n)) {
                 n.skew = skew;
+                skew_seen = skew_seen.max(skew.unsigned_abs());
             }
         }
     }
@@ -761,6 +764,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 let n = *rng.pick(&up).unwrap_or(&0);
                 let jump = rng.between(0, 20_000) as i64 - 10_000;
                 c.nodes[n].skew += jump;
+                skew_seen = skew_seen.max(c.nodes[n].skew.unsigned_abs());
             }
             Fault::Operator => {
                 let stage = Stage {
@@ -919,6 +923,18 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         check_from,
         end,
         slack,
+    ));
+    // No fire lost, during the chaos too (judged by the runs and the world's own record).
+    violations.extend(checkers::lost::check(
+        &c.runs,
+        &at_end,
+        &checkers::lost::Facts {
+            starts: &c.starts,
+            operator: &c.operator_log,
+            origin: c.wall_origin,
+            slack_ms: 2_000 + 2 * skew_seen.max(max_skew) + c.latency * 4 + c.watch_delay * 2,
+            end,
+        },
     ));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));

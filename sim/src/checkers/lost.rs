@@ -1,0 +1,141 @@
+//! Checker: no fire is lost, during the chaos too. For a job with failover, misfire and
+//! execution monitoring on, every fire of every item that existed before it is started by a
+//! run of that fire, or by a misfire or failover run of that fire or a later one (missed
+//! fires collapse into one run of the latest, which names them all); a *scheduled* run of a
+//! later fire does not cover it (that fire was lost: counted as done without running). Fires
+//! near the end are left to the timed check after the heal ([`super::liveness`]).
+//!
+//! A fire is excused only by facts the world recorded, never by the machine's events:
+//! - an operator's edit of the job's `config` after the fire (less `slack_ms`): the
+//!   configuration at the end, by which fires are listed, may not be the one of the fire;
+//! - an operator's write or deletion of the item's `disabled` node or under the job's
+//!   `servers/` between the fire and the start of the item's next run (a disabled item or
+//!   server: fires may rightly be skipped);
+//! - a start of the job's cluster ([`ClusterStart`]) in that span, when the fire is more than
+//!   the job's catch-up bound before it by the starter's clock (within 50 ms of rounding):
+//!   fires missed while no instance was registered are given up;
+//! - no run of the item of an earlier fire since the job's last configuration edit before
+//!   the fire: the item may not have existed then (an item runs no fire from before its
+//!   creation).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use shardjob_core::machine::record::RunKind;
+
+use super::Violation;
+use super::liveness::JobAtEnd;
+use crate::cluster::{ClusterStart, RunRecord};
+
+/// What the world saw besides the runs.
+#[derive(Debug)]
+pub struct Facts<'a> {
+    /// Every start of a job's cluster.
+    pub starts: &'a [ClusterStart],
+    /// Every operator's write or deletion: (virtual ms, path).
+    pub operator: &'a [(u64, String)],
+    /// Wall time at virtual 0.
+    pub origin: DateTime<Utc>,
+    /// Covers clock skews (the largest any node had) and round trips, ms.
+    pub slack_ms: u64,
+    /// Virtual ms of the end of the world.
+    pub end: u64,
+}
+
+/// Checks every fire up to the end, less each job's bound.
+pub fn check(
+    runs: &[RunRecord],
+    jobs: &BTreeMap<String, JobAtEnd>,
+    facts: &Facts,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let origin_ms = facts.origin.timestamp_millis();
+    let by_item = super::runs_by_item(runs);
+    let slack = facts.slack_ms;
+    for (name, job) in jobs {
+        let c = &job.config;
+        if !(c.failover && c.misfire && c.monitor_execution) {
+            continue;
+        }
+        let Some(cron) = &c.cron else { continue };
+        let config_path = format!("/{name}/config");
+        let servers = format!("/{name}/servers/");
+        let edits: Vec<u64> = facts
+            .operator
+            .iter()
+            .filter(|(_, p)| *p == config_path)
+            .map(|(t, _)| *t)
+            .collect();
+        let starts: Vec<&ClusterStart> = facts.starts.iter().filter(|s| s.job == *name).collect();
+        let catchup = c.misfire_catchup_ms();
+        let last_fire = origin_ms + facts.end.saturating_sub(job.bound_ms) as i64;
+        for item in 0..c.sharding_total_count {
+            let mut mine: Vec<&RunRecord> = by_item
+                .get(&(name.as_str(), item))
+                .map_or_else(Vec::new, |v| v.clone());
+            mine.retain(|r| r.kind != RunKind::Trigger);
+            if mine.is_empty() {
+                continue;
+            }
+            mine.sort_by_key(|r| r.start);
+            let disabled = format!("/{name}/sharding/{item}/disabled");
+            let first = mine.iter().map(|r| r.fire).min().unwrap_or(i64::MAX);
+            let Some(from) = DateTime::<Utc>::from_timestamp_millis(first) else {
+                continue;
+            };
+            for fire in cron.fires_after(from, &c.time_zone).take(100_000) {
+                let f = fire.timestamp_millis();
+                if f > last_fire {
+                    break;
+                }
+                let covered = mine.iter().any(|r| {
+                    r.fire == f
+                        || (r.fire > f && matches!(r.kind, RunKind::Misfire | RunKind::Failover))
+                });
+                if covered {
+                    continue;
+                }
+                let at = u64::try_from(f - origin_ms).unwrap_or(0);
+                let lo = at.saturating_sub(slack);
+                // The configuration at the end (its cron, its total) held at the fire only
+                // if no edit came after it.
+                if edits.iter().any(|t| *t >= lo) {
+                    continue;
+                }
+                // The item existed before the fire: it ran an earlier one since the job's
+                // last edit before the fire.
+                let edited = edits.iter().copied().filter(|t| *t < lo).max().unwrap_or(0);
+                if !mine.iter().any(|r| r.fire < f && r.start >= edited) {
+                    continue;
+                }
+                let next = mine.iter().find(|r| r.fire > f);
+                let hi = next.map_or(facts.end, |r| r.start).saturating_add(slack);
+                let touched = facts.operator.iter().any(|(t, p)| {
+                    (lo..=hi).contains(t)
+                        && (*p == config_path || *p == disabled || p.starts_with(&servers))
+                });
+                let given_up = starts
+                    .iter()
+                    .any(|s| (lo..=hi).contains(&s.at) && f < s.wall - catchup + 50);
+                if touched || given_up {
+                    continue;
+                }
+                out.push(Violation {
+                    checker: "lost",
+                    time: hi,
+                    message: match next {
+                        Some(r) => format!(
+                            "{name}/{item}: fire {f} (at {at} ms) never ran; node {} ran the later fire {} ({:?}) from {} ms",
+                            r.node, r.fire, r.kind, r.start
+                        ),
+                        None => format!(
+                            "{name}/{item}: fire {f} (at {at} ms) never ran, nor any later one (catch-up bound {catchup} ms; cluster starts at {:?})",
+                            starts.iter().map(|s| (s.at, s.wall - origin_ms)).collect::<Vec<_>>()
+                        ),
+                    },
+                });
+            }
+        }
+    }
+    out
+}
