@@ -308,6 +308,9 @@ pub struct Cluster {
     /// Every write or deletion by an operator, whether the registry took it or not:
     /// (virtual ms, path). What the lost-fire checker may excuse a skipped fire by.
     pub operator_log: Vec<(u64, String)>,
+    /// Every creation of an item's `execution` record the registry committed: (virtual ms,
+    /// job, item). An item runs no fire from before its creation.
+    pub item_creations: Vec<(u64, String, u32)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
     /// Operators' shutdowns: instance nodes an operator deleted while their session lived.
@@ -370,6 +373,7 @@ impl Cluster {
             log: Vec::new(),
             disabled_since: BTreeMap::new(),
             operator_log: Vec::new(),
+            item_creations: Vec::new(),
             disabled_runs: Vec::new(),
             shutdowns: Vec::new(),
             shown_own: BTreeSet::new(),
@@ -949,8 +953,23 @@ impl Cluster {
                     })
                     .collect();
                 let ended = self.ends_recorded(n, &ops);
+                let created: Vec<(String, u32)> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        TxnOp::Create { path, .. } => match JobNode::parse(path) {
+                            Some((job, JobNode::ItemState(item, ItemLeaf::Execution))) => {
+                                Some((job.to_owned(), item))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
+                    for (job, item) in created {
+                        self.item_creations.push((self.now, job, item));
+                    }
                     for i in ended {
                         self.runs[i].end_committed = Some(self.now);
                     }

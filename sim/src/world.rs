@@ -936,6 +936,12 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             end,
         },
     ));
+    violations.extend(checkers::fresh::check(
+        &c.runs,
+        &c.item_creations,
+        c.wall_origin,
+        2_000 + 2 * skew_seen.max(max_skew),
+    ));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
     violations.extend(checkers::shutdown::check(&c));

@@ -4,6 +4,7 @@
 
 pub mod convergence;
 pub mod disabled;
+pub mod fresh;
 pub mod liveness;
 pub mod lost;
 pub mod once;
