@@ -311,6 +311,9 @@ pub struct Cluster {
     /// Every creation of an item's `execution` record the registry committed: (virtual ms,
     /// job, item). An item runs no fire from before its creation.
     pub item_creations: Vec<(u64, String, u32)>,
+    /// What the machines' self-checks found ([`Machine::self_check`], after every input):
+    /// (virtual ms, node, finding).
+    pub invariant_violations: Vec<(u64, usize, String)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
     /// Operators' shutdowns: instance nodes an operator deleted while their session lived.
@@ -374,6 +377,7 @@ impl Cluster {
             disabled_since: BTreeMap::new(),
             operator_log: Vec::new(),
             item_creations: Vec::new(),
+            invariant_violations: Vec::new(),
             disabled_runs: Vec::new(),
             shutdowns: Vec::new(),
             shown_own: BTreeSet::new(),
@@ -740,6 +744,10 @@ impl Cluster {
     fn pump(&mut self, n: usize) {
         let origin = self.wall_origin.timestamp_millis();
         self.nodes[n].timer = None;
+        // After every input: the machine's invariants and its cache's self-check.
+        for found in self.nodes[n].machine.self_check() {
+            self.invariant_violations.push((self.now, n, found));
+        }
         while let Some(cmd) = self.nodes[n].machine.poll_command() {
             if !self.nodes[n].up {
                 continue;

@@ -942,6 +942,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         c.wall_origin,
         2_000 + 2 * skew_seen.max(max_skew),
     ));
+    violations.extend(checkers::invariant::check(&c));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
     violations.extend(checkers::shutdown::check(&c));

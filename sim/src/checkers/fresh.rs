@@ -56,3 +56,42 @@ pub fn check(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use shardjob_core::machine::record::RunKind;
+
+    use super::check;
+    use crate::cluster::{RunRecord, wall_origin};
+
+    #[test]
+    fn an_item_runs_no_fire_from_before_its_creation() {
+        let o = wall_origin().timestamp_millis();
+        let run = |fire: i64, start: u64| RunRecord {
+            node: 0,
+            job: "j".into(),
+            item: 3,
+            fire: o + fire,
+            kind: RunKind::Failover,
+            token: 7,
+            start,
+            end: None,
+            cancel_signal: None,
+            cancelled: false,
+            crashed: false,
+            resumed: None,
+            end_committed: None,
+            session: None,
+            session_end: None,
+        };
+        let created = [(50_000, "j".to_owned(), 3)];
+        // A fire long before the creation, run after it: reported.
+        assert_eq!(
+            check(&[run(10_000, 50_100)], &created, wall_origin(), 2_000).len(),
+            1
+        );
+        // Within the slack, or run before the (re)creation: fine.
+        assert!(check(&[run(49_000, 50_100)], &created, wall_origin(), 2_000).is_empty());
+        assert!(check(&[run(10_000, 10_100)], &created, wall_origin(), 2_000).is_empty());
+    }
+}

@@ -139,3 +139,92 @@ pub fn check(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use shardjob_core::machine::record::RunKind;
+    use shardjob_core::registry::SessionId;
+    use shardjob_core::{CronExpr, JobConfig};
+
+    use super::{Facts, check};
+    use crate::checkers::liveness::JobAtEnd;
+    use crate::cluster::{ClusterStart, RunRecord, wall_origin};
+
+    fn run(fire_s: i64, kind: RunKind) -> RunRecord {
+        let o = wall_origin().timestamp_millis();
+        let start = (fire_s * 1_000) as u64;
+        RunRecord {
+            node: 0,
+            job: "j".into(),
+            item: 0,
+            fire: o + fire_s * 1_000,
+            kind,
+            token: start,
+            start,
+            end: Some(start + 100),
+            cancel_signal: None,
+            cancelled: false,
+            crashed: false,
+            resumed: None,
+            end_committed: Some(start + 101),
+            session: Some(SessionId(1)),
+            session_end: None,
+        }
+    }
+
+    fn jobs() -> BTreeMap<String, JobAtEnd> {
+        let mut config = JobConfig::new("j", 1);
+        config.cron = CronExpr::parse("0/10 * * * * ?").ok();
+        config.failover = true;
+        BTreeMap::from([(
+            "j".to_owned(),
+            JobAtEnd {
+                config,
+                bound_ms: 5_000,
+            },
+        )])
+    }
+
+    fn found(runs: &[RunRecord], starts: &[ClusterStart], operator: &[(u64, String)]) -> usize {
+        let facts = Facts {
+            starts,
+            operator,
+            origin: wall_origin(),
+            slack_ms: 1_000,
+            end: 45_000,
+        };
+        check(runs, &jobs(), &facts).len()
+    }
+
+    #[test]
+    fn a_later_scheduled_run_does_not_cover_a_lost_fire() {
+        use RunKind::{Misfire, Scheduled};
+        let all = [
+            run(10, Scheduled),
+            run(20, Scheduled),
+            run(30, Scheduled),
+            run(40, Scheduled),
+        ];
+        assert_eq!(found(&all, &[], &[]), 0);
+        // The fire at 20 s lost: the scheduled run at 30 s does not cover it.
+        let lost = [run(10, Scheduled), run(30, Scheduled), run(40, Scheduled)];
+        assert_eq!(found(&lost, &[], &[]), 1);
+        // A misfire run of 30 s collapses it.
+        let collapsed = [run(10, Scheduled), run(30, Misfire), run(40, Scheduled)];
+        assert_eq!(found(&collapsed, &[], &[]), 0);
+        // Excused by an operator's disable of the item before the next run.
+        let disabled = [(21_000, "/j/sharding/0/disabled".to_owned())];
+        assert_eq!(found(&lost, &[], &disabled), 0);
+        // Or by a start of the job's cluster after it (no catch-up bound).
+        let o = wall_origin().timestamp_millis();
+        let start = ClusterStart {
+            at: 25_000,
+            job: "j".into(),
+            node: 1,
+            wall: o + 25_000,
+        };
+        assert_eq!(found(&lost, &[start], &[]), 0);
+    }
+}

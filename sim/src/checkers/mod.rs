@@ -5,6 +5,7 @@
 pub mod convergence;
 pub mod disabled;
 pub mod fresh;
+pub mod invariant;
 pub mod liveness;
 pub mod lost;
 pub mod once;
