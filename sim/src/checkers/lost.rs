@@ -69,6 +69,8 @@ pub fn check(
         let starts: Vec<&ClusterStart> = facts.starts.iter().filter(|s| s.job == *name).collect();
         let catchup = c.misfire_catchup_ms();
         let last_fire = origin_ms + facts.end.saturating_sub(job.bound_ms) as i64;
+        // The job's fires, listed once for all its items.
+        let mut fires: Option<Vec<i64>> = None;
         for item in 0..c.sharding_total_count {
             let mut mine: Vec<&RunRecord> = by_item
                 .get(&(name.as_str(), item))
@@ -80,18 +82,27 @@ pub fn check(
             mine.sort_by_key(|r| r.start);
             let disabled = format!("/{name}/sharding/{item}/disabled");
             let first = mine.iter().map(|r| r.fire).min().unwrap_or(i64::MAX);
-            let Some(from) = DateTime::<Utc>::from_timestamp_millis(first) else {
-                continue;
-            };
-            for fire in cron.fires_after(from, &c.time_zone).take(100_000) {
-                let f = fire.timestamp_millis();
-                if f > last_fire {
-                    break;
-                }
-                let covered = mine.iter().any(|r| {
-                    r.fire == f
-                        || (r.fire > f && matches!(r.kind, RunKind::Misfire | RunKind::Failover))
-                });
+            let fires = fires.get_or_insert_with(|| {
+                DateTime::<Utc>::from_timestamp_millis(origin_ms - 1)
+                    .map(|from| {
+                        cron.fires_after(from, &c.time_zone)
+                            .map(|t| t.timestamp_millis())
+                            .take_while(|f| *f <= last_fire)
+                            .take(100_000)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            });
+            // Fires run, and the latest fire a misfire or failover run collapsed.
+            let mut ran: Vec<i64> = mine.iter().map(|r| r.fire).collect();
+            ran.sort_unstable();
+            let collapsed = mine
+                .iter()
+                .filter(|r| matches!(r.kind, RunKind::Misfire | RunKind::Failover))
+                .map(|r| r.fire)
+                .max();
+            for &f in fires.iter().filter(|f| **f >= first) {
+                let covered = ran.binary_search(&f).is_ok() || collapsed.is_some_and(|m| m > f);
                 if covered {
                     continue;
                 }
