@@ -680,6 +680,9 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         };
         (at, length)
     });
+    // When the nemesis acted (a fault, its undo, a restart, an operator, a deploy): a fire
+    // due meanwhile may wait for the world to calm down, and no longer.
+    let mut disruptions: Vec<u64> = Vec::new();
     let mut t = rng.between(1_000, mean_gap);
     while t < heal_at {
         deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, t, &mut refusals);
@@ -778,6 +781,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             }
             _ => {}
         }
+        disruptions.push(c.now);
         t = c.now + rng.between(mean_gap / 4, mean_gap * 2);
     }
 
@@ -924,7 +928,33 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         end,
         slack,
     ));
-    // No fire lost, during the chaos too (judged by the runs and the world's own record).
+    // No fire lost, during the chaos too (judged by the runs and the world's own record),
+    // and none run later than a bound after the fire or the nemesis's last act before its
+    // run: two runs of the job (the one it waited for, its own), two session timeouts (a
+    // cut-off owner's session expires), the failover takeover delay, the wait of a re-shard
+    // for running items, a deploy's shutdown grace (with deploys), skews and round trips.
+    disruptions.extend([heal_at, heal_at + settle / 2, check_from]);
+    let opts = c.options.clone().or_else(default_options);
+    let waits = opts.as_ref().map_or(62_000, |o| {
+        (o.failover_takeover_delay + o.reshard_wait).as_millis() as u64
+            + if faults.contains(&Fault::Deploy) {
+                o.shutdown_grace.as_millis() as u64
+            } else {
+                0
+            }
+    });
+    let skews = 2 * skew_seen.max(max_skew);
+    let trips = c.latency * 4 + c.watch_delay * 2;
+    let calm: BTreeMap<String, u64> = base
+        .iter()
+        .map(|(job, (_, hi))| {
+            let timeouts = 2 * c.session_timeout.as_millis() as u64;
+            (
+                job.clone(),
+                2 * hi + timeouts + waits + skews + trips + 5_000,
+            )
+        })
+        .collect();
     violations.extend(checkers::lost::check(
         &c.runs,
         &at_end,
@@ -932,8 +962,10 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             starts: &c.starts,
             operator: &c.operator_log,
             origin: c.wall_origin,
-            slack_ms: 2_000 + 2 * skew_seen.max(max_skew) + c.latency * 4 + c.watch_delay * 2,
+            slack_ms: 2_000 + skews + trips,
             end,
+            disruptions: &disruptions,
+            calm_ms: &calm,
         },
     ));
     violations.extend(checkers::fresh::check(

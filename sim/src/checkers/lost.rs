@@ -40,6 +40,11 @@ pub struct Facts<'a> {
     pub slack_ms: u64,
     /// Virtual ms of the end of the world.
     pub end: u64,
+    /// When the nemesis acted (virtual ms, ascending or not).
+    pub disruptions: &'a [u64],
+    /// By job: how long after its fire, or after the nemesis's last act before its run, a
+    /// fire may start at the latest. A job left out is held to no time.
+    pub calm_ms: &'a BTreeMap<String, u64>,
 }
 
 /// Checks every fire up to the end, less each job's bound.
@@ -104,6 +109,9 @@ pub fn check(
             for &f in fires.iter().filter(|f| **f >= first) {
                 let covered = ran.binary_search(&f).is_ok() || collapsed.is_some_and(|m| m > f);
                 if covered {
+                    if let Some(v) = late(&mine, name, item, f, origin_ms, facts) {
+                        out.push(v);
+                    }
                     continue;
                 }
                 let at = u64::try_from(f - origin_ms).unwrap_or(0);
@@ -149,6 +157,49 @@ pub fn check(
         }
     }
     out
+}
+
+/// Whether the run that covers fire `f` of an item started too late: later than the job's
+/// calm bound after the fire and after the nemesis's last act before that start. Fires whose
+/// configuration may have changed are left to the rest of the check.
+fn late(
+    mine: &[&RunRecord],
+    name: &str,
+    item: u32,
+    f: i64,
+    origin_ms: i64,
+    facts: &Facts,
+) -> Option<Violation> {
+    let bound = *facts.calm_ms.get(name)?;
+    let cover = mine
+        .iter()
+        .filter(|r| {
+            r.fire == f || (r.fire > f && matches!(r.kind, RunKind::Misfire | RunKind::Failover))
+        })
+        .min_by_key(|r| r.start)?;
+    let at = u64::try_from(f - origin_ms).unwrap_or(0);
+    let calmed = facts
+        .disruptions
+        .iter()
+        .copied()
+        .filter(|d| *d <= cover.start)
+        .max()
+        .unwrap_or(0)
+        .max(at);
+    let edited = facts.operator.iter().any(|(t, p)| {
+        *t + facts.slack_ms >= at && *t <= cover.start && p.starts_with(&format!("/{name}/"))
+    });
+    if edited || cover.start <= calmed + bound {
+        return None;
+    }
+    Some(Violation {
+        checker: "late",
+        time: calmed + bound,
+        message: format!(
+            "{name}/{item}: fire {f} (at {at} ms) first ran at {} ms (node {}, {:?} of fire {}), more than {bound} ms after the fire and the nemesis's last act before (at {calmed} ms)",
+            cover.start, cover.node, cover.kind, cover.fire
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -199,12 +250,15 @@ mod tests {
     }
 
     fn found(runs: &[RunRecord], starts: &[ClusterStart], operator: &[(u64, String)]) -> usize {
+        let calm = BTreeMap::new();
         let facts = Facts {
             starts,
             operator,
             origin: wall_origin(),
             slack_ms: 1_000,
             end: 45_000,
+            disruptions: &[],
+            calm_ms: &calm,
         };
         check(runs, &jobs(), &facts).len()
     }
@@ -237,5 +291,35 @@ mod tests {
             wall: o + 25_000,
         };
         assert_eq!(found(&lost, &[start], &[]), 0);
+    }
+
+    #[test]
+    fn a_fire_runs_within_the_calm_bound_of_the_fire_or_of_the_last_disruption() {
+        use RunKind::{Misfire, Scheduled};
+        let mut slow = run(50, Misfire);
+        slow.start = 60_000;
+        let runs = [run(10, Scheduled), slow];
+        let calm = BTreeMap::from([("j".to_owned(), 20_000)]);
+        let late = |disruptions: &[u64]| {
+            let facts = Facts {
+                starts: &[],
+                operator: &[],
+                origin: wall_origin(),
+                slack_ms: 1_000,
+                end: 62_000,
+                disruptions,
+                calm_ms: &calm,
+            };
+            check(&runs, &jobs(), &facts)
+                .into_iter()
+                .filter(|v| v.checker == "late")
+                .count()
+        };
+        // The fires at 20 and 30 s, which the misfire run of 50 s collapses, first ran at
+        // 60 s, more than 20 s of calm after them: late (the one at 40 s is just in time).
+        assert_eq!(late(&[]), 2);
+        assert_eq!(late(&[15_000]), 2);
+        // The nemesis acted at 45 s: the world calmed down only then.
+        assert_eq!(late(&[45_000]), 0);
     }
 }
