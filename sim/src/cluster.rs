@@ -38,7 +38,7 @@ use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::{ItemRecord, RunKind};
 use shardjob_core::machine::{
     Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine, MachineError,
-    MachineEvent, MachineOptions, Now,
+    MachineOptions, Now,
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
@@ -142,14 +142,19 @@ pub struct RunRecord {
     pub crashed: bool,
     /// When its process resumed from a pause during the run, if it did.
     pub resumed: Option<u64>,
-    /// Whether the machine recorded its end in the registry.
-    pub recorded: bool,
     /// When the registry committed the transaction that records its end (its `running`
     /// marker removed, the item's record left without a run in progress), as the store saw
     /// it: also when the machine never heard the reply (a deaf node's completion applies and
-    /// its reply is lost), which leaves `recorded` false. A cut-short run whose end is
-    /// committed finished its fire for the registry: the fire is never due again.
+    /// its reply is lost). A cut-short run whose end is committed finished its fire for the
+    /// registry: the fire is never due again.
     pub end_committed: Option<u64>,
+    /// The node's registry session when the run started (`None`: it had none).
+    pub session: Option<SessionId>,
+    /// When that session ended (expired, or closed), as the store saw it, if it has. The
+    /// checkers hold a run to what the executor and the registry saw, never to what its
+    /// machine reported: a run whose session ended before its end was committed may be run
+    /// again elsewhere; one whose end was committed, or whose session lives, may not.
+    pub session_end: Option<u64>,
 }
 
 /// A registration that found the `instances` node of its job in the store without any instance
@@ -236,6 +241,15 @@ pub struct Cluster {
     pub log: Vec<String>,
     /// When an operator disabled each item (by its `disabled` node's path).
     pub disabled_since: BTreeMap<String, u64>,
+    /// Every write or deletion by an operator, whether the registry took it or not:
+    /// (virtual ms, path). What the lost-fire checker may excuse a skipped fire by.
+    pub operator_log: Vec<(u64, String)>,
+    /// Every creation of an item's `execution` record the registry committed: (virtual ms,
+    /// job, item). An item runs no fire from before its creation.
+    pub item_creations: Vec<(u64, String, u32)>,
+    /// What the machines' self-checks found ([`Machine::self_check`], after every input):
+    /// (virtual ms, node, finding).
+    pub invariant_violations: Vec<(u64, usize, String)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
     /// Operators' shutdowns: instance nodes an operator deleted while their session lived.
@@ -299,6 +313,9 @@ impl Cluster {
             keep_log: false,
             log: Vec::new(),
             disabled_since: BTreeMap::new(),
+            operator_log: Vec::new(),
+            item_creations: Vec::new(),
+            invariant_violations: Vec::new(),
             disabled_runs: Vec::new(),
             shutdowns: Vec::new(),
             shown_own: BTreeSet::new(),
@@ -719,6 +736,10 @@ impl Cluster {
     fn pump(&mut self, n: usize) {
         let origin = self.wall_origin.timestamp_millis();
         self.nodes[n].timer = None;
+        // After every input: the machine's invariants and its cache's self-check.
+        for found in self.nodes[n].machine.self_check() {
+            self.invariant_violations.push((self.now, n, found));
+        }
         while let Some(cmd) = self.nodes[n].machine.poll_command() {
             if !self.nodes[n].up() {
                 continue;
@@ -804,19 +825,14 @@ impl Cluster {
                     self.note(("close", n), || format!("node {n} closes its session"));
                     if let Some(s) = self.nodes[n].session.take() {
                         let _ = self.store.close_session(s, now);
+                        if !self.store.is_alive(s) {
+                            self.session_ended(s);
+                        }
                     }
                     self.nodes[n].set_process(Process::Stopped);
                 }
                 Command::Event(e) => {
                     let now = self.now;
-                    if let MachineEvent::RunRecorded { job, items } = &e {
-                        for item in items {
-                            let last = self.last_ended.get(&(n, job.clone(), *item)).copied();
-                            if let Some(i) = last {
-                                self.runs[i].recorded = true;
-                            }
-                        }
-                    }
                     self.note(("event", n), || {
                         format!("node {n}: {}", timeline::event(&e))
                     });
@@ -921,8 +937,9 @@ impl Cluster {
                 cancelled: false,
                 crashed: false,
                 resumed: None,
-                recorded: false,
                 end_committed: None,
+                session: self.nodes[n].session,
+                session_end: None,
             };
             let disabled = format!("/{}/sharding/{}/disabled", run.job, run.item);
             if self.exists(&disabled)
@@ -1008,8 +1025,23 @@ impl Cluster {
                     })
                     .collect();
                 let ended = self.ends_recorded(n, &ops);
+                let created: Vec<(String, u32)> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        TxnOp::Create { path, .. } => match JobNode::parse(path) {
+                            Some((job, JobNode::ItemState(item, ItemLeaf::Execution))) => {
+                                Some((job.to_owned(), item))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
+                    for (job, item) in created {
+                        self.item_creations.push((self.now, job, item));
+                    }
                     for i in ended {
                         self.runs[i].end_committed = Some(self.now);
                     }
@@ -1108,7 +1140,9 @@ impl Cluster {
         while progressed && rounds < 10_000 {
             progressed = false;
             rounds += 1;
-            self.store.advance_to(self.store_now());
+            for s in self.store.advance_to(self.store_now()) {
+                self.session_ended(s);
+            }
             progressed |= self.arrive();
             for k in 0..self.nodes.len() {
                 let n = order.as_ref().and_then(|o| o.get(k)).copied().unwrap_or(k);
@@ -1117,6 +1151,18 @@ impl Cluster {
         }
         if let Some(order) = order {
             self.network.reuse(order);
+        }
+    }
+
+    /// Notes the end of a session (expired or closed) in the runs that started in it.
+    fn session_ended(&mut self, s: SessionId) {
+        let now = self.now;
+        for r in self
+            .runs
+            .iter_mut()
+            .filter(|r| r.session == Some(s) && r.session_end.is_none())
+        {
+            r.session_end = Some(now);
         }
     }
 
@@ -1424,6 +1470,7 @@ impl Cluster {
         let now = self.store_now();
         let path = operator_path(path)?;
         let session = self.operator_session(now);
+        self.operator_log.push((self.now, path.to_string()));
         let result = match self.store.node(&path) {
             Some(_) => self
                 .store
@@ -1458,6 +1505,7 @@ impl Cluster {
         let now = self.store_now();
         let path = operator_path(path)?;
         let session = self.operator_session(now);
+        self.operator_log.push((self.now, path.to_string()));
         let result = self.store.delete(session, &path, None, now);
         self.disabled_since.remove(path.as_str());
         self.note(("operator-delete", path.to_string()), || {

@@ -12,8 +12,13 @@
 //! takes the whole cluster down (every process crashes and comes back later). Each seed
 //! draws its own mix of faults (swarm testing).
 //! Then everything heals, the cluster must converge, and the checkers in [`checkers`] look at
-//! what happened: no overlapping runs of an item, no fire started twice (except retries of
-//! attempts that died), every fire completed after the heal, no fire missed while a job had
+//! what happened, judged by what the executors and the registry saw, never by the machines'
+//! own events: no overlapping runs of an item, no fire started twice (never with the same
+//! fencing token; again only after an attempt that crashed, was cancelled, or lost its
+//! session before the registry committed its end, and with a larger token), no fire lost
+//! during the chaos (a later scheduled run does not cover it), no item running a fire from
+//! before its creation, the machines' own invariants and cache self-check after every input
+//! (core feature `self-check`), every fire completed after the heal, no fire missed while a job had
 //! no registered instance run after its cluster's start beyond the job's catch-up bound
 //! (and, after the heal, the fires within it that no run had finished run), a plan that
 //! covers every item with live owners and one leader, and the same trace for the same seed.

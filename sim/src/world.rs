@@ -640,6 +640,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     };
 
     let mut next_pid: u32 = 100;
+    // The largest clock skew any node had (the heal brings them within a second).
+    let mut skew_seen: u64 = 0;
     let mut ips: Vec<String> = Vec::new();
     for k in 0..slots {
         let ip = format!("10.0.0.{}", k + 1);
@@ -650,6 +652,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             let skew = rng.between(0, 2_000) as i64 - 1_000;
             if let Some(n) = joined.and_then(|n| c.nodes.get_mut(n)) {
                 n.skew = skew;
+                skew_seen = skew_seen.max(skew.unsigned_abs());
             }
         }
     }
@@ -691,6 +694,9 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         };
         (at, length)
     });
+    // When the nemesis acted (a fault, its undo, a restart, an operator, a deploy): a fire
+    // due meanwhile may wait for the world to calm down, and no longer.
+    let mut disruptions: Vec<u64> = Vec::new();
     let mut t = rng.between(1_000, mean_gap);
     while t < heal_at {
         deploy.carry_out(&mut c, &mut deploys, &mut deploy_rng, t, &mut refusals);
@@ -775,6 +781,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 let n = *rng.pick(&up).unwrap_or(&0);
                 let jump = rng.between(0, 20_000) as i64 - 10_000;
                 c.nodes[n].skew += jump;
+                skew_seen = skew_seen.max(c.nodes[n].skew.unsigned_abs());
             }
             Fault::Operator => {
                 let stage = Stage {
@@ -788,6 +795,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             }
             _ => {}
         }
+        disruptions.push(c.now);
         t = c.now + rng.between(mean_gap / 4, mean_gap * 2);
     }
 
@@ -935,6 +943,53 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         end,
         slack,
     ));
+    // No fire lost, during the chaos too (judged by the runs and the world's own record),
+    // and none run later than a bound after the fire or the nemesis's last act before its
+    // run: two runs of the job (the one it waited for, its own), two session timeouts (a
+    // cut-off owner's session expires), the failover takeover delay, the wait of a re-shard
+    // for running items, a deploy's shutdown grace (with deploys), skews and round trips.
+    disruptions.extend([heal_at, heal_at + settle / 2, check_from]);
+    let opts = c.options.clone().or_else(default_options);
+    let waits = opts.as_ref().map_or(62_000, |o| {
+        (o.failover_takeover_delay + o.reshard_wait).as_millis() as u64
+            + if faults.contains(&Fault::Deploy) {
+                o.shutdown_grace.as_millis() as u64
+            } else {
+                0
+            }
+    });
+    let skews = 2 * skew_seen.max(max_skew);
+    let trips = c.latency * 4 + c.watch_delay * 2;
+    let calm: BTreeMap<String, u64> = base
+        .iter()
+        .map(|(job, (_, hi))| {
+            let timeouts = 2 * c.session_timeout.as_millis() as u64;
+            (
+                job.clone(),
+                2 * hi + timeouts + waits + skews + trips + 5_000,
+            )
+        })
+        .collect();
+    violations.extend(checkers::lost::check(
+        &c.runs,
+        &at_end,
+        &checkers::lost::Facts {
+            starts: &c.starts,
+            operator: &c.operator_log,
+            origin: c.wall_origin,
+            slack_ms: 2_000 + skews + trips,
+            end,
+            disruptions: &disruptions,
+            calm_ms: &calm,
+        },
+    ));
+    violations.extend(checkers::fresh::check(
+        &c.runs,
+        &c.item_creations,
+        c.wall_origin,
+        2_000 + 2 * skew_seen.max(max_skew),
+    ));
+    violations.extend(checkers::invariant::check(&c));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
     violations.extend(checkers::shutdown::check(&c));

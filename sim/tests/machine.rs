@@ -883,7 +883,11 @@ fn a_hundred_items_run_under_a_registry_limit_split_on_the_fly() {
         assert_each_item_once(&c, "big", 100, fire_at(&c, k * 5_000));
     }
     assert!(c.runs.iter().all(|r| r.kind == RunKind::Scheduled));
-    assert!(c.runs.iter().all(|r| r.end.is_none() || r.recorded));
+    assert!(
+        c.runs
+            .iter()
+            .all(|r| r.end.is_none() || r.end_committed.is_some())
+    );
     // Claimed ahead in parts, all started at the fire.
     assert!(
         c.runs.iter().all(|r| fire_at(&c, r.start) - r.fire <= 2),

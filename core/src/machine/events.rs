@@ -114,6 +114,12 @@ impl Machine {
             }
             _ => {}
         }
+        if planted!(self.opts, StaleCache)
+            && ev.kind == crate::registry::WatchEventKind::Deleted
+            && matches!(node, JobNode::ItemState(_, ItemLeaf::Disabled))
+        {
+            return;
+        }
         if view::bears_on_disabled(&node) {
             self.disables += 1;
         }

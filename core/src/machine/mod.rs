@@ -178,6 +178,8 @@ mod executions;
 mod registration;
 mod replies;
 mod resharding;
+#[cfg(feature = "self-check")]
+mod selfcheck;
 mod session;
 
 use claiming::*;

@@ -46,11 +46,31 @@ pub enum Plant {
     /// Take any deletion of this instance's node for an operator's shutdown, without first
     /// confirming that the session outlived it (a session's expiry then stops the job here).
     ShutdownWithoutProbe,
+    /// Adopt the `running` markers of runs that ended here and whose completion is not
+    /// recorded yet (a cut-off while the run ended), as if their claim's reply had been lost:
+    /// the same fire runs again here, with the same fencing token.
+    RerunFinished,
+    /// Record a claim given back (a run claimed ahead that does not start: the session in
+    /// doubt, an item disabled, the job left) as its fire done: the fire is lost.
+    GiveBackAsDone,
+    /// Create a new item with the job's latest done fire as a run in progress, as if a removed
+    /// item's record were carried over: it is failed over, and an item regrown after a shrink
+    /// runs again a fire its number ran.
+    RegrowRerunsDone,
+    /// Remove items beyond a reduced total at once, running or not: their `running` markers
+    /// go with them, and a run of the number grown back may overlap the old one.
+    RemoveWhileRunning,
+    /// Record the end of an execution split over several transactions with its first part
+    /// only: the later parts are dropped, their items left running for the registry.
+    SplitCompletionDropsParts,
+    /// Ignore the watch's deletions of items' `disabled` nodes: an item enabled again stays
+    /// disabled for this instance until its cache is next loaded from scratch.
+    StaleCache,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 17] = [
+    pub const ALL: [Plant; 23] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -68,6 +88,12 @@ impl Plant {
         Plant::IgnoreCatchUpBound,
         Plant::IgnoreOperatorShutdown,
         Plant::ShutdownWithoutProbe,
+        Plant::RerunFinished,
+        Plant::GiveBackAsDone,
+        Plant::RegrowRerunsDone,
+        Plant::RemoveWhileRunning,
+        Plant::SplitCompletionDropsParts,
+        Plant::StaleCache,
     ];
 
     /// The name used on the command line.
@@ -90,6 +116,12 @@ impl Plant {
             Plant::IgnoreCatchUpBound => "ignore-catch-up-bound",
             Plant::IgnoreOperatorShutdown => "ignore-operator-shutdown",
             Plant::ShutdownWithoutProbe => "shutdown-without-probe",
+            Plant::RerunFinished => "rerun-finished",
+            Plant::GiveBackAsDone => "give-back-as-done",
+            Plant::RegrowRerunsDone => "regrow-reruns-done",
+            Plant::RemoveWhileRunning => "remove-while-running",
+            Plant::SplitCompletionDropsParts => "split-completion-drops-parts",
+            Plant::StaleCache => "stale-cache",
         }
     }
 }

@@ -352,6 +352,9 @@ impl Machine {
                 let take = exec.sending.min(exec.items.len());
                 let recorded: Vec<ExecItem> = exec.items.drain(..take).collect();
                 let (job, started) = (exec.job.clone(), exec.started);
+                if planted!(self.opts, SplitCompletionDropsParts) {
+                    exec.items.clear();
+                }
                 let rest = !exec.items.is_empty();
                 if rest {
                     exec.completing = false;

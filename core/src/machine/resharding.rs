@@ -85,7 +85,7 @@ pub(super) fn reshard(
     let removed: Vec<u32> = view
         .items
         .range(n..)
-        .filter(|(i, v)| v.exists && !is_running(i))
+        .filter(|(i, v)| v.exists && (!is_running(i) || planted!(opts, RemoveWhileRunning)))
         .map(|(i, _)| *i)
         .collect();
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
@@ -212,6 +212,28 @@ pub(super) fn reshard(
         // `moved_running` is ascending, as `moving` is.
         let running = moved_running.binary_search(item).is_ok();
         move_ops(p, view, *item, owner, start, running, &mut ops);
+        // Planted bug: a regrown item takes over the job's latest done fire as a run in
+        // progress (as if the removed item's record were carried over): it is failed over.
+        if planted!(opts, RegrowRerunsDone) && !view.items.get(item).is_some_and(|v| v.exists) {
+            if let Some(fire) = latest_done {
+                let path = p.item_execution(*item);
+                let carried = ItemRecord {
+                    done: Some(start),
+                    run: Some(RunRecord {
+                        fire,
+                        kind: RunKind::Scheduled,
+                        instance: owner.clone(),
+                    }),
+                };
+                for op in &mut ops {
+                    if let TxnOp::Create { path: at, data, .. } = op {
+                        if *at == path {
+                            *data = carried.to_bytes();
+                        }
+                    }
+                }
+            }
+        }
     }
     if ops.len() == 2 {
         return Ok(None);

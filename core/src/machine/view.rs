@@ -95,9 +95,13 @@ pub(crate) struct Cache {
     facts: Facts,
     /// Grows whenever the `config` node's data changes, appears or goes.
     config_changes: u64,
-    /// Debug builds: every node, to check the kept facts against a load from scratch.
-    #[cfg(debug_assertions)]
+    /// Debug builds and the `self-check` feature: every node, to check the kept facts
+    /// against a load from scratch.
+    #[cfg(any(debug_assertions, feature = "self-check"))]
     shadow: BTreeMap<NodePath, (Vec<u8>, Stat)>,
+    /// With the `self-check` feature: the first drift found, until taken.
+    #[cfg(feature = "self-check")]
+    drift: Option<String>,
 }
 
 /// The metadata of a created or changed node whose event carries none and whose old
@@ -116,11 +120,11 @@ impl Cache {
         self.plan_version += 1;
         let old = std::mem::take(&mut self.facts);
         let mut view = JobView::default();
-        #[cfg(debug_assertions)]
+        #[cfg(any(debug_assertions, feature = "self-check"))]
         self.shadow.clear();
         for node in nodes {
             self.note(node.stat.modified);
-            #[cfg(debug_assertions)]
+            #[cfg(any(debug_assertions, feature = "self-check"))]
             self.shadow
                 .insert(node.path.clone(), (node.data.clone(), node.stat));
             if let Some((_, what)) = JobNode::parse(&node.path) {
@@ -160,7 +164,7 @@ impl Cache {
         }
         let view = Arc::make_mut(&mut self.view);
         let config_changed = if deleted {
-            #[cfg(debug_assertions)]
+            #[cfg(any(debug_assertions, feature = "self-check"))]
             self.shadow.remove(&path);
             match what {
                 Some(what) => self.facts.unset(view, &path, what, me),
@@ -176,7 +180,7 @@ impl Cache {
                         .and_then(|what| self.facts.kept_stat(view, what, me))
                 })
                 .unwrap_or(UNKNOWN_STAT);
-            #[cfg(debug_assertions)]
+            #[cfg(any(debug_assertions, feature = "self-check"))]
             self.shadow.insert(path.clone(), (data.clone(), stat));
             match what {
                 Some(what) => self.facts.set(view, &path, what, data, stat, me),
@@ -191,7 +195,7 @@ impl Cache {
 
     /// A cache loaded from scratch with `nodes` (path → data and metadata), to check a kept
     /// one against.
-    #[cfg(any(test, debug_assertions))]
+    #[cfg(any(test, debug_assertions, feature = "self-check"))]
     fn loaded(nodes: &BTreeMap<NodePath, (Vec<u8>, Stat)>, me: &InstanceId) -> Cache {
         let mut fresh = Cache::default();
         let nodes = nodes
@@ -206,15 +210,43 @@ impl Cache {
         fresh
     }
 
-    /// Debug builds: every 64th change, the kept facts must equal those loaded from scratch.
+    /// Debug builds and the `self-check` feature: every 64th change, the kept facts must equal
+    /// those loaded from scratch. A debug build panics on a drift; with the feature, the drift
+    /// is kept for [`Cache::take_drift`] (the simulator reports it as a violation).
     #[allow(unused_variables)]
-    fn check(&self, me: &InstanceId) {
-        #[cfg(debug_assertions)]
+    fn check(&mut self, me: &InstanceId) {
+        #[cfg(any(debug_assertions, feature = "self-check"))]
         if self.version % 64 == 0 {
             let fresh = Cache::loaded(&self.shadow, me);
-            debug_assert_eq!(*self.view, *fresh.view, "the kept view drifted");
-            debug_assert_eq!(self.facts, fresh.facts, "the kept facts drifted");
+            let drift = if *self.view != *fresh.view {
+                Some(format!(
+                    "the kept view drifted: kept {:?}, loaded {:?}",
+                    self.view, fresh.view
+                ))
+            } else if self.facts != fresh.facts {
+                Some(format!(
+                    "the kept facts drifted: kept {:?}, loaded {:?}",
+                    self.facts, fresh.facts
+                ))
+            } else {
+                None
+            };
+            #[cfg(feature = "self-check")]
+            if let Some(d) = drift {
+                self.drift.get_or_insert(d);
+            }
+            #[cfg(not(feature = "self-check"))]
+            if let Some(d) = drift {
+                panic!("{d}");
+            }
         }
+    }
+
+    /// With the `self-check` feature: the first drift of the kept facts from a fresh load
+    /// found since the last call, if any.
+    #[cfg(feature = "self-check")]
+    pub fn take_drift(&mut self) -> Option<String> {
+        self.drift.take()
     }
 
     /// The view, for a decision: shared, so the cache keeps it meanwhile.

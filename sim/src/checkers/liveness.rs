@@ -288,8 +288,9 @@ mod tests {
             cancelled: false,
             crashed: false,
             resumed: None,
-            recorded: true,
             end_committed: Some(start + 101),
+            session: Some(shardjob_core::registry::SessionId(1)),
+            session_end: None,
         }
     }
 
@@ -359,7 +360,6 @@ mod tests {
         // which finished the fire for every instance.
         let mut cut = run(o + 60_000, RunKind::Scheduled, 60_000);
         cut.cancelled = true;
-        cut.recorded = false;
         cut.end_committed = None;
         let found = catch_ups(
             &[earlier.clone(), cut.clone()],

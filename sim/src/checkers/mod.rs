@@ -4,7 +4,10 @@
 
 pub mod convergence;
 pub mod disabled;
+pub mod fresh;
+pub mod invariant;
 pub mod liveness;
+pub mod lost;
 pub mod once;
 pub mod overlap;
 pub mod shutdown;

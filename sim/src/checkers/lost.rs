@@ -1,0 +1,325 @@
+//! Checker: no fire is lost, during the chaos too. For a job with failover, misfire and
+//! execution monitoring on, every fire of every item that existed before it is started by a
+//! run of that fire, or by a misfire or failover run of that fire or a later one (missed
+//! fires collapse into one run of the latest, which names them all); a *scheduled* run of a
+//! later fire does not cover it (that fire was lost: counted as done without running). Fires
+//! near the end are left to the timed check after the heal ([`super::liveness`]).
+//!
+//! A fire is excused only by facts the world recorded, never by the machine's events:
+//! - an operator's edit of the job's `config` after the fire (less `slack_ms`): the
+//!   configuration at the end, by which fires are listed, may not be the one of the fire;
+//! - an operator's write or deletion of the item's `disabled` node or under the job's
+//!   `servers/` between the fire and the start of the item's next run (a disabled item or
+//!   server: fires may rightly be skipped);
+//! - a start of the job's cluster ([`ClusterStart`]) in that span, when the fire is more than
+//!   the job's catch-up bound before it by the starter's clock (within 50 ms of rounding):
+//!   fires missed while no instance was registered are given up;
+//! - no run of the item of an earlier fire since the job's last configuration edit before
+//!   the fire: the item may not have existed then (an item runs no fire from before its
+//!   creation).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use shardjob_core::machine::record::RunKind;
+
+use super::Violation;
+use super::liveness::JobAtEnd;
+use crate::cluster::{ClusterStart, RunRecord};
+
+/// What the world saw besides the runs.
+#[derive(Debug)]
+pub struct Facts<'a> {
+    /// Every start of a job's cluster.
+    pub starts: &'a [ClusterStart],
+    /// Every operator's write or deletion: (virtual ms, path).
+    pub operator: &'a [(u64, String)],
+    /// Wall time at virtual 0.
+    pub origin: DateTime<Utc>,
+    /// Covers clock skews (the largest any node had) and round trips, ms.
+    pub slack_ms: u64,
+    /// Virtual ms of the end of the world.
+    pub end: u64,
+    /// When the nemesis acted (virtual ms, ascending or not).
+    pub disruptions: &'a [u64],
+    /// By job: how long after its fire, or after the nemesis's last act before its run, a
+    /// fire may start at the latest. A job left out is held to no time.
+    pub calm_ms: &'a BTreeMap<String, u64>,
+}
+
+/// Checks every fire up to the end, less each job's bound.
+pub fn check(
+    runs: &[RunRecord],
+    jobs: &BTreeMap<String, JobAtEnd>,
+    facts: &Facts,
+) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let origin_ms = facts.origin.timestamp_millis();
+    let by_item = super::runs_by_item(runs);
+    let slack = facts.slack_ms;
+    for (name, job) in jobs {
+        let c = &job.config;
+        if !(c.failover && c.misfire && c.monitor_execution) {
+            continue;
+        }
+        let Some(cron) = &c.cron else { continue };
+        let config_path = format!("/{name}/config");
+        let servers = format!("/{name}/servers/");
+        let edits: Vec<u64> = facts
+            .operator
+            .iter()
+            .filter(|(_, p)| *p == config_path)
+            .map(|(t, _)| *t)
+            .collect();
+        let starts: Vec<&ClusterStart> = facts.starts.iter().filter(|s| s.job == *name).collect();
+        let catchup = c.misfire_catchup_ms();
+        let last_fire = origin_ms + facts.end.saturating_sub(job.bound_ms) as i64;
+        // The job's fires, listed once for all its items.
+        let mut fires: Option<Vec<i64>> = None;
+        for item in 0..c.sharding_total_count {
+            let mut mine: Vec<&RunRecord> = by_item
+                .get(&(name.as_str(), item))
+                .map_or_else(Vec::new, |v| v.clone());
+            mine.retain(|r| r.kind != RunKind::Trigger);
+            if mine.is_empty() {
+                continue;
+            }
+            mine.sort_by_key(|r| r.start);
+            let disabled = format!("/{name}/sharding/{item}/disabled");
+            let first = mine.iter().map(|r| r.fire).min().unwrap_or(i64::MAX);
+            let fires = fires.get_or_insert_with(|| {
+                DateTime::<Utc>::from_timestamp_millis(origin_ms - 1)
+                    .map(|from| {
+                        cron.fires_after(from, &c.time_zone)
+                            .map(|t| t.timestamp_millis())
+                            .take_while(|f| *f <= last_fire)
+                            .take(100_000)
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            });
+            // Fires run, and the latest fire a misfire or failover run collapsed.
+            let mut ran: Vec<i64> = mine.iter().map(|r| r.fire).collect();
+            ran.sort_unstable();
+            let collapsed = mine
+                .iter()
+                .filter(|r| matches!(r.kind, RunKind::Misfire | RunKind::Failover))
+                .map(|r| r.fire)
+                .max();
+            for &f in fires.iter().filter(|f| **f >= first) {
+                let covered = ran.binary_search(&f).is_ok() || collapsed.is_some_and(|m| m > f);
+                if covered {
+                    if let Some(v) = late(&mine, name, item, f, origin_ms, facts) {
+                        out.push(v);
+                    }
+                    continue;
+                }
+                let at = u64::try_from(f - origin_ms).unwrap_or(0);
+                let lo = at.saturating_sub(slack);
+                // The configuration at the end (its cron, its total) held at the fire only
+                // if no edit came after it.
+                if edits.iter().any(|t| *t >= lo) {
+                    continue;
+                }
+                // The item existed before the fire: it ran an earlier one since the job's
+                // last edit before the fire.
+                let edited = edits.iter().copied().filter(|t| *t < lo).max().unwrap_or(0);
+                if !mine.iter().any(|r| r.fire < f && r.start >= edited) {
+                    continue;
+                }
+                let next = mine.iter().find(|r| r.fire > f);
+                let hi = next.map_or(facts.end, |r| r.start).saturating_add(slack);
+                let touched = facts.operator.iter().any(|(t, p)| {
+                    (lo..=hi).contains(t)
+                        && (*p == config_path || *p == disabled || p.starts_with(&servers))
+                });
+                let given_up = starts
+                    .iter()
+                    .any(|s| (lo..=hi).contains(&s.at) && f < s.wall - catchup + 50);
+                if touched || given_up {
+                    continue;
+                }
+                out.push(Violation {
+                    checker: "lost",
+                    time: hi,
+                    message: match next {
+                        Some(r) => format!(
+                            "{name}/{item}: fire {f} (at {at} ms) never ran; node {} ran the later fire {} ({:?}) from {} ms",
+                            r.node, r.fire, r.kind, r.start
+                        ),
+                        None => format!(
+                            "{name}/{item}: fire {f} (at {at} ms) never ran, nor any later one (catch-up bound {catchup} ms; cluster starts at {:?})",
+                            starts.iter().map(|s| (s.at, s.wall - origin_ms)).collect::<Vec<_>>()
+                        ),
+                    },
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Whether the run that covers fire `f` of an item started too late: later than the job's
+/// calm bound after the fire and after the nemesis's last act before that start. Fires whose
+/// configuration may have changed are left to the rest of the check.
+fn late(
+    mine: &[&RunRecord],
+    name: &str,
+    item: u32,
+    f: i64,
+    origin_ms: i64,
+    facts: &Facts,
+) -> Option<Violation> {
+    let bound = *facts.calm_ms.get(name)?;
+    let cover = mine
+        .iter()
+        .filter(|r| {
+            r.fire == f || (r.fire > f && matches!(r.kind, RunKind::Misfire | RunKind::Failover))
+        })
+        .min_by_key(|r| r.start)?;
+    let at = u64::try_from(f - origin_ms).unwrap_or(0);
+    let calmed = facts
+        .disruptions
+        .iter()
+        .copied()
+        .filter(|d| *d <= cover.start)
+        .max()
+        .unwrap_or(0)
+        .max(at);
+    let edited = facts.operator.iter().any(|(t, p)| {
+        *t + facts.slack_ms >= at && *t <= cover.start && p.starts_with(&format!("/{name}/"))
+    });
+    if edited || cover.start <= calmed + bound {
+        return None;
+    }
+    Some(Violation {
+        checker: "late",
+        time: calmed + bound,
+        message: format!(
+            "{name}/{item}: fire {f} (at {at} ms) first ran at {} ms (node {}, {:?} of fire {}), more than {bound} ms after the fire and the nemesis's last act before (at {calmed} ms)",
+            cover.start, cover.node, cover.kind, cover.fire
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use shardjob_core::machine::record::RunKind;
+    use shardjob_core::registry::SessionId;
+    use shardjob_core::{CronExpr, JobConfig};
+
+    use super::{Facts, check};
+    use crate::checkers::liveness::JobAtEnd;
+    use crate::cluster::{ClusterStart, RunRecord, wall_origin};
+
+    fn run(fire_s: i64, kind: RunKind) -> RunRecord {
+        let o = wall_origin().timestamp_millis();
+        let start = (fire_s * 1_000) as u64;
+        RunRecord {
+            node: 0,
+            job: "j".into(),
+            item: 0,
+            fire: o + fire_s * 1_000,
+            kind,
+            token: start,
+            start,
+            end: Some(start + 100),
+            cancel_signal: None,
+            cancelled: false,
+            crashed: false,
+            resumed: None,
+            end_committed: Some(start + 101),
+            session: Some(SessionId(1)),
+            session_end: None,
+        }
+    }
+
+    fn jobs() -> BTreeMap<String, JobAtEnd> {
+        let mut config = JobConfig::new("j", 1);
+        config.cron = CronExpr::parse("0/10 * * * * ?").ok();
+        config.failover = true;
+        BTreeMap::from([(
+            "j".to_owned(),
+            JobAtEnd {
+                config,
+                bound_ms: 5_000,
+            },
+        )])
+    }
+
+    fn found(runs: &[RunRecord], starts: &[ClusterStart], operator: &[(u64, String)]) -> usize {
+        let calm = BTreeMap::new();
+        let facts = Facts {
+            starts,
+            operator,
+            origin: wall_origin(),
+            slack_ms: 1_000,
+            end: 45_000,
+            disruptions: &[],
+            calm_ms: &calm,
+        };
+        check(runs, &jobs(), &facts).len()
+    }
+
+    #[test]
+    fn a_later_scheduled_run_does_not_cover_a_lost_fire() {
+        use RunKind::{Misfire, Scheduled};
+        let all = [
+            run(10, Scheduled),
+            run(20, Scheduled),
+            run(30, Scheduled),
+            run(40, Scheduled),
+        ];
+        assert_eq!(found(&all, &[], &[]), 0);
+        // The fire at 20 s lost: the scheduled run at 30 s does not cover it.
+        let lost = [run(10, Scheduled), run(30, Scheduled), run(40, Scheduled)];
+        assert_eq!(found(&lost, &[], &[]), 1);
+        // A misfire run of 30 s collapses it.
+        let collapsed = [run(10, Scheduled), run(30, Misfire), run(40, Scheduled)];
+        assert_eq!(found(&collapsed, &[], &[]), 0);
+        // Excused by an operator's disable of the item before the next run.
+        let disabled = [(21_000, "/j/sharding/0/disabled".to_owned())];
+        assert_eq!(found(&lost, &[], &disabled), 0);
+        // Or by a start of the job's cluster after it (no catch-up bound).
+        let o = wall_origin().timestamp_millis();
+        let start = ClusterStart {
+            at: 25_000,
+            job: "j".into(),
+            node: 1,
+            wall: o + 25_000,
+        };
+        assert_eq!(found(&lost, &[start], &[]), 0);
+    }
+
+    #[test]
+    fn a_fire_runs_within_the_calm_bound_of_the_fire_or_of_the_last_disruption() {
+        use RunKind::{Misfire, Scheduled};
+        let mut slow = run(50, Misfire);
+        slow.start = 60_000;
+        let runs = [run(10, Scheduled), slow];
+        let calm = BTreeMap::from([("j".to_owned(), 20_000)]);
+        let late = |disruptions: &[u64]| {
+            let facts = Facts {
+                starts: &[],
+                operator: &[],
+                origin: wall_origin(),
+                slack_ms: 1_000,
+                end: 62_000,
+                disruptions,
+                calm_ms: &calm,
+            };
+            check(&runs, &jobs(), &facts)
+                .into_iter()
+                .filter(|v| v.checker == "late")
+                .count()
+        };
+        // The fires at 20 and 30 s, which the misfire run of 50 s collapses, first ran at
+        // 60 s, more than 20 s of calm after them: late (the one at 40 s is just in time).
+        assert_eq!(late(&[]), 2);
+        assert_eq!(late(&[15_000]), 2);
+        // The nemesis acted at 45 s: the world calmed down only then.
+        assert_eq!(late(&[45_000]), 0);
+    }
+}
