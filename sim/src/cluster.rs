@@ -684,7 +684,7 @@ impl Cluster {
             self.nodes[n].jobs.remove(job);
         }
         self.note(("remove-job", n, job, result.is_ok()), || {
-            format!("node {n}: remove job {job}: {result:?}")
+            format!("node {n}: remove job {job}: {}", timeline::outcome(&result))
         });
         self.pump(n);
         result
@@ -708,7 +708,7 @@ impl Cluster {
             }
         }
         self.note(("add-job", n, job, result.is_ok()), || {
-            format!("node {n}: add job {job}: {result:?}")
+            format!("node {n}: add job {job}: {}", timeline::outcome(&result))
         });
         self.pump(n);
         result
@@ -1357,7 +1357,11 @@ impl Cluster {
         }
         let text = String::from_utf8_lossy(data).into_owned();
         self.note(("operator-write", path.to_string(), text.clone()), || {
-            format!("operator writes {path} = {text:?}: {result:?}")
+            format!(
+                "operator writes {}: {}",
+                timeline::written(path.as_str(), &text),
+                timeline::outcome(&result)
+            )
         });
         Ok(())
     }
@@ -1371,7 +1375,7 @@ impl Cluster {
         let result = self.store.delete(session, &path, None, now);
         self.disabled_since.remove(path.as_str());
         self.note(("operator-delete", path.to_string()), || {
-            format!("operator deletes {path}: {result:?}")
+            format!("operator deletes {path}: {}", timeline::outcome(&result))
         });
         Ok(())
     }
@@ -1423,6 +1427,35 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// The node that leads `job` now, as the registry shows it (its leader election node
+    /// names the instance), if any node of the cluster has that id.
+    pub fn leader_of(&self, job: &str) -> Option<usize> {
+        let id = self.read(&format!("/{job}/leader/election/instance"))?;
+        self.nodes.iter().position(|n| n.id.as_str() == id)
+    }
+
+    /// Steps node `n`'s wall clock by `by_ms` (back if negative), as an administrator or a
+    /// time daemon does. In the log only: the step shows in the trace through what the node
+    /// does after it.
+    pub fn step_clock(&mut self, n: usize, by_ms: i64) {
+        let Some(node) = self.nodes.get_mut(n) else {
+            return;
+        };
+        node.skew += by_ms;
+        if self.keep_log {
+            let skew = node.skew;
+            let (dir, abs) = if by_ms < 0 {
+                ("back", by_ms.unsigned_abs())
+            } else {
+                ("forward", by_ms.unsigned_abs())
+            };
+            self.log.push(format!(
+                "{:>10} node {n}: wall clock set {dir} by {abs} ms (now {skew:+} ms off true time)",
+                timeline::clock(self.now)
+            ));
+        }
     }
 
     /// Whether a node exists in the store.

@@ -7,6 +7,9 @@ pub mod disabled;
 pub mod liveness;
 pub mod once;
 pub mod overlap;
+pub mod prepare;
+pub mod readable;
+pub mod refused;
 pub mod shutdown;
 pub mod wake;
 
