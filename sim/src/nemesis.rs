@@ -385,7 +385,11 @@ impl<'a> Nemesis<'a> {
                     stage.edit_inside_runs(c, &mut self.edits_rng, &mut self.refusals)
                 }
                 Timed::Edit(Edit::LagLeader { job, by }) => {
-                    if let Some(n) = c.leader_of(&job) {
+                    // Only in a world with the clock fault: one without keeps true clocks.
+                    if let Some(n) = c
+                        .leader_of(&job)
+                        .filter(|_| self.kinds.contains(&Fault::Clock))
+                    {
                         c.step_clock(n, -(by as i64));
                     }
                     Vec::new()

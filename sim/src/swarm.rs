@@ -81,18 +81,20 @@ pub(crate) fn mix(a: u64, b: u64) -> u64 {
 pub enum Shape {
     /// Operators edit jobs inside their runs: a job's item count shrinks while a run of an item
     /// beyond the new count goes on and grows back a moment later (half the time with the
-    /// job's leader's clock set back), a cron changes while runs go and changes back, an item
+    /// job's leader's clock set back, if the seed's faults include [`Fault::Clock`]), a cron changes while runs go and changes back, an item
     /// or a server is disabled just before a fire (racing its claim ahead) and enabled again.
     /// Drawn only by seeds whose faults include [`Fault::Operator`].
     Edits,
     /// The leaders' clocks lag behind and step, forward and back, during the run. Drawn only
     /// by seeds whose faults include [`Fault::Clock`] (a world without it keeps true clocks).
     LeaderClocks,
-    /// In a world of drawn jobs, one job (not the first) has 20 to 200 items, fires every 5 or 15 s, and half of
-    /// such worlds without a registry transaction limit draw one.
+    /// In a world of drawn jobs, one job (not the first) has 20 to 200 items and fires every
+    /// minute, and half of such worlds without a registry transaction limit draw one. The
+    /// settle and the liveness bounds of such a world grow by the time its items take written
+    /// one per transaction.
     LargeJob,
-    /// In a world of drawn jobs, one job with an interval of 15 s or less has runs of 3 to 12 intervals (at most
-    /// a minute), each overlapping many of its fires.
+    /// In a world of drawn jobs, one job with an interval of 15 s or less has runs of 3 to 12
+    /// intervals (at most a minute), each overlapping many of its fires.
     LongRuns,
     /// The session timeout is 100 ms to 60 s, rather than 2 to 6 s (in worlds of drawn jobs
     /// whose session timeout is not given).
@@ -347,17 +349,16 @@ impl Swarm {
                 interval.insert(j.job_name.clone(), every);
             }
         }
-        // A job of many items (not the first, which fires every second), firing every 5 or
-        // 15 s: its runs are what the world's speed follows.
+        // A job of many items (not the first, which fires every second): its runs are what
+        // the world's speed follows.
         let mut large_rng = shape_rng(Shape::LargeJob);
         let mut large_limit = false;
         if shapes.contains(&Shape::LargeJob) {
             let k = large_rng.between(1, jobs.len() as u64 - 1) as usize;
-            let (cron, every) = if large_rng.chance(50) {
-                CRONS[2]
-            } else {
-                CRONS[3]
-            };
+            // Every minute: under a small transaction limit, with a slow watch, one instance
+            // claims a few items a second, and a job of 200 items fired more often could
+            // never keep up.
+            let (cron, every) = CRONS[4];
             if let Some(j) = jobs.get_mut(k) {
                 j.sharding_total_count = large_rng.between(20, 200) as u32;
                 j.cron = CronExpr::parse(cron).ok();
@@ -530,21 +531,29 @@ impl Swarm {
     }
 
     /// How long the cluster is given to settle after the heal before the checks: two session
-    /// timeouts and 20 s; with a job of many items ([`Shape::LargeJob`]), as long again as
-    /// re-sharding it one item per transaction takes (a round trip and a watch delay each).
+    /// timeouts and 20 s, and the time to re-shard the largest job in parts
+    /// ([`Swarm::parts_ms`]).
     pub(crate) fn settle_ms(&self) -> u64 {
         let base = self.session_timeout.as_millis() as u64 * 2 + 20_000;
-        if !self.shapes.contains(&Shape::LargeJob) {
-            return base;
-        }
         let items = self
             .jobs
             .iter()
-            .map(|j| u64::from(j.sharding_total_count))
+            .map(|j| j.sharding_total_count)
             .max()
             .unwrap_or(0);
+        base + self.parts_ms(items)
+    }
+
+    /// In a world with a job of many items ([`Shape::LargeJob`]): how long writing `items`
+    /// items one per transaction takes (a round trip and a watch delay each, as under the
+    /// smallest transaction limit), which a re-shard and a fire's claims of such a job may
+    /// take; zero in other worlds (whose jobs have a few items), which keep their bounds.
+    pub(crate) fn parts_ms(&self, items: u32) -> u64 {
+        if !self.shapes.contains(&Shape::LargeJob) {
+            return 0;
+        }
         let (latency, watch_delay) = self.latency.unwrap_or((1, 0));
-        base + items * (2 * latency + watch_delay + 20)
+        u64::from(items) * (2 * latency + watch_delay + 20)
     }
 }
 

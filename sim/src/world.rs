@@ -296,6 +296,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     let end = c.now;
     let refusals = std::mem::take(&mut nemesis.refusals);
     drop(nemesis);
+    // With a job of many items, what writing an item in a transaction of its own takes.
+    let per_item = swarm.parts_ms(1);
     let Swarm {
         faults,
         shapes,
@@ -329,7 +331,11 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             continue;
         }
         let (_, hi) = base.get(&name).copied().unwrap_or((0, 0));
-        let bound = 2 * hi + 2 * max_skew + c.session_timeout.as_millis() as u64 + 5_000;
+        let bound = 2 * hi
+            + 2 * max_skew
+            + c.session_timeout.as_millis() as u64
+            + 5_000
+            + per_item * u64::from(config.sharding_total_count);
         at_end.insert(
             name,
             checkers::liveness::JobAtEnd {
