@@ -193,3 +193,33 @@ fn operators_edit_inside_runs_and_hold() {
     assert!(edits > 0, "no operator edited inside runs");
     assert!(shrunk > 0, "no total shrank below a running item");
 }
+
+#[test]
+fn a_replay_reads_as_words_not_debug_dumps() {
+    for seed in 0..12 {
+        let report = world::run(&WorldConfig {
+            keep_log: true,
+            ..small(seed)
+        });
+        // The header says what the world is, shapes included.
+        assert!(
+            report
+                .log
+                .iter()
+                .any(|l| l.starts_with("world: shapes drawn: "))
+        );
+        for line in &report.log {
+            for dump in ["Ok(", "Err(", "Some(", "None", "\\n", " { "] {
+                assert!(!line.contains(dump), "seed {seed}: {line}");
+            }
+            // Events are stamped `+12.345s`.
+            if !line.starts_with("world:") {
+                let stamp = line.split_whitespace().next().unwrap_or("");
+                assert!(
+                    stamp.starts_with('+') && stamp.ends_with('s') && stamp.contains('.'),
+                    "seed {seed}: {line}"
+                );
+            }
+        }
+    }
+}
