@@ -204,6 +204,9 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
+    /// The largest clock skew any node has had, ms ([`Cluster::set_skew`],
+    /// [`Cluster::step_clock`]).
+    pub skew_seen: u64,
     /// Every start of a job's cluster, in order.
     pub starts: Vec<ClusterStart>,
     /// The last run of each (node, job, item) that ended, an index into `runs`.
@@ -296,6 +299,7 @@ impl Cluster {
             wall_origin: wall_origin(),
             nodes: Vec::new(),
             runs: Vec::new(),
+            skew_seen: 0,
             starts: Vec::new(),
             last_ended: BTreeMap::new(),
             latency: 1,
@@ -693,7 +697,7 @@ impl Cluster {
             self.nodes[n].jobs.remove(job);
         }
         self.note(("remove-job", n, job, result.is_ok()), || {
-            format!("node {n}: remove job {job}: {result:?}")
+            format!("node {n}: remove job {job}: {}", timeline::outcome(&result))
         });
         self.pump(n);
         result
@@ -717,7 +721,7 @@ impl Cluster {
             }
         }
         self.note(("add-job", n, job, result.is_ok()), || {
-            format!("node {n}: add job {job}: {result:?}")
+            format!("node {n}: add job {job}: {}", timeline::outcome(&result))
         });
         self.pump(n);
         result
@@ -1494,7 +1498,11 @@ impl Cluster {
         }
         let text = String::from_utf8_lossy(data).into_owned();
         self.note(("operator-write", path.to_string(), text.clone()), || {
-            format!("operator writes {path} = {text:?}: {result:?}")
+            format!(
+                "operator writes {}: {}",
+                timeline::written(path.as_str(), &text),
+                timeline::outcome(&result)
+            )
         });
         Ok(())
     }
@@ -1509,7 +1517,7 @@ impl Cluster {
         let result = self.store.delete(session, &path, None, now);
         self.disabled_since.remove(path.as_str());
         self.note(("operator-delete", path.to_string()), || {
-            format!("operator deletes {path}: {result:?}")
+            format!("operator deletes {path}: {}", timeline::outcome(&result))
         });
         Ok(())
     }
@@ -1561,6 +1569,45 @@ impl Cluster {
             }
         }
         out
+    }
+
+    /// The node that leads `job` now, as the registry shows it (its leader election node
+    /// names the instance), if any node of the cluster has that id.
+    pub fn leader_of(&self, job: &str) -> Option<usize> {
+        let id = self.read(&format!("/{job}/leader/election/instance"))?;
+        self.nodes.iter().position(|n| n.id.as_str() == id)
+    }
+
+    /// Sets node `n`'s wall clock `skew` ms off true time (ahead when positive), as it
+    /// starts.
+    pub fn set_skew(&mut self, n: usize, skew: i64) {
+        if let Some(node) = self.nodes.get_mut(n) {
+            node.skew = skew;
+            self.skew_seen = self.skew_seen.max(skew.unsigned_abs());
+        }
+    }
+
+    /// Steps node `n`'s wall clock by `by_ms` (back if negative), as an administrator or a
+    /// time daemon does. In the log only: the step shows in the trace through what the node
+    /// does after it.
+    pub fn step_clock(&mut self, n: usize, by_ms: i64) {
+        let Some(node) = self.nodes.get_mut(n) else {
+            return;
+        };
+        node.skew += by_ms;
+        self.skew_seen = self.skew_seen.max(node.skew.unsigned_abs());
+        if self.keep_log {
+            let skew = node.skew;
+            let (dir, abs) = if by_ms < 0 {
+                ("back", by_ms.unsigned_abs())
+            } else {
+                ("forward", by_ms.unsigned_abs())
+            };
+            self.log.push(format!(
+                "{:>10} node {n}: wall clock set {dir} by {abs} ms (now {skew:+} ms off true time)",
+                timeline::clock(self.now)
+            ));
+        }
     }
 
     /// Whether a node exists in the store.

@@ -25,6 +25,18 @@
 //! Throughout the run, every job's wake must come no later than its own decision wants it
 //! (audited once a simulated second on every node, safety sweep or not).
 //!
+//! Seeds also draw richer shapes ([`world::Shape`]), each from a stream of its own so that a
+//! seed that draws none keeps the world it had: operators' edits timed inside runs (a total
+//! shrunk while a run of a removed item goes on and grown back, with the leader's clock set
+//! back; a cron changed and changed back; an item or a server disabled just before a fire,
+//! racing its claim ahead), leaders whose clocks lag and step, a job of 20 to 200 items (with
+//! and without a transaction limit), runs over many fires, and session timeouts from 100 ms
+//! to 60 s.
+//!
+//! The code follows the world's parts: [`swarm`] draws what a seed's world is, the nemesis
+//! (one method per [`world::Fault`]) and the operators act on it during the chaos, the heal
+//! undoes every fault, and [`checkers`] judge what happened; [`world::run`] ties them.
+//!
 //! In one world of drawn jobs in four, some jobs are hosted by some instances only, as during a
 //! rolling deploy that adds a job. Seeds vary the machines too: odd seeds announce runs claimed
 //! ahead (`MachineOptions::prepare_ahead`, as the runtime does), half of the seeds run without
@@ -96,7 +108,11 @@ pub use shardjob_backend_mem as mem;
 
 pub mod checkers;
 pub mod cluster;
+mod heal;
+mod nemesis;
 pub mod network;
 pub mod node;
+mod operator;
+pub mod swarm;
 pub mod timeline;
 pub mod world;

@@ -38,6 +38,36 @@ pub fn items(items: &[u32]) -> String {
     out
 }
 
+/// What came of a request, in words: `done`, or `refused: ` and why.
+pub fn outcome<T, E: std::fmt::Display>(result: &Result<T, E>) -> String {
+    match result {
+        Ok(_) => "done".to_owned(),
+        Err(e) => format!("refused: {e}"),
+    }
+}
+
+/// An operator's write of `text` at `path`, in words: a job's configuration by the settings
+/// the simulator's operators change (cron, item count, failover, misfire), anything else as
+/// `path = "text"`.
+pub fn written(path: &str, text: &str) -> String {
+    if !path.ends_with("/config") {
+        return format!("{path} = {text:?}");
+    }
+    let setting = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(": "))
+            .unwrap_or("?")
+            .to_owned()
+    };
+    format!(
+        "{path}: cron {}, {} items, failover {}, misfire {}",
+        setting("cron"),
+        setting("shardingTotalCount"),
+        setting("failover"),
+        setting("misfire"),
+    )
+}
+
 /// Why an item runs, in a word.
 pub fn kind(k: RunKind) -> &'static str {
     match k {
@@ -195,5 +225,23 @@ mod tests {
         };
         assert_eq!(event(&e), "job1: run of items 0, 3 recorded");
         assert!(!event(&MachineEvent::ClockStepped { by_ms: -40 }).contains('{'));
+    }
+
+    #[test]
+    fn operators_writes_are_words() {
+        let yaml = "cron: 0/5 * * * * ?\nfailover: true\nmisfire: false\nshardingTotalCount: 3\n";
+        assert_eq!(
+            written("/job1/config", yaml),
+            "/job1/config: cron 0/5 * * * * ?, 3 items, failover true, misfire false"
+        );
+        assert_eq!(
+            written("/job1/servers/10.0.0.1", "DISABLED"),
+            "/job1/servers/10.0.0.1 = \"DISABLED\""
+        );
+        assert_eq!(outcome::<(), String>(&Ok(())), "done");
+        assert_eq!(
+            outcome::<(), _>(&Err("the registry is down")),
+            "refused: the registry is down"
+        );
     }
 }

@@ -186,16 +186,20 @@ pub(super) fn reshard(
         ops.push(TxnOp::delete(p.item(*item)));
     }
     // The latest fire done by any item, those removed now included, is kept in the `sharding`
-    // node's data (ElasticJob leaves it empty), so that it outlives the items.
+    // node's data (ElasticJob leaves it empty), so that it outlives the items. A part that
+    // removes items writes it even when it stays the same: a transaction of deletes alone
+    // brings back no revision to wait for the watch to show (see `Job::await_own_writes`), so
+    // the next part would be worked out on a view that still shows the removed items, remove
+    // them again and fail, and each removal would cost a failure and a retry's backoff.
     let latest_done = latest_done(view);
     let removed_done = removed
         .iter()
         .filter_map(|i| view.items.get(i))
         .filter_map(|v| v.record.as_ref().and_then(|(r, _)| r.done))
         .max();
-    if removed_done.is_some_and(|d| view.sharding_done.is_none_or(|s| d > s)) {
+    if !removed.is_empty() {
         let mark = ItemRecord {
-            done: removed_done,
+            done: removed_done.max(view.sharding_done),
             run: None,
         };
         ops.push(TxnOp::set(p.sharding(), mark.to_bytes()));

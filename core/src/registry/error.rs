@@ -54,7 +54,7 @@ pub enum RegistryError {
         cause: Box<RegistryError>,
     },
     /// The request was made for a session that is no longer the client's live session.
-    #[error("session {expected} is not the live session (now {actual:?})")]
+    #[error("session {expected} is not the live session ({})", live_session(actual))]
     SessionMismatch {
         /// The session the request named.
         expected: SessionId,
@@ -118,5 +118,13 @@ impl RegistryError {
             RegistryError::TxnAborted { cause, .. } => cause.root_cause(),
             other => other,
         }
+    }
+}
+
+/// The client's live session in words, for [`RegistryError::SessionMismatch`].
+fn live_session(actual: &Option<SessionId>) -> String {
+    match actual {
+        Some(s) => format!("the live one is {s}"),
+        None => "the client has none now".to_owned(),
     }
 }

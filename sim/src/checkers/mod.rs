@@ -10,6 +10,9 @@ pub mod liveness;
 pub mod lost;
 pub mod once;
 pub mod overlap;
+pub mod prepare;
+pub mod readable;
+pub mod refused;
 pub mod shutdown;
 pub mod wake;
 

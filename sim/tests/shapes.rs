@@ -1,0 +1,225 @@
+//! The richer shapes of a world ([`Shape`]): each is drawn by some seeds and not others, from a
+//! stream of its own (a seed that draws none keeps the world it had before they existed), does
+//! what it says, and its worlds hold every invariant.
+
+use std::collections::BTreeSet;
+
+use shardjob_sim::world::{self, Fault, SeedReport, Shape, WorldConfig};
+
+fn small(seed: u64) -> WorldConfig {
+    WorldConfig {
+        instances: 3,
+        job_count: 4,
+        duration_ms: 108_000,
+        ..WorldConfig::standard(seed)
+    }
+}
+
+/// Runs a world and asserts it broke no invariant.
+fn holds(cfg: &WorldConfig) -> SeedReport {
+    let report = world::run(cfg);
+    let shapes = if cfg.shapes.is_empty() {
+        " --no-shapes"
+    } else {
+        ""
+    };
+    assert!(
+        report.violations.is_empty(),
+        "seed {seed} (replay: shardjob-sim --seed {seed} --instances {} --jobs {} --hours {}{shapes}): {:#?}",
+        cfg.instances,
+        cfg.job_count,
+        cfg.duration_ms as f64 / 3_600_000.0,
+        report.violations,
+        seed = cfg.seed,
+    );
+    report
+}
+
+#[test]
+fn each_shape_is_drawn_by_some_seeds_and_not_others() {
+    let reports: Vec<SeedReport> = (0..80).map(|seed| world::run(&small(seed))).collect();
+    for shape in Shape::ALL {
+        let drawn = reports.iter().filter(|r| r.shapes.contains(&shape)).count();
+        assert!(
+            drawn > 0 && drawn < reports.len(),
+            "{shape:?} drawn by {drawn} seeds of {}",
+            reports.len()
+        );
+    }
+    for r in &reports {
+        // Operators' edits inside runs come with the operator fault, leaders' clocks with
+        // the clock fault.
+        if r.shapes.contains(&Shape::Edits) {
+            assert!(r.faults.contains(&Fault::Operator), "seed {}", r.seed);
+        }
+        if r.shapes.contains(&Shape::LeaderClocks) {
+            assert!(r.faults.contains(&Fault::Clock), "seed {}", r.seed);
+        }
+        let ms = r.session_timeout.as_millis();
+        if r.shapes.contains(&Shape::Sessions) {
+            assert!((100..=60_000).contains(&ms), "seed {}: {ms} ms", r.seed);
+        } else {
+            assert!((2_000..=6_000).contains(&ms), "seed {}: {ms} ms", r.seed);
+        }
+        assert!(
+            r.violations.is_empty(),
+            "seed {}: {:#?}",
+            r.seed,
+            r.violations
+        );
+    }
+}
+
+#[test]
+fn a_seed_that_draws_no_shape_keeps_its_world() {
+    let (mut kept, mut moved) = (0, 0);
+    for seed in 0..40 {
+        let with = world::run(&small(seed));
+        let without = world::run(&WorldConfig {
+            shapes: BTreeSet::new(),
+            ..small(seed)
+        });
+        assert!(without.shapes.is_empty());
+        if with.shapes.is_empty() {
+            assert_eq!(with.trace_hash, without.trace_hash, "seed {seed}");
+            assert_eq!(with.runs, without.runs, "seed {seed}");
+            kept += 1;
+        } else {
+            // The faults and the transaction limit are drawn before any shape.
+            assert_eq!(with.faults, without.faults, "seed {seed}");
+            moved += usize::from(with.trace_hash != without.trace_hash);
+        }
+    }
+    assert!(kept > 5 && moved > 5, "{kept} kept, {moved} moved");
+}
+
+/// The first seeds from `from` whose world, allowed only `shape`, draws it.
+fn seeds_drawing(shape: Shape, cfg: impl Fn(u64) -> WorldConfig, want: usize) -> Vec<SeedReport> {
+    let mut out = Vec::new();
+    for seed in 0.. {
+        let report = holds(&WorldConfig {
+            shapes: [shape].into(),
+            ..cfg(seed)
+        });
+        if report.shapes.contains(&shape) {
+            out.push(report);
+            if out.len() == want {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_job_of_many_items_runs_them_all_and_holds() {
+    // With a registry transaction limit and without.
+    let reports = seeds_drawing(Shape::LargeJob, small, 6);
+    let limited = reports.iter().filter(|r| r.txn_limit.is_some()).count();
+    assert!(limited > 0 && limited < reports.len(), "{limited} limited");
+    for report in reports {
+        let most = report.records.iter().map(|r| r.item).max().unwrap_or(0);
+        assert!(most >= 19, "seed {}: items up to {most}", report.seed);
+    }
+}
+
+#[test]
+fn long_runs_overlap_many_fires_and_hold() {
+    for report in seeds_drawing(Shape::LongRuns, small, 4) {
+        // Some run outlasts three fires of a job of at most 15 s between fires... and at least
+        // three seconds.
+        let longest = report
+            .records
+            .iter()
+            .filter_map(|r| Some(r.end? - r.start))
+            .max()
+            .unwrap_or(0);
+        assert!(
+            longest >= 3_000,
+            "seed {}: longest run {longest} ms",
+            report.seed
+        );
+    }
+}
+
+#[test]
+fn short_and_long_sessions_hold() {
+    let reports = seeds_drawing(Shape::Sessions, small, 6);
+    let short = reports
+        .iter()
+        .filter(|r| r.session_timeout.as_millis() < 2_000)
+        .count();
+    assert!(short > 0 && short < reports.len(), "{short} short");
+}
+
+#[test]
+fn leaders_clocks_lag_and_step_and_hold() {
+    for seed in seeds_drawing(Shape::LeaderClocks, small, 4)
+        .iter()
+        .map(|r| r.seed)
+    {
+        let report = world::run(&WorldConfig {
+            shapes: [Shape::LeaderClocks].into(),
+            keep_log: true,
+            ..small(seed)
+        });
+        assert!(
+            report.log.iter().any(|l| l.contains("wall clock set")),
+            "seed {seed}: no clock was stepped"
+        );
+    }
+}
+
+#[test]
+fn operators_edit_inside_runs_and_hold() {
+    let (mut shrunk, mut edits) = (0, 0);
+    for seed in seeds_drawing(Shape::Edits, small, 6).iter().map(|r| r.seed) {
+        let report = world::run(&WorldConfig {
+            shapes: [Shape::Edits].into(),
+            keep_log: true,
+            ..small(seed)
+        });
+        edits += report
+            .log
+            .iter()
+            .filter(|l| l.contains("an operator "))
+            .count();
+        shrunk += report
+            .log
+            .iter()
+            .filter(|l| l.contains("while a run of item"))
+            .count();
+    }
+    assert!(edits > 0, "no operator edited inside runs");
+    assert!(shrunk > 0, "no total shrank below a running item");
+}
+
+#[test]
+fn a_replay_reads_as_words_not_debug_dumps() {
+    for seed in 0..12 {
+        let report = world::run(&WorldConfig {
+            keep_log: true,
+            ..small(seed)
+        });
+        // The header says what the world is, shapes included.
+        assert!(
+            report
+                .log
+                .iter()
+                .any(|l| l.starts_with("world: shapes drawn: "))
+        );
+        for line in &report.log {
+            for dump in ["Ok(", "Err(", "Some(", "None", "\\n", " { "] {
+                assert!(!line.contains(dump), "seed {seed}: {line}");
+            }
+            // Events are stamped `+12.345s`.
+            if !line.starts_with("world:") {
+                let stamp = line.split_whitespace().next().unwrap_or("");
+                assert!(
+                    stamp.starts_with('+') && stamp.ends_with('s') && stamp.contains('.'),
+                    "seed {seed}: {line}"
+                );
+            }
+        }
+    }
+}
