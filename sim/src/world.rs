@@ -289,10 +289,15 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     // the nodes), from a stream of their own: half of the seeds draw none and stay the
     // fixed-latency worlds they were.
     let race_seed = mix(cfg.seed, 0x7261_6365_7300);
-    c.set_races(
-        cfg.races.unwrap_or_else(|| Races::draw(race_seed)),
-        race_seed,
-    );
+    let races = cfg.races.unwrap_or_else(|| {
+        let mut drawn = Races::draw(race_seed);
+        // A drawn leg stays well inside the session timeout (a spike is three legs' worth,
+        // and a session is confirmed by a round trip): with round trips as long as the
+        // session, no session survives at all, which is no race but a registry nobody runs.
+        drawn.spread = drawn.spread.min(c.session_timeout.as_millis() as u64 / 20);
+        drawn
+    });
+    c.set_races(races, race_seed);
     for (job, some) in &swarm.hosts {
         c.note(("hosts", job, some), || {
             let list: Vec<String> = some.iter().map(|k| k.to_string()).collect();

@@ -211,8 +211,8 @@ impl Cache {
     }
 
     /// Debug builds and the `self-check` feature: every 64th change, the kept facts must equal
-    /// those loaded from scratch. A debug build panics on a drift; with the feature, the drift
-    /// is kept for [`Cache::take_drift`] (the simulator reports it as a violation).
+    /// those loaded from scratch. A debug build panics on a drift; a release build with the
+    /// feature keeps it for [`Cache::take_drift`] (the simulator reports it as a violation).
     #[allow(unused_variables)]
     fn check(&mut self, me: &InstanceId) {
         #[cfg(any(debug_assertions, feature = "self-check"))]
@@ -231,11 +231,14 @@ impl Cache {
             } else {
                 None
             };
-            #[cfg(feature = "self-check")]
+            // A release build with the feature keeps it for the simulator to report; a debug
+            // build panics, feature or not (a workspace build turns the feature on for every
+            // crate, and the runtime's debug tests must still fail loudly on a drift).
+            #[cfg(all(feature = "self-check", not(debug_assertions)))]
             if let Some(d) = drift {
                 self.drift.get_or_insert(d);
             }
-            #[cfg(not(feature = "self-check"))]
+            #[cfg(debug_assertions)]
             if let Some(d) = drift {
                 panic!("{d}");
             }

@@ -54,7 +54,10 @@ pub enum RegistryError {
         cause: Box<RegistryError>,
     },
     /// The request was made for a session that is no longer the client's live session.
-    #[error("session {expected} is not the live session ({})", live_session(actual))]
+    #[error(
+        "session {expected} is not the live session ({})",
+        live_session(actual)
+    )]
     SessionMismatch {
         /// The session the request named.
         expected: SessionId,
