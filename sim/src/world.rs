@@ -210,6 +210,8 @@ pub struct SeedReport {
     pub faults: BTreeSet<Fault>,
     /// The richer shapes this seed drew.
     pub shapes: BTreeSet<Shape>,
+    /// How the world raced.
+    pub races: Races,
     /// The registry's limit on the operations of a transaction this seed drew, if any.
     pub txn_limit: Option<usize>,
     /// The session timeout of the instances (zero if the world did not run).
@@ -242,6 +244,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 wall_origin: crate::cluster::wall_origin(),
                 faults: BTreeSet::new(),
                 shapes: BTreeSet::new(),
+                races: Races::NONE,
                 txn_limit: None,
                 session_timeout: Duration::ZERO,
                 hosts: BTreeMap::new(),
@@ -474,6 +477,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         wall_origin: c.wall_origin,
         faults,
         shapes,
+        races,
         txn_limit,
         session_timeout: c.session_timeout,
         hosts,
