@@ -16,6 +16,7 @@ use shardjob::core::{CronExpr, InstanceId, JobConfig};
 use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
 use shardjob::mem::MemServer;
 use shardjob::runtime::{RunEvent, RuntimeError, Scheduler};
+use shardjob_testkit::prometheus_sample as sample;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Generous: a loaded 2-core machine.
@@ -55,18 +56,6 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
         .and_then(|s| s.parse().ok())
         .expect("a status");
     (status, body.to_owned())
-}
-
-/// The value of the sample `name{labels}` (labels as written, in order), if present.
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let want = if labels.is_empty() {
-        format!("{name} ")
-    } else {
-        format!("{name}{{{labels}}} ")
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix(&want))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 fn kind_label(kind: RunKind) -> &'static str {

@@ -7,6 +7,7 @@ use shardjob_core::InstanceId;
 use shardjob_core::machine::record::RunKind;
 use shardjob_core::machine::{ExecutionId, ItemOutcome, MachineEvent};
 use shardjob_core::registry::{NodePath, RegistryError, RegistryOp, RegistryReply, SessionEvent};
+use shardjob_testkit::prometheus_sample as sample;
 
 use super::*;
 use crate::runtime::{ItemRunInfo, RunEvent};
@@ -34,18 +35,6 @@ fn scrape(metrics: &Metrics) -> String {
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
     out
-}
-
-/// The value of the sample named `name` with exactly the labels `labels` (as written).
-fn sample(text: &str, name: &str, labels: &str) -> Option<f64> {
-    let want = if labels.is_empty() {
-        format!("{name} ")
-    } else {
-        format!("{name}{{{labels}}} ")
-    };
-    text.lines()
-        .find_map(|l| l.strip_prefix(&want))
-        .and_then(|v| v.trim().parse().ok())
 }
 
 fn started(run: ItemRunInfo, late_ms: i64) -> RunEvent {

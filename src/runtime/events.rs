@@ -73,18 +73,18 @@ impl EventOut {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use shardjob_core::machine::MachineEvent;
 
     use super::*;
 
     #[derive(Default)]
-    struct Count(Mutex<usize>);
+    struct Count(AtomicUsize);
 
     impl RunEventSink for Count {
         fn event(&self, _: &RunEvent) {
-            *self.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            self.0.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -102,7 +102,7 @@ mod tests {
         for _ in 0..10_000 {
             out.send(some_event());
         }
-        assert_eq!(*count.0.lock().unwrap_or_else(|p| p.into_inner()), 10_000);
+        assert_eq!(count.0.load(Ordering::Relaxed), 10_000);
         assert!(matches!(
             slow.try_recv(),
             Err(broadcast::error::TryRecvError::Lagged(9_996))

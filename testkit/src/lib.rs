@@ -44,10 +44,12 @@
 #![warn(missing_docs)]
 
 mod db;
+mod prometheus;
 mod proxy;
 mod smtp;
 
 pub use db::{DB_INSTALL_HINT, DbKind, DbServer};
+pub use prometheus::prometheus_sample;
 pub use proxy::{Link, Proxy};
 pub use smtp::{ReceivedMail, SMTP_INSTALL_HINT, SmtpServer, SmtpTls};
 

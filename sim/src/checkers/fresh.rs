@@ -62,27 +62,21 @@ mod tests {
     use shardjob_core::machine::record::RunKind;
 
     use super::check;
+    use crate::checkers::test_run;
     use crate::cluster::{RunRecord, wall_origin};
 
     #[test]
     fn an_item_runs_no_fire_from_before_its_creation() {
         let o = wall_origin().timestamp_millis();
         let run = |fire: i64, start: u64| RunRecord {
-            node: 0,
-            job: "j".into(),
             item: 3,
             fire: o + fire,
             kind: RunKind::Failover,
             token: 7,
-            start,
             end: None,
-            cancel_signal: None,
-            cancelled: false,
-            crashed: false,
-            resumed: None,
             end_committed: None,
             session: None,
-            session_end: None,
+            ..test_run(start)
         };
         let created = [(50_000, "j".to_owned(), 3)];
         // A fire long before the creation, run after it: reported.

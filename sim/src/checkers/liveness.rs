@@ -272,25 +272,14 @@ mod tests {
     use shardjob_core::{CronExpr, JobConfig};
 
     use super::{JobAtEnd, catch_ups, downtime};
+    use crate::checkers::test_run;
     use crate::cluster::{ClusterStart, RunRecord, wall_origin};
 
     fn run(fire: i64, kind: RunKind, start: u64) -> RunRecord {
         RunRecord {
-            node: 0,
-            job: "j".into(),
-            item: 0,
             fire,
             kind,
-            token: 1,
-            start,
-            end: Some(start + 100),
-            cancel_signal: None,
-            cancelled: false,
-            crashed: false,
-            resumed: None,
-            end_committed: Some(start + 101),
-            session: Some(shardjob_core::registry::SessionId(1)),
-            session_end: None,
+            ..test_run(start)
         }
     }
 

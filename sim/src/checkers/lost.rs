@@ -207,32 +207,21 @@ mod tests {
     use std::collections::BTreeMap;
 
     use shardjob_core::machine::record::RunKind;
-    use shardjob_core::registry::SessionId;
     use shardjob_core::{CronExpr, JobConfig};
 
     use super::{Facts, check};
     use crate::checkers::liveness::JobAtEnd;
+    use crate::checkers::test_run;
     use crate::cluster::{ClusterStart, RunRecord, wall_origin};
 
     fn run(fire_s: i64, kind: RunKind) -> RunRecord {
         let o = wall_origin().timestamp_millis();
         let start = (fire_s * 1_000) as u64;
         RunRecord {
-            node: 0,
-            job: "j".into(),
-            item: 0,
             fire: o + fire_s * 1_000,
             kind,
             token: start,
-            start,
-            end: Some(start + 100),
-            cancel_signal: None,
-            cancelled: false,
-            crashed: false,
-            resumed: None,
-            end_committed: Some(start + 101),
-            session: Some(SessionId(1)),
-            session_end: None,
+            ..test_run(start)
         }
     }
 

@@ -27,6 +27,30 @@ pub struct Violation {
     pub message: String,
 }
 
+/// A run for the checkers' tests, which change what they need: node 0 runs item 0 of job `j`
+/// (a scheduled fire at virtual 0, token 1) from `start` for 100 ms, its end committed 1 ms
+/// later, in session 1, which never ends.
+#[cfg(test)]
+pub(crate) fn test_run(start: u64) -> crate::cluster::RunRecord {
+    crate::cluster::RunRecord {
+        node: 0,
+        job: "j".into(),
+        item: 0,
+        fire: crate::cluster::wall_origin().timestamp_millis(),
+        kind: shardjob_core::machine::record::RunKind::Scheduled,
+        token: 1,
+        start,
+        end: Some(start + 100),
+        cancel_signal: None,
+        cancelled: false,
+        crashed: false,
+        resumed: None,
+        end_committed: Some(start + 101),
+        session: Some(shardjob_core::registry::SessionId(1)),
+        session_end: None,
+    }
+}
+
 /// The runs of each (job, item), in the order they started.
 fn runs_by_item(
     runs: &[crate::cluster::RunRecord],

@@ -101,29 +101,20 @@ pub fn check(runs: &[RunRecord]) -> Once {
 
 #[cfg(test)]
 mod tests {
-    use shardjob_core::machine::record::RunKind;
     use shardjob_core::registry::SessionId;
 
     use super::check;
+    use crate::checkers::test_run;
     use crate::cluster::RunRecord;
 
     fn run(node: usize, token: u64, start: u64) -> RunRecord {
         RunRecord {
             node,
-            job: "j".into(),
-            item: 0,
             fire: 1_000,
-            kind: RunKind::Scheduled,
             token,
-            start,
-            end: Some(start + 100),
-            cancel_signal: None,
-            cancelled: false,
-            crashed: false,
-            resumed: None,
             end_committed: None,
             session: Some(SessionId(node as u64 + 1)),
-            session_end: None,
+            ..test_run(start)
         }
     }
 
