@@ -168,25 +168,28 @@ pub fn check(
 }
 
 /// Whether fire `f` (at `at` virtual ms) of an item, which no run of a later fire followed,
-/// still waits behind a run of an earlier fire that holds the item at the end: its misfire
-/// run comes once that run ends, and would be in time at the end (a job held to no calm bound
-/// is in time whenever).
+/// still waits behind a run of an earlier fire that holds the item at the end: that run
+/// started in time (within the job's calm bound of the fire and of the nemesis's last act
+/// before it), and the fire's misfire run, which comes once it ends, would be in time at the
+/// end too (a job held to no calm bound is in time whenever).
 fn waits(mine: &[&RunRecord], name: &str, f: i64, at: u64, facts: &Facts) -> bool {
-    if !mine.iter().any(|r| r.fire < f && r.end.is_none()) {
-        return false;
-    }
-    let Some(bound) = facts.calm_ms.get(name) else {
-        return true;
+    let bound = facts.calm_ms.get(name).copied();
+    let in_time = |t: u64| {
+        bound.is_none_or(|b| {
+            let calmed = facts
+                .disruptions
+                .iter()
+                .copied()
+                .filter(|d| *d <= t)
+                .max()
+                .unwrap_or(0)
+                .max(at);
+            t <= calmed.saturating_add(b)
+        })
     };
-    let calmed = facts
-        .disruptions
-        .iter()
-        .copied()
-        .filter(|d| *d <= facts.end)
-        .max()
-        .unwrap_or(0)
-        .max(at);
-    facts.end <= calmed.saturating_add(*bound)
+    mine.iter()
+        .any(|r| r.fire < f && r.end.is_none() && in_time(r.start))
+        && in_time(facts.end)
 }
 
 /// Whether the run that covers fire `f` of an item started too late: later than the job's
@@ -353,6 +356,15 @@ mod tests {
         assert_eq!(count(&runs, &[("j", 10_000)], &[]), 2);
         // Unless the nemesis acted lately (at 40 s): the world calmed down only then.
         assert_eq!(count(&runs, &[("j", 10_000)], &[40_000]), 0);
+        // The run that holds the item must have started in time itself: started at 35 s,
+        // more than 10 s after the fire at 20 s (and no disruption since), it came late for
+        // that fire, which is lost; the fires at 30 and 40 s still wait for it.
+        let mut slow = held;
+        slow.start = 35_000;
+        assert_eq!(
+            count(&[run(10, Scheduled), slow], &[("j", 10_000)], &[40_000]),
+            1
+        );
     }
 
     #[test]
