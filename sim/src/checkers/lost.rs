@@ -16,7 +16,12 @@
 //!   fires missed while no instance was registered are given up;
 //! - no run of the item of an earlier fire since the job's last configuration edit before
 //!   the fire: the item may not have existed then (an item runs no fire from before its
-//!   creation).
+//!   creation);
+//! - no run of the item of a later fire at all, and a run of an earlier fire still going at
+//!   the end (its end never recorded): a fire that comes while a run holds its item is a
+//!   misfire, run right after that run ends (a later fire's misfire run then collapses it),
+//!   so it is not owed yet. It is still lost if even a run at the end would come later than
+//!   the job's calm bound (see [`late`]) after the fire and the nemesis's last act.
 
 use std::collections::BTreeMap;
 
@@ -128,6 +133,9 @@ pub fn check(
                     continue;
                 }
                 let next = mine.iter().find(|r| r.fire > f);
+                if next.is_none() && waits(&mine, name, f, at, facts) {
+                    continue;
+                }
                 let hi = next.map_or(facts.end, |r| r.start).saturating_add(slack);
                 let touched = facts.operator.iter().any(|(t, p)| {
                     (lo..=hi).contains(t)
@@ -157,6 +165,31 @@ pub fn check(
         }
     }
     out
+}
+
+/// Whether fire `f` (at `at` virtual ms) of an item, which no run of a later fire followed,
+/// still waits behind a run of an earlier fire that holds the item at the end: that run
+/// started in time (within the job's calm bound of the fire and of the nemesis's last act
+/// before it), and the fire's misfire run, which comes once it ends, would be in time at the
+/// end too (a job held to no calm bound is in time whenever).
+fn waits(mine: &[&RunRecord], name: &str, f: i64, at: u64, facts: &Facts) -> bool {
+    let bound = facts.calm_ms.get(name).copied();
+    let in_time = |t: u64| {
+        bound.is_none_or(|b| {
+            let calmed = facts
+                .disruptions
+                .iter()
+                .copied()
+                .filter(|d| *d <= t)
+                .max()
+                .unwrap_or(0)
+                .max(at);
+            t <= calmed.saturating_add(b)
+        })
+    };
+    mine.iter()
+        .any(|r| r.fire < f && r.end.is_none() && in_time(r.start))
+        && in_time(facts.end)
 }
 
 /// Whether the run that covers fire `f` of an item started too late: later than the job's
@@ -280,6 +313,58 @@ mod tests {
             wall: o + 25_000,
         };
         assert_eq!(found(&lost, &[start], &[]), 0);
+    }
+
+    #[test]
+    fn a_fire_behind_a_run_still_going_at_the_end_is_not_owed_yet() {
+        use RunKind::{Failover, Scheduled};
+        // The run of the fire at 10 s is cut short; its failover run starts again at 12 s
+        // and still holds the item at the end (45 s): the fires at 20, 30 and 40 s are
+        // misfires, run once it ends (seeds 9066 and 19700: a failover run restarted after
+        // an outage, still going when the world ended).
+        let mut held = run(10, Failover);
+        held.start = 12_000;
+        held.end = None;
+        let runs = [run(10, Scheduled), held.clone()];
+        let count = |runs: &[RunRecord], calm: &[(&str, u64)], disruptions: &[u64]| {
+            let calm = calm.iter().map(|(j, b)| ((*j).to_owned(), *b)).collect();
+            let facts = Facts {
+                starts: &[],
+                operator: &[],
+                origin: wall_origin(),
+                slack_ms: 1_000,
+                end: 45_000,
+                disruptions,
+                calm_ms: &calm,
+            };
+            check(runs, &jobs(), &facts).len()
+        };
+        assert_eq!(count(&runs, &[], &[]), 0);
+        // Once that run has ended, the fires are lost: no misfire run followed it.
+        let mut ended = held.clone();
+        ended.end = Some(30_000);
+        assert_eq!(count(&[run(10, Scheduled), ended], &[], &[]), 3);
+        // A scheduled run of a later fire means the earlier ones were passed over.
+        let mut later = run(30, Scheduled);
+        later.end = None;
+        assert_eq!(
+            count(&[run(10, Scheduled), held.clone(), later], &[], &[]),
+            1
+        );
+        // Held to a calm bound of 10 s: a run at the end would be late for the fires at 20
+        // and 30 s (lost), in time for the one at 40 s.
+        assert_eq!(count(&runs, &[("j", 10_000)], &[]), 2);
+        // Unless the nemesis acted lately (at 40 s): the world calmed down only then.
+        assert_eq!(count(&runs, &[("j", 10_000)], &[40_000]), 0);
+        // The run that holds the item must have started in time itself: started at 35 s,
+        // more than 10 s after the fire at 20 s (and no disruption since), it came late for
+        // that fire, which is lost; the fires at 30 and 40 s still wait for it.
+        let mut slow = held;
+        slow.start = 35_000;
+        assert_eq!(
+            count(&[run(10, Scheduled), slow], &[("j", 10_000)], &[40_000]),
+            1
+        );
     }
 
     #[test]
