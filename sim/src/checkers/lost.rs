@@ -187,8 +187,16 @@ fn waits(mine: &[&RunRecord], name: &str, f: i64, at: u64, facts: &Facts) -> boo
             t <= calmed.saturating_add(b)
         })
     };
-    mine.iter()
-        .any(|r| r.fire < f && r.end.is_none() && in_time(r.start))
+    // The item's latest run must be the one that holds it: a run whose session ended holds
+    // nothing in the registry (the item moves on, and a run of it elsewhere owes the fire),
+    // nor does one that another run of the item followed.
+    let Some(last) = mine.iter().max_by_key(|r| r.start) else {
+        return false;
+    };
+    last.fire < f
+        && last.end.is_none()
+        && last.session_end.is_none()
+        && in_time(last.start)
         && in_time(facts.end)
 }
 
@@ -359,12 +367,21 @@ mod tests {
         // The run that holds the item must have started in time itself: started at 35 s,
         // more than 10 s after the fire at 20 s (and no disruption since), it came late for
         // that fire, which is lost; the fires at 30 and 40 s still wait for it.
-        let mut slow = held;
+        let mut slow = held.clone();
         slow.start = 35_000;
         assert_eq!(
             count(&[run(10, Scheduled), slow], &[("j", 10_000)], &[40_000]),
             1
         );
+        // A run whose session ended holds nothing: the fires are owed elsewhere.
+        let mut zombie = held.clone();
+        zombie.session_end = Some(20_000);
+        assert_eq!(count(&[run(10, Scheduled), zombie], &[], &[]), 3);
+        // Nor does one another run of the item followed (here a failover run that ended).
+        let mut after = run(10, Failover);
+        after.start = 25_000;
+        after.end = Some(26_000);
+        assert_eq!(count(&[run(10, Scheduled), held, after], &[], &[]), 3);
     }
 
     #[test]
