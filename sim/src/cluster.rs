@@ -1273,7 +1273,11 @@ impl Cluster {
             self.pump(n);
         }
         // Timeouts.
-        if self.nodes[n].timer().is_some_and(|t| t <= now) {
+        let network = &mut self.network;
+        if self.nodes[n]
+            .timer(|| network.timer_lag())
+            .is_some_and(|t| t <= now)
+        {
             let t = self.time_of(n);
             self.nodes[n].machine.handle_timeout(t);
             self.pump(n);
@@ -1407,7 +1411,7 @@ impl Cluster {
         let mut next: Option<u64> = None;
         let mut at = |t: u64| next = Some(next.map_or(t, |n: u64| n.min(t)));
         for node in self.nodes.iter_mut().filter(|n| n.active()) {
-            if let Some(t) = node.timer() {
+            if let Some(t) = node.timer(|| self.network.timer_lag()) {
                 at(t.max(self.now + 1));
             }
             if let Some(d) = node.inbox.front() {

@@ -1,7 +1,9 @@
 //! The wire between the nodes and the registry when a world races ([`Races`]): each request
 //! reaches the registry after a one-way delay of its own and applies there then, its reply
 //! comes back after another, each watch delivery is late by a drawn delay, some replies are
-//! lost after their request applied, and the nodes act in a drawn order at each instant.
+//! lost after their request applied, the nodes act in a drawn order at each instant, and a
+//! node's timer goes off a little after the time its machine asked for, as a runtime's timers
+//! do under load.
 //!
 //! One session's messages keep their order, as ZooKeeper and etcd promise: a request never
 //! reaches the registry before an earlier one of the same node, nor a reply or a watch delivery
@@ -36,6 +38,11 @@ pub struct Races {
     /// node hears a timeout after [`crate::cluster::Cluster::request_timeout`] instead, as
     /// with [`crate::node::Node::lose_replies`]. Ended by [`crate::cluster::Cluster::calm`].
     pub reply_loss: u32,
+    /// The most a node's timer goes off late, ms: each time the machine is asked when it wants
+    /// [`shardjob_core::machine::Machine::handle_timeout`], the answer is put off by a delay
+    /// drawn from 0 to this (a driver's sleep never wakes early, and wakes late on a busy
+    /// machine). 0: timers go off on time.
+    pub timer_lag: u64,
 }
 
 impl Races {
@@ -45,11 +52,13 @@ impl Races {
         watch_spread: 0,
         shuffle: false,
         reply_loss: 0,
+        timer_lag: 0,
     };
 
     /// A world's races, from a seed of their own: half of the seeds get none (their worlds stay
     /// the fixed-latency worlds they were); the others get each kind of race or not, and at
-    /// least one.
+    /// least one. The timers' lag, added later, is drawn from a stream of its own, so that a
+    /// racing seed that draws none races as it did before.
     pub fn draw(seed: u64) -> Races {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         let mut between = |lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo + 1);
@@ -69,6 +78,11 @@ impl Races {
         }
         if races == Races::NONE {
             races.shuffle = true;
+        }
+        let mut lag = ChaCha8Rng::seed_from_u64(seed);
+        lag.set_stream(3);
+        if lag.next_u64() % 2 == 0 {
+            races.timer_lag = 1 + lag.next_u64() % 20;
         }
         races
     }
@@ -99,6 +113,9 @@ impl fmt::Display for Races {
         }
         if self.reply_loss > 0 {
             parts.push(format!("{}‰ of replies lost", self.reply_loss));
+        }
+        if self.timer_lag > 0 {
+            parts.push(format!("timers up to {} ms late", self.timer_lag));
         }
         f.write_str(&parts.join(", "))
     }
@@ -133,6 +150,8 @@ pub(crate) struct Network {
     seq: u64,
     /// The order of the nodes at this instant, kept to be refilled.
     order: Vec<usize>,
+    /// The timers' lags ([`Races::timer_lag`]), a stream of their own.
+    lag_rng: ChaCha8Rng,
 }
 
 impl Network {
@@ -141,12 +160,23 @@ impl Network {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         // Apart from the stream `Races::draw` read from the same seed.
         rng.set_stream(1);
+        let mut lag_rng = ChaCha8Rng::seed_from_u64(seed);
+        lag_rng.set_stream(4);
         Self {
             races,
             rng,
             in_flight: BTreeMap::new(),
             seq: 0,
             order: Vec::new(),
+            lag_rng,
+        }
+    }
+
+    /// How late the timer a machine just asked for goes off, ms ([`Races::timer_lag`]).
+    pub(crate) fn timer_lag(&mut self) -> u64 {
+        match self.races.timer_lag {
+            0 => 0,
+            most => self.lag_rng.next_u64() % (most + 1),
         }
     }
 

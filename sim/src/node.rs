@@ -229,13 +229,14 @@ impl Node {
         self.first_end = self.running.values().map(|r| r.ends).min();
     }
 
-    /// When the machine wants [`Machine::handle_timeout`] next. Its timers change only when it
-    /// is handed something (every input is followed by the cluster's pump, which forgets the
-    /// answer), so it is asked once per input instead of at every step of time.
-    pub(crate) fn timer(&mut self) -> Option<u64> {
+    /// When the machine's [`Machine::handle_timeout`] comes next: when it wants it, put off by
+    /// `lag` (drawn once per answer: a racing world's late timers). Its timers change only
+    /// when it is handed something (every input is followed by the cluster's pump, which
+    /// forgets the answer), so it is asked once per input instead of at every step of time.
+    pub(crate) fn timer(&mut self, lag: impl FnOnce() -> u64) -> Option<u64> {
         *self
             .timer
-            .get_or_insert_with(|| self.machine.poll_timeout())
+            .get_or_insert_with(|| self.machine.poll_timeout().map(|t| t.saturating_add(lag())))
     }
 }
 
