@@ -1558,3 +1558,93 @@ fn a_plan_written_in_parts_reports_its_progress() {
     let moved = total / 2;
     assert_eq!(progress(&c)[2..], [(STEP, moved)]);
 }
+
+/// One instance hosting a job of 8 items that fires every 10 s, with `opts`; its runs last
+/// 1 s. The registry's limit is lowered while the fire at 10 s runs, so that run's end is
+/// recorded in two parts of 4 items; the first part applies but its reply is lost.
+fn an_end_in_parts_whose_first_reply_is_lost(
+    opts: shardjob_core::machine::MachineOptions,
+) -> Cluster {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _, _| 1_000);
+    c.options = Some(opts);
+    c.add_node(A, &[job("wide", "0/10 * * * * ?", 8)]).unwrap();
+    c.run_until(10_500);
+    // All 8 items were claimed in one transaction and run as one execution.
+    let fire = fire_at(&c, 10_000);
+    assert_eq!(c.runs.iter().filter(|r| r.fire == fire).count(), 8);
+    // A completion of 8 items costs 25 compares; one of 4 costs 13.
+    c.set_max_txn_ops(Some(16));
+    // The run ends at 11 s: its end is refused as too large and sent again in halves; the
+    // first half (the node's next request after the refused one) applies, unheard.
+    c.run_until(11_000);
+    c.lose_replies(0, 1);
+    c.run_until(19_000);
+    c
+}
+
+#[test]
+fn an_end_in_parts_whose_first_part_applied_unheard_records_the_rest() {
+    // The first part is sent again after its timeout and refused (its markers are gone: it
+    // did apply). Only that part is given up; the second is still sent. Giving up the whole
+    // end left the second part's markers to this live session with no execution holding
+    // them: adopted as a claim whose reply was lost, items 4 to 7 started again with the
+    // same fencing token (seed 12663 of the simulator, with 133 items and a deaf spell).
+    let opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
+    let mut c = an_end_in_parts_whose_first_reply_is_lost(opts);
+    assert_eq!(c.nodes[0].lose_replies(), 0, "the reply was lost");
+    let fire = fire_at(&c, 10_000);
+    assert_each_item_once(&c, "wide", 8, fire);
+    let lost: Vec<Vec<u32>> = c.nodes[0]
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            MachineEvent::CompletionLost { items, .. } => Some(items.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lost,
+        [vec![0, 1, 2, 3]],
+        "only the refused part is given up"
+    );
+    for item in 0..8 {
+        assert!(
+            !c.exists(&format!("/wide/sharding/{item}/running")),
+            "{item}"
+        );
+    }
+    // Every item's end is in its record: the next fire runs each item once, on time.
+    let next = fire_at(&c, 20_000);
+    c.run_until(20_500);
+    assert_eq!(
+        c.runs
+            .iter()
+            .filter(|r| r.fire == next && r.start == 20_000)
+            .count(),
+        8
+    );
+    c.assert_no_overlap();
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn the_planted_conflict_drops_rest_starts_the_rest_again_with_the_same_token() {
+    use shardjob_core::machine::plant::Plant;
+    let mut opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
+    opts.plants.insert(Plant::ConflictDropsRest);
+    let c = an_end_in_parts_whose_first_reply_is_lost(opts);
+    let fire = fire_at(&c, 10_000);
+    let again: BTreeSet<u32> = c
+        .runs
+        .iter()
+        .filter(|r| r.fire == fire)
+        .filter(|r| {
+            c.runs.iter().any(|e| {
+                e.fire == fire && e.item == r.item && e.token == r.token && e.start < r.start
+            })
+        })
+        .map(|r| r.item)
+        .collect();
+    assert_eq!(again, BTreeSet::from([4, 5, 6, 7]));
+}

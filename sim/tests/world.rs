@@ -88,6 +88,46 @@ fn seeds_that_stalled_without_the_safety_sweep_converge() {
 }
 
 #[test]
+fn a_seed_whose_split_completion_lost_a_reply_starts_no_fire_twice() {
+    // Seed 12663 of CI's world: a job of 133 items under a registry limit, and an instance
+    // deaf to the registry. The end of a run of 8 items went in parts of 6 and 2 (the limit
+    // was learned after the claim); the first part applied unheard, was refused when sent
+    // again, and the whole end was given up: the second part's markers, still the live
+    // session's, were adopted as a claim whose reply was lost, and items 50 and 51 started
+    // again under the token they had run with. (`machine.rs`,
+    // `an_end_in_parts_whose_first_part_applied_unheard_records_the_rest`, builds the case by
+    // hand, so it does not depend on this trace staying as it is.)
+    let cfg = WorldConfig {
+        duration_ms: 108_000,
+        ..small(12_663)
+    };
+    holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn the_seed_catches_the_planted_conflict_drops_rest() {
+    use shardjob_core::machine::MachineOptions;
+    use shardjob_core::machine::plant::Plant;
+    let mut opts = MachineOptions::new("0.0.0.0@-@0".parse().unwrap());
+    opts.plants.insert(Plant::ConflictDropsRest);
+    let cfg = WorldConfig {
+        duration_ms: 108_000,
+        options: Some(opts),
+        ..small(12_663)
+    };
+    let report = world::run(&cfg);
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.checker == "once" && v.message.contains("both with token")),
+        "{:#?}",
+        report.violations
+    );
+}
+
+#[test]
 fn the_same_seed_gives_the_same_trace() {
     for seed in [1, 17, 99] {
         let a = world::run(&small(seed));

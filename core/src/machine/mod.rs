@@ -61,9 +61,13 @@
 //!   housekeeping touch at most that many items per transaction, and the level-triggered
 //!   decisions take the rest after the watch shows each part. Every part is fenced as a whole
 //!   transaction is: claims take the items whose last finished fire is oldest first, with one
-//!   execution per part; a completion part records only its own items; a re-shard part moves
-//!   items independently (an item whose new owner is written can no longer be claimed by the
-//!   old one, whose claims check the owner) and only the last part clears
+//!   execution per part; a completion part records only its own items, and one the registry
+//!   refuses (say an earlier attempt applied, its reply lost) is given up alone: the later
+//!   parts' markers are still the session's and are removed as usual, never adopted as a
+//!   claim whose reply was lost (that would start the fire again, under the same fencing
+//!   token); a re-shard part moves items independently (an item whose new owner is written
+//!   can no longer be claimed by the old one, whose claims check the owner) and only the last
+//!   part clears
 //!   `leader/sharding/necessary`; a trigger keeps one fire time for all its parts. Setup,
 //!   election and leave do not grow with the item count and are never split.
 //! - **Execution record** (`sharding/{item}/execution`, see [`record`]): the last finished

@@ -66,11 +66,16 @@ pub enum Plant {
     /// Ignore the watch's deletions of items' `disabled` nodes: an item enabled again stays
     /// disabled for this instance until its cache is next loaded from scratch.
     StaleCache,
+    /// Give up the whole end of an execution recorded in parts when the registry refuses one
+    /// part (as when an earlier attempt of it applied and only its reply was lost): the later
+    /// parts' `running` markers stay this session's, are adopted as a claim whose reply was
+    /// lost, and their fire starts again here with the same fencing token.
+    ConflictDropsRest,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 23] = [
+    pub const ALL: [Plant; 24] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -94,6 +99,7 @@ impl Plant {
         Plant::RemoveWhileRunning,
         Plant::SplitCompletionDropsParts,
         Plant::StaleCache,
+        Plant::ConflictDropsRest,
     ];
 
     /// The name used on the command line.
@@ -122,6 +128,7 @@ impl Plant {
             Plant::RemoveWhileRunning => "remove-while-running",
             Plant::SplitCompletionDropsParts => "split-completion-drops-parts",
             Plant::StaleCache => "stale-cache",
+            Plant::ConflictDropsRest => "conflict-drops-rest",
         }
     }
 }

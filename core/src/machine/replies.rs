@@ -406,15 +406,56 @@ impl Machine {
                             self.retries.insert((t, id));
                         }
                     }
-                    _ => {
+                    ErrorClass::LostSession => {
                         let job = self.executions.get(&id).map(|e| e.job.clone());
                         self.failed(job.as_deref(), "completion", error);
                         self.complete_lost(id);
+                    }
+                    ErrorClass::Conflict | ErrorClass::Fatal => {
+                        let job = self.executions.get(&id).map(|e| e.job.clone());
+                        self.failed(job.as_deref(), "completion", error);
+                        self.lose_part(id, now);
                     }
                 }
             }
             _ => {}
         }
+    }
+
+    /// Gives up the part of an execution's end that the registry refused while the session
+    /// lives (a conflict: the part's markers or records are not as the run left them, most
+    /// often because an earlier attempt whose reply was lost did apply), and goes on with the
+    /// later parts. Those were never sent: their `running` markers are still this session's
+    /// and, once out of `running`, would look like a claim whose reply was lost; adopted, the
+    /// fire would start again under the same fencing token. See [`Machine::adopt`].
+    pub(super) fn lose_part(&mut self, id: ExecutionId, now: Now) {
+        let Some(exec) = self.executions.get_mut(&id) else {
+            return;
+        };
+        let take = exec.sending.min(exec.items.len());
+        if take == 0 || take == exec.items.len() || planted!(self.opts, ConflictDropsRest) {
+            self.complete_lost(id);
+            return;
+        }
+        let lost: Vec<ExecItem> = exec.items.drain(..take).collect();
+        exec.completing = false;
+        exec.backoff = 0;
+        let (job, started) = (exec.job.clone(), exec.started);
+        if let Some(j) = self.jobs.get_mut(&job) {
+            for it in &lost {
+                if j.running.get(&it.item) == Some(&id) {
+                    j.running.remove(&it.item);
+                }
+            }
+        }
+        if started {
+            self.out
+                .push_back(Command::Event(MachineEvent::CompletionLost {
+                    job,
+                    items: lost.iter().map(|i| i.item).collect(),
+                }));
+        }
+        self.send_completion(id, now);
     }
 
     /// Forgets an execution whose end cannot be recorded.

@@ -355,8 +355,9 @@ pub enum MachineEvent {
         /// The items.
         items: Vec<u32>,
     },
-    /// The end of an execution could not be recorded (the session was lost); the fire will be
-    /// failed over if failover is on.
+    /// The end of an execution, or of one part of it, could not be recorded: the session was
+    /// lost (the fire will be failed over if failover is on), or the registry refused it
+    /// (often because an earlier attempt applied and only its reply was lost).
     CompletionLost {
         /// The job.
         job: String,
