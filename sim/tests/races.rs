@@ -55,12 +55,12 @@ fn the_world_log_says_how_it_races() {
 /// of the `instances` directory was stale, registered as a start of the job's cluster although
 /// another instance had just started it, and wrote an earlier start over the real one; fires from
 /// before the real start then ran. In 5268 and 9206 the instance reloaded its job on a new session
-/// while a deletion event older than the reload was on its way: the machine applies the events that
-/// arrive during a load after the snapshot, so the stale deletion hid the instance node the
-/// snapshot showed. A machine bug, left to the lead (the fix needs the revision of a deletion event
-/// to tell stale buffered events from newer ones); un-ignore when it is fixed.
+/// while a deletion event older than the reload was on its way (in 5268: node 0's instance node
+/// deleted at revision 79 when it left the job, created again at 80; node 2's snapshot, read at
+/// 80, showed it, and the deletion applied after the snapshot hid it). The cache now skips
+/// events at or below the revision its snapshot was read at (planted bug
+/// `stale-event-after-reload`).
 #[test]
-#[ignore = "machine bug found by the races: a stale buffered event hides an instance node"]
 fn a_stale_view_of_the_instances_never_restarts_the_cluster() {
     for seed in [5_268, 9_206, 12_066, 16_815] {
         assert!(races_of(seed).any());

@@ -550,19 +550,23 @@ fn watch_sees_ordered_events_under_its_root_with_data_and_stat() {
                 kind: K::Created,
                 path: p("/job/a"),
                 data: b"1".to_vec(),
-                stat: Some(c)
+                stat: Some(c),
+                revision: Some(c.modified),
             }),
             RegistryEvent::Node(WatchEvent {
                 kind: K::Changed,
                 path: p("/job"),
                 data: b"cfg".to_vec(),
-                stat: Some(j)
+                stat: Some(j),
+                revision: Some(j.modified),
             }),
             RegistryEvent::Node(WatchEvent {
                 kind: K::Deleted,
                 path: p("/job/a"),
                 data: vec![],
-                stat: None
+                stat: None,
+                // The expiry's deletion is a write of its own, after the set.
+                revision: Some(Revision(j.modified.0 + 1)),
             }),
         ]
     );

@@ -66,11 +66,14 @@ pub enum Plant {
     /// Ignore the watch's deletions of items' `disabled` nodes: an item enabled again stays
     /// disabled for this instance until its cache is next loaded from scratch.
     StaleCache,
+    /// Apply every watch event after a reload's snapshot, even one from before the revision
+    /// the snapshot was read at: a deletion older than the snapshot hides a node it shows.
+    StaleEventAfterReload,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 23] = [
+    pub const ALL: [Plant; 24] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -94,6 +97,7 @@ impl Plant {
         Plant::RemoveWhileRunning,
         Plant::SplitCompletionDropsParts,
         Plant::StaleCache,
+        Plant::StaleEventAfterReload,
     ];
 
     /// The name used on the command line.
@@ -122,6 +126,7 @@ impl Plant {
             Plant::RemoveWhileRunning => "remove-while-running",
             Plant::SplitCompletionDropsParts => "split-completion-drops-parts",
             Plant::StaleCache => "stale-cache",
+            Plant::StaleEventAfterReload => "stale-event-after-reload",
         }
     }
 }

@@ -31,7 +31,7 @@ pub use error::{ErrorClass, RegistryError};
 pub use event::{EventStream, RegistryEvent, SessionEvent, WatchEvent, WatchEventKind};
 pub use path::{NodePath, PathError};
 pub use txn::{Check, TxnOp, TxnOpResult};
-pub use types::{CreateMode, Node, Revision, SessionId, SessionInfo, Stat, Version};
+pub use types::{CreateMode, Node, Revision, SessionId, SessionInfo, Stat, Tree, Version};
 
 /// A client of a registry: one session at a time, renewed after expiry.
 ///
@@ -155,6 +155,17 @@ pub trait Registry: Send + Sync {
         Ok(out)
     }
 
+    /// [`Registry::get_tree`] with the revision the read reflects, if the backend reads the
+    /// subtree atomically and can tell it; the default says `None` (a walk of many reads has
+    /// no one revision). A backend that overrides it should make [`Registry::get_tree`] its
+    /// nodes.
+    async fn read_tree(&self, root: &NodePath) -> Result<Tree, RegistryError> {
+        Ok(Tree {
+            nodes: self.get_tree(root).await?,
+            revision: None,
+        })
+    }
+
     /// Deletes `root` and everything below it, children first. Not atomic: a node created
     /// concurrently may make it fail with [`RegistryError::NotEmpty`]; nodes already gone are
     /// fine. Succeeds if `root` does not exist.
@@ -221,7 +232,7 @@ pub enum RegistryOp {
     Get(NodePath),
     /// [`Registry::children`].
     Children(NodePath),
-    /// [`Registry::get_tree`].
+    /// [`Registry::read_tree`].
     GetTree(NodePath),
     /// [`Registry::transact`].
     Transact(Vec<TxnOp>),
@@ -234,8 +245,9 @@ pub enum RegistryReply {
     Node(Option<Node>),
     /// For [`RegistryOp::Children`].
     Children(Vec<String>),
-    /// For [`RegistryOp::GetTree`].
-    Tree(Vec<Node>),
+    /// For [`RegistryOp::GetTree`]: the nodes, and the revision they were read at if the
+    /// backend tells it ([`Registry::read_tree`]).
+    Tree(Tree),
     /// For [`RegistryOp::Transact`].
     Transacted(Vec<TxnOpResult>),
     /// The request failed.
@@ -247,7 +259,7 @@ pub async fn execute<R: Registry + ?Sized>(registry: &R, op: RegistryOp) -> Regi
     let reply = match op {
         RegistryOp::Get(path) => registry.get(&path).await.map(RegistryReply::Node),
         RegistryOp::Children(path) => registry.children(&path).await.map(RegistryReply::Children),
-        RegistryOp::GetTree(path) => registry.get_tree(&path).await.map(RegistryReply::Tree),
+        RegistryOp::GetTree(path) => registry.read_tree(&path).await.map(RegistryReply::Tree),
         RegistryOp::Transact(ops) => registry.transact(ops).await.map(RegistryReply::Transacted),
     };
     reply.unwrap_or_else(RegistryReply::Failed)
