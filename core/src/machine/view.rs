@@ -1066,6 +1066,7 @@ mod tests {
         assert_ne!(cache.config_changes(), after_create);
         assert_eq!(cache.config(), None);
     }
+
     /// Events at or below the revision a snapshot was read at are in it already: a deletion
     /// from before the snapshot does not hide a node created again since (etcd's watch may
     /// deliver it after the read's reply), a later one does; without a revision on either

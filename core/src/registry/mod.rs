@@ -42,8 +42,9 @@ pub use types::{CreateMode, Node, Revision, SessionId, SessionInfo, Stat, Tree, 
 ///
 /// Only [`Registry::session`], [`Registry::get`], [`Registry::children`],
 /// [`Registry::transact`], [`Registry::watch`] and [`Registry::close`] must be implemented; the
-/// single-operation writes and [`Registry::get_tree`] have default implementations in terms of
-/// them, which a backend may replace with cheaper native calls.
+/// single-operation writes, [`Registry::get_tree`] and [`Registry::read_tree`] have default
+/// implementations in terms of them, which a backend may replace with cheaper native calls (and,
+/// for [`Registry::read_tree`], an atomic read that tells its revision).
 #[async_trait]
 pub trait Registry: Send + Sync {
     /// The live session, or `None` while there is none (connecting, or between an expiry and
