@@ -100,7 +100,7 @@ use async_trait::async_trait;
 use etcd_client as etcd;
 use shardjob_core::registry::{
     EventStream, Node, NodePath, Registry, RegistryError, Revision, SessionEvent, SessionId,
-    SessionInfo, Stat, TxnOp, TxnOpResult, Version,
+    SessionInfo, Stat, Tree, TxnOp, TxnOpResult, Version,
 };
 use tokio::sync::{Notify, broadcast, watch};
 
@@ -798,11 +798,16 @@ impl Registry for EtcdRegistry {
     }
 
     async fn get_tree(&self, root: &NodePath) -> Result<Vec<Node>, RegistryError> {
-        // One read of the node and of every key below it, at one revision.
+        Ok(self.read_tree(root).await?.nodes)
+    }
+
+    /// One read of the node and of every key below it, at one revision: the response
+    /// header's.
+    async fn read_tree(&self, root: &NodePath) -> Result<Tree, RegistryError> {
         let key = self.inner.key(root);
         let prefix = self.inner.child_prefix(root);
         let inner = &self.inner;
-        let kvs = self
+        let (kvs, revision) = self
             .inner
             .run(true, |c| {
                 let (key, prefix) = (key.clone(), prefix.clone());
@@ -812,13 +817,14 @@ impl Registry for EtcdRegistry {
                         etcd::TxnOp::get(prefix, Some(etcd::GetOptions::new().with_prefix())),
                     ]);
                     let resp = large_reads(&c).txn(txn).await.map_err(|e| inner.error(e))?;
+                    let revision = resp.header().map(|h| Revision(h.revision().max(0) as u64));
                     let mut kvs = Vec::new();
                     for answer in resp.op_responses() {
                         if let etcd::TxnOpResponse::Get(mut g) = answer {
                             kvs.extend(g.take_kvs());
                         }
                     }
-                    Ok(kvs)
+                    Ok((kvs, revision))
                 }
             })
             .await?;
@@ -834,11 +840,11 @@ impl Registry for EtcdRegistry {
             })
             .collect();
         if !nodes.iter().any(|n| &n.path == root) {
-            return Ok(Vec::new());
+            nodes.clear();
         }
         // Parents before children, siblings by name: the order of the segment lists.
         nodes.sort_by(|a, b| a.path.segments().cmp(b.path.segments()));
-        Ok(nodes)
+        Ok(Tree { nodes, revision })
     }
 }
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client as etcd;
 use shardjob_core::registry::{
-    EventStream, NodePath, RegistryError, RegistryEvent, SessionEvent, WatchEvent, WatchEventKind,
+    EventStream, NodePath, RegistryError, RegistryEvent, Revision, SessionEvent, WatchEvent,
+    WatchEventKind,
 };
 use tokio::sync::{broadcast, mpsc};
 
@@ -136,6 +137,7 @@ async fn run(
                         for ev in resp.events() {
                             let Some(kv) = ev.kv() else { continue };
                             next_rev = next_rev.max(kv.mod_revision() + 1);
+                            let revision = Revision(kv.mod_revision().max(0) as u64);
                             let Some(path) = strong.path_of(kv.key()) else { continue };
                             if !root.contains(&path) {
                                 continue;
@@ -150,12 +152,16 @@ async fn run(
                                     path,
                                     data: kv.value().to_vec(),
                                     stat: Some(map_stat(kv)),
+                                    revision: Some(revision),
                                 },
+                                // A delete event's kv holds the key and, as its
+                                // `mod_revision`, the revision of the deletion.
                                 etcd::EventType::Delete => WatchEvent {
                                     kind: WatchEventKind::Deleted,
                                     path,
                                     data: Vec::new(),
                                     stat: None,
+                                    revision: Some(revision),
                                 },
                             };
                             if tx.send(RegistryEvent::Node(event)).is_err() {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use shardjob_core::registry::{
     EventStream, Node, NodePath, Registry, RegistryError, RegistryEvent, Revision, SessionId,
-    SessionInfo, TxnOp, TxnOpResult,
+    SessionInfo, Tree, TxnOp, TxnOpResult,
 };
 use tokio::sync::Notify;
 
@@ -540,6 +540,12 @@ impl Registry for MemClient {
     async fn get_tree(&self, root: &NodePath) -> Result<Vec<Node>, RegistryError> {
         self.shared
             .request(self.id, |s, id, now| s.get_tree(id, root, now))
+    }
+
+    /// One atomic read, at the store's revision.
+    async fn read_tree(&self, root: &NodePath) -> Result<Tree, RegistryError> {
+        self.shared
+            .request(self.id, |s, id, now| s.read_tree(id, root, now))
     }
 }
 

@@ -52,7 +52,7 @@ use std::time::Duration;
 
 use shardjob_core::registry::{
     Check, CreateMode, Node, NodePath, RegistryError, RegistryEvent, Revision, SessionEvent,
-    SessionId, SessionInfo, Stat, TxnOp, TxnOpResult, Version, WatchEvent, WatchEventKind,
+    SessionId, SessionInfo, Stat, Tree, TxnOp, TxnOpResult, Version, WatchEvent, WatchEventKind,
 };
 
 /// Identifies one watch in a [`Store`].
@@ -102,6 +102,9 @@ pub struct SessionView {
     pub watches: Vec<WatchId>,
     /// The session its client got after this one expired, if [`Store::reconnect`] renewed it.
     pub replaced_by: Option<SessionId>,
+    /// The revision of the write that deleted its ephemeral nodes when it ended; `None` while
+    /// it lives, or if it owned none then.
+    pub ended_at: Option<Revision>,
 }
 
 impl SessionView {
@@ -177,6 +180,8 @@ struct SessionEntry {
     watches: BTreeSet<WatchId>,
     /// The session its client got after this one expired ([`Store::reconnect`]).
     replaced_by: Option<SessionId>,
+    /// The revision of the write that deleted its ephemeral nodes when it ended.
+    ended_at: Option<Revision>,
 }
 
 #[derive(Debug)]
@@ -366,6 +371,7 @@ impl Store {
                 ephemerals: BTreeSet::new(),
                 watches: BTreeSet::new(),
                 replaced_by: None,
+                ended_at: None,
             },
         );
         SessionInfo { id, timeout }
@@ -568,6 +574,7 @@ impl Store {
             ephemerals: s.ephemerals.iter().cloned().collect(),
             watches: s.watches.iter().copied().collect(),
             replaced_by: s.replaced_by,
+            ended_at: s.ended_at,
         })
     }
 
@@ -643,6 +650,21 @@ impl Store {
         self.advance_to(now);
         self.gate(session)?;
         Ok(self.tree(root))
+    }
+
+    /// [`Store::get_tree`] with the revision it reflects (the store's current one: the read is
+    /// atomic).
+    pub fn read_tree(
+        &mut self,
+        session: SessionId,
+        root: &NodePath,
+        now: Duration,
+    ) -> Result<Tree, RegistryError> {
+        let nodes = self.get_tree(session, root, now)?;
+        Ok(Tree {
+            nodes,
+            revision: Some(self.revision()),
+        })
     }
 
     /// Limits transactions as etcd's `--max-txn-ops` does (`None`, the default: no limit).
@@ -1159,6 +1181,7 @@ impl Store {
                     path: path.clone(),
                     data,
                     stat: Some(stat),
+                    revision: Some(rev),
                 });
                 undo.push(Undo::Created(path));
                 Ok(TxnOpResult::Created(stat))
@@ -1186,6 +1209,7 @@ impl Store {
                     path: path.clone(),
                     data,
                     stat: Some(stat),
+                    revision: Some(rev),
                 });
                 undo.push(Undo::Set(path, old_data, old_stat));
                 Ok(TxnOpResult::Set(stat))
@@ -1213,6 +1237,7 @@ impl Store {
                     path: path.clone(),
                     data: Vec::new(),
                     stat: None,
+                    revision: Some(rev),
                 });
                 if let Some(entry) = entry {
                     undo.push(Undo::Deleted(path, entry));
@@ -1366,6 +1391,10 @@ impl Store {
             return;
         }
         self.revision += 1;
+        let rev = Revision(self.revision);
+        if let Some(s) = self.sessions.get_mut(&id) {
+            s.ended_at = Some(rev);
+        }
         for path in paths {
             if self.remove_leaf(&path).is_some() {
                 self.dispatch(WatchEvent {
@@ -1373,6 +1402,7 @@ impl Store {
                     path,
                     data: Vec::new(),
                     stat: None,
+                    revision: Some(rev),
                 });
             }
         }

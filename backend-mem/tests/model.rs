@@ -188,6 +188,7 @@ impl Model {
             path: np(p),
             data: n.map(|n| n.data.clone()).unwrap_or_default(),
             stat: n.map(stat_of),
+            revision: Some(Revision(rev)),
         };
         match op {
             MOp::Create {
@@ -358,6 +359,7 @@ impl Model {
                 path: np(&p),
                 data: vec![],
                 stat: None,
+                revision: Some(Revision(self.rev)),
             });
         }
     }

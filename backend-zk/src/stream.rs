@@ -242,6 +242,9 @@ async fn node_events(
                             path,
                             data,
                             stat: Some(stat),
+                            // ZooKeeper's events carry no zxid (the stat is read after the
+                            // event); its watch and reads on one session come in order.
+                            revision: None,
                         }));
                     }
                     Read::Gone => {
@@ -261,6 +264,7 @@ async fn node_events(
                     path,
                     data: Vec::new(),
                     stat: None,
+                    revision: None,
                 }));
             }
             _ => {}

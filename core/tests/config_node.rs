@@ -7,7 +7,7 @@ use chrono::{TimeZone, Utc};
 use shardjob_core::machine::{Command, JobSpec, Machine, MachineEvent, MachineOptions, Now};
 use shardjob_core::registry::{
     Node, NodePath, RegistryEvent, RegistryOp, RegistryReply, Revision, SessionEvent, SessionId,
-    SessionInfo, Stat, Version,
+    SessionInfo, Stat, Tree, Version,
 };
 use shardjob_core::{CronExpr, InstanceId, JobConfig};
 
@@ -67,7 +67,10 @@ fn an_empty_config_node_is_reported_as_empty() {
         }
     }
     let id = load.expect("the job's subtree is loaded");
-    let tree = vec![node("/j", "SCRIPT"), node("/j/config", "")];
+    let tree = Tree {
+        nodes: vec![node("/j", "SCRIPT"), node("/j/config", "")],
+        revision: None,
+    };
     m.handle_registry_reply(id, RegistryReply::Tree(tree), now(1));
     let mut errors = Vec::new();
     while let Some(cmd) = m.poll_command() {

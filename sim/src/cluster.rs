@@ -1009,7 +1009,7 @@ impl Cluster {
         let result = match op {
             RegistryOp::Get(p) => self.store.get(s, &p, now).map(RegistryReply::Node),
             RegistryOp::Children(p) => self.store.children(s, &p, now).map(RegistryReply::Children),
-            RegistryOp::GetTree(p) => self.store.get_tree(s, &p, now).map(RegistryReply::Tree),
+            RegistryOp::GetTree(p) => self.store.read_tree(s, &p, now).map(RegistryReply::Tree),
             RegistryOp::Transact(ops) => {
                 // Registrations into an empty `instances/`, seen in the store as it stands.
                 let starting: Vec<String> = ops
@@ -1215,8 +1215,8 @@ impl Cluster {
                 } else {
                     reply
                 };
-                if let RegistryReply::Tree(nodes) = &reply {
-                    for node in nodes {
+                if let RegistryReply::Tree(tree) = &reply {
+                    for node in &tree.nodes {
                         self.note_own_node(n, &node.path, Some(&node.stat));
                     }
                 }
@@ -1297,6 +1297,8 @@ impl Cluster {
             return;
         }
         let id = self.nodes[n].id.to_string();
+        // The revision of the expiry's deletions, as etcd's watch tells it.
+        let revision = self.store.session(old).and_then(|s| s.ended_at);
         let events: Vec<RegistryEvent> = self
             .shown_own
             .iter()
@@ -1309,6 +1311,7 @@ impl Cluster {
                     path,
                     data: Vec::new(),
                     stat: None,
+                    revision,
                 })
             })
             .collect();

@@ -1057,7 +1057,7 @@ impl Driver {
     }
 
     fn observe_tree(&mut self, job: &str, reply: &RegistryReply) {
-        let RegistryReply::Tree(nodes) = reply else {
+        let RegistryReply::Tree(tree) = reply else {
             return;
         };
         if let Some(entry) = self.jobs.get_mut(job) {
@@ -1070,7 +1070,7 @@ impl Driver {
                 guarantee.changed();
             }
         }
-        for node in nodes {
+        for node in &tree.nodes {
             // The configuration is taken from the machine once it has handled the reply.
             let _ = self.observe_node(&node.path, true, &node.data);
         }

@@ -4,7 +4,8 @@
 //! path → value map to show beside the registry. When the dump port is on, the driver keeps
 //! one: each job's subtree as the machine is handed it — the snapshot of a load (the newest
 //! load only, as the machine takes it), then the watch events of the job, those that came
-//! while the load was under way applied after its snapshot, as the machine does. It is what
+//! while the load was under way applied after its snapshot, as the machine does (and, as it
+//! does, none whose revision is at or below the one the snapshot was read at). It is what
 //! this instance's watch has delivered: a node whose copy differs from the registry is an
 //! event not yet delivered (or lost), which is what ElasticJob's cache column shows. Off (not
 //! kept at all) when the dump port is off.
@@ -13,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use shardjob_core::registry::{
-    Node, NodePath, RegistryReply, RequestId, WatchEvent, WatchEventKind,
+    Node, NodePath, RegistryReply, RequestId, Revision, WatchEvent, WatchEventKind,
 };
 
 /// How many nodes are compared per hold of the lock by [`Mirror::beside`]: the driver waits
@@ -25,6 +26,9 @@ const COMPARED_PER_LOCK: usize = 256;
 struct JobCopy {
     /// Path → data, once a load has arrived.
     nodes: Option<BTreeMap<NodePath, Vec<u8>>>,
+    /// The revision the copy's snapshot was read at, if the backend tells it: events at or
+    /// below it are in the snapshot already.
+    floor: Option<Revision>,
     /// The load under way, and the events that came meanwhile.
     loading: Option<(RequestId, Vec<WatchEvent>)>,
 }
@@ -34,12 +38,15 @@ impl JobCopy {
         if let Some((_, buffer)) = &mut self.loading {
             buffer.push(event.clone());
         } else if let Some(nodes) = &mut self.nodes {
-            apply(nodes, event);
+            apply(nodes, self.floor, event);
         }
     }
 }
 
-fn apply(nodes: &mut BTreeMap<NodePath, Vec<u8>>, event: &WatchEvent) {
+fn apply(nodes: &mut BTreeMap<NodePath, Vec<u8>>, floor: Option<Revision>, event: &WatchEvent) {
+    if matches!((event.revision, floor), (Some(r), Some(f)) if r <= f) {
+        return;
+    }
     if event.kind == WatchEventKind::Deleted {
         nodes.remove(&event.path);
     } else {
@@ -82,15 +89,17 @@ impl Mirror {
         let Some((_, buffer)) = copy.loading.take() else {
             return;
         };
-        if let RegistryReply::Tree(list) = reply {
-            let mut nodes: BTreeMap<NodePath, Vec<u8>> = list
+        if let RegistryReply::Tree(tree) = reply {
+            let mut nodes: BTreeMap<NodePath, Vec<u8>> = tree
+                .nodes
                 .iter()
                 .map(|n| (n.path.clone(), n.data.clone()))
                 .collect();
             for event in &buffer {
-                apply(&mut nodes, event);
+                apply(&mut nodes, tree.revision, event);
             }
             copy.nodes = Some(nodes);
+            copy.floor = tree.revision;
         }
         // A failed load: the machine tries again later; the copy stays as it was.
     }
@@ -155,7 +164,7 @@ impl Mirror {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardjob_core::registry::{Node, Revision, Stat, Version};
+    use shardjob_core::registry::{Node, Revision, Stat, Tree, Version};
 
     fn path(p: &str) -> NodePath {
         NodePath::new(p).unwrap()
@@ -167,12 +176,13 @@ mod tests {
             path: path(p),
             data: data.as_bytes().to_vec(),
             stat: None,
+            revision: None,
         }
     }
 
     fn tree(nodes: &[(&str, &str)]) -> RegistryReply {
-        RegistryReply::Tree(
-            nodes
+        RegistryReply::Tree(Tree {
+            nodes: nodes
                 .iter()
                 .map(|(p, d)| Node {
                     path: path(p),
@@ -185,7 +195,8 @@ mod tests {
                     },
                 })
                 .collect(),
-        )
+            revision: None,
+        })
     }
 
     #[test]
@@ -217,12 +228,19 @@ mod tests {
             .map(|i| (format!("/j/n{i}"), i.to_string()))
             .collect();
         let pairs: Vec<(&str, &str)> = owned.iter().map(|(p, d)| (&p[..], &d[..])).collect();
-        let RegistryReply::Tree(registry) = tree(&pairs) else {
+        let RegistryReply::Tree(Tree {
+            nodes: registry, ..
+        }) = tree(&pairs)
+        else {
             unreachable!("tree() makes a tree")
         };
         assert_eq!(m.beside("j", &registry), None, "not hosted");
         m.load_started("j", RequestId(1));
-        m.load_done("j", RequestId(1), &RegistryReply::Tree(registry.clone()));
+        let reply = RegistryReply::Tree(Tree {
+            nodes: registry.clone(),
+            revision: None,
+        });
+        m.load_done("j", RequestId(1), &reply);
         m.event(&event(WatchEventKind::Changed, "/j/n300", "old"));
         m.event(&event(WatchEventKind::Deleted, "/j/n599", ""));
         let copy = m.beside("j", &registry).unwrap();
@@ -247,5 +265,28 @@ mod tests {
             &RegistryReply::Failed(shardjob_core::registry::RegistryError::Timeout),
         );
         assert_eq!(m.job("j").unwrap().get(&path("/j/a")).unwrap(), b"old");
+    }
+
+    /// Events at or below the snapshot's revision are in it already: one that comes during
+    /// the load, or after it, does not undo a later change; a later event applies.
+    #[test]
+    fn events_older_than_the_snapshot_are_skipped() {
+        let at = |kind, p: &str, rev: u64| WatchEvent {
+            revision: Some(Revision(rev)),
+            ..event(kind, p, "")
+        };
+        let m = Mirror::default();
+        m.load_started("j", RequestId(1));
+        m.event(&at(WatchEventKind::Deleted, "/j/a", 4));
+        let RegistryReply::Tree(mut snapshot) = tree(&[("/j", ""), ("/j/a", "")]) else {
+            unreachable!("tree() makes a tree")
+        };
+        snapshot.revision = Some(Revision(5));
+        m.load_done("j", RequestId(1), &RegistryReply::Tree(snapshot));
+        assert!(m.job("j").unwrap().contains_key(&path("/j/a")));
+        m.event(&at(WatchEventKind::Deleted, "/j/a", 5));
+        assert!(m.job("j").unwrap().contains_key(&path("/j/a")));
+        m.event(&at(WatchEventKind::Deleted, "/j/a", 6));
+        assert!(!m.job("j").unwrap().contains_key(&path("/j/a")));
     }
 }

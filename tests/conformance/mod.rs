@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use shardjob::core::registry::{
     Check, CreateMode, ErrorClass, EventStream, NodePath, PathError, Registry, RegistryError,
-    RegistryEvent, SessionEvent, TxnOp, TxnOpResult, Version, WatchEvent, WatchEventKind,
+    RegistryEvent, Revision, SessionEvent, TxnOp, TxnOpResult, Version, WatchEvent, WatchEventKind,
 };
 
 /// How long a test waits for an event that must come: generous, so that a loaded machine
@@ -722,6 +722,99 @@ pub async fn watches_deliver_changes_in_order(b: &dyn Backend) {
     w.close().await.unwrap();
 }
 
+/// A tree read and the watch events agree on revisions, as the machine's cache needs to tell an
+/// event already in a snapshot from a later one: a backend tells the revision of both or of
+/// neither (ZooKeeper: neither); when it does, a change the read shows has an event at or below
+/// the read's revision (whichever of the two arrives first), a change after the read has one
+/// above it, a deletion's included, and the events' revisions grow.
+pub async fn tree_reads_and_events_share_revisions(b: &dyn Backend) {
+    let c = b.client("revisions").await;
+    let w = b.client("revisions").await;
+    for path in ["/t", "/t/gone"] {
+        c.create(&p(path), Vec::new(), CreateMode::Persistent)
+            .await
+            .unwrap();
+    }
+    let mut events = w.watch(&p("/t")).await.unwrap();
+    let a = c
+        .create(&p("/t/a"), b"1".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    c.delete(&p("/t/gone"), None).await.unwrap();
+    // The read reflects both changes, whose events may not have arrived yet.
+    let tree = w.read_tree(&p("/t")).await.unwrap();
+    let paths: Vec<&str> = tree.nodes.iter().map(|n| n.path.as_str()).collect();
+    assert_eq!(paths, ["/t", "/t/a"]);
+    let before: Vec<WatchEvent> =
+        [next_node(&mut events).await, next_node(&mut events).await].into();
+    let kinds: Vec<(WatchEventKind, &str)> =
+        before.iter().map(|e| (e.kind, e.path.as_str())).collect();
+    assert_eq!(
+        kinds,
+        [
+            (WatchEventKind::Created, "/t/a"),
+            (WatchEventKind::Deleted, "/t/gone"),
+        ]
+    );
+    // Changes after the read.
+    let set = c.set(&p("/t/a"), b"2".to_vec(), None).await.unwrap();
+    c.delete(&p("/t/a"), None).await.unwrap();
+    let after = [next_node(&mut events).await, next_node(&mut events).await];
+    assert_eq!(
+        (after[0].kind, after[1].kind),
+        (WatchEventKind::Changed, WatchEventKind::Deleted)
+    );
+    let all: Vec<&WatchEvent> = before.iter().chain(after.iter()).collect();
+    let Some(read_at) = tree.revision else {
+        for e in &all {
+            assert_eq!(
+                e.revision, None,
+                "an event with a revision, a read without: {e:?}"
+            );
+        }
+        c.close().await.unwrap();
+        w.close().await.unwrap();
+        return;
+    };
+    let revisions: Vec<Revision> = all
+        .iter()
+        .map(|e| {
+            e.revision
+                .unwrap_or_else(|| panic!("a read with a revision, an event without: {e:?}"))
+        })
+        .collect();
+    assert!(
+        revisions.windows(2).all(|r| r[0] < r[1]),
+        "the events' revisions grow: {revisions:?}"
+    );
+    assert_eq!(
+        revisions[0], a.modified,
+        "a creation's event has its node's revision"
+    );
+    assert_eq!(
+        revisions[2], set.modified,
+        "a change's event has its node's revision"
+    );
+    for (e, r) in before.iter().zip(&revisions) {
+        assert!(*r <= read_at, "{e:?} is in the read at {read_at:?}");
+    }
+    for (e, r) in after.iter().zip(&revisions[2..]) {
+        assert!(*r > read_at, "{e:?} came after the read at {read_at:?}");
+    }
+    for node in &tree.nodes {
+        assert!(
+            node.stat.modified <= read_at,
+            "{node:?} read at {read_at:?}"
+        );
+    }
+    // A later read is at the deletion's revision or above.
+    let again = w.read_tree(&p("/t")).await.unwrap();
+    assert!(again.revision.is_some_and(|r| r >= revisions[3]));
+    assert_eq!(again.nodes.len(), 1);
+    c.close().await.unwrap();
+    w.close().await.unwrap();
+}
+
 pub async fn watches_resume_after_reconnect(b: &dyn Backend) {
     let c = b.client("reconnect").await;
     let w = b.client("reconnect").await;
@@ -968,7 +1061,8 @@ macro_rules! conformance_tests {
             crud_with_versions, children_listing, ephemeral_nodes_vanish_on_close,
             ephemeral_nodes_vanish_on_expiry, transactions_are_all_or_nothing,
             transaction_checks, watches_deliver_changes_in_order, watches_resume_after_reconnect,
-            session_events, large_values_and_many_children, invalid_paths_and_oversized_values);
+            session_events, large_values_and_many_children, invalid_paths_and_oversized_values,
+            tree_reads_and_events_share_revisions);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(

@@ -550,19 +550,23 @@ fn watch_sees_ordered_events_under_its_root_with_data_and_stat() {
                 kind: K::Created,
                 path: p("/job/a"),
                 data: b"1".to_vec(),
-                stat: Some(c)
+                stat: Some(c),
+                revision: Some(c.modified),
             }),
             RegistryEvent::Node(WatchEvent {
                 kind: K::Changed,
                 path: p("/job"),
                 data: b"cfg".to_vec(),
-                stat: Some(j)
+                stat: Some(j),
+                revision: Some(j.modified),
             }),
             RegistryEvent::Node(WatchEvent {
                 kind: K::Deleted,
                 path: p("/job/a"),
                 data: vec![],
-                stat: None
+                stat: None,
+                // The expiry's deletion is a write of its own, after the set.
+                revision: Some(Revision(j.modified.0 + 1)),
             }),
         ]
     );
@@ -885,4 +889,33 @@ fn contains_tells_whether_a_node_exists() {
     assert!(!st.contains("/b"));
     assert!(!st.contains("/a/"));
     assert!(!st.contains("a"));
+}
+
+/// A tree read tells the store's revision; a session's end tells the revision of the write
+/// that deleted its ephemeral nodes, the one its watchers' deletion events carry.
+#[test]
+fn tree_reads_and_session_ends_tell_their_revisions() {
+    let (mut st, s) = store_with(2);
+    st.create(s[0], &p("/job"), vec![], CreateMode::Persistent, ms(0))
+        .unwrap();
+    let eph = st
+        .create(s[1], &p("/job/i"), vec![], CreateMode::Ephemeral, ms(0))
+        .unwrap();
+    let tree = st.read_tree(s[0], &p("/job"), ms(0)).unwrap();
+    assert_eq!(tree.revision, Some(eph.modified));
+    assert_eq!(tree.nodes, st.get_tree(s[0], &p("/job"), ms(0)).unwrap());
+    let w = st.watch(s[0], &p("/job"), ms(0)).unwrap();
+    assert_eq!(st.session(s[1]).and_then(|v| v.ended_at), None);
+    st.expire_session(s[1], ms(0));
+    let ended = st.session(s[1]).and_then(|v| v.ended_at);
+    assert_eq!(ended, Some(Revision(eph.modified.0 + 1)));
+    assert_eq!(ended, Some(st.revision()));
+    let events = st.take_events(w, ms(0));
+    assert!(
+        matches!(&events[..], [RegistryEvent::Node(e)] if e.revision == ended && e.path == p("/job/i")),
+        "{events:?}"
+    );
+    let later = st.read_tree(s[0], &p("/job"), ms(0)).unwrap();
+    assert_eq!(later.revision, ended);
+    assert_eq!(later.nodes.len(), 1);
 }

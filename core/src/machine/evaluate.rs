@@ -30,11 +30,11 @@ impl Machine {
         let Some(j) = self.jobs.get_mut(&name) else {
             return;
         };
-        if let RegistryReply::Tree(nodes) = &reply {
+        if let RegistryReply::Tree(tree) = &reply {
             // Whether stale or not, it shows whether this instance's node was there.
             let me = &self.opts.instance_id;
             let own = j.paths.instance(me);
-            if let Some(node) = nodes.iter().find(|n| n.path == own) {
+            if let Some(node) = tree.nodes.iter().find(|n| n.path == own) {
                 j.note_own_node(&node.stat);
             }
         }
@@ -45,10 +45,17 @@ impl Machine {
         }
         j.loading = None;
         match reply {
-            RegistryReply::Tree(nodes) => {
+            RegistryReply::Tree(tree) => {
                 let me = &self.opts.instance_id;
                 self.disables += 1;
-                j.cache.load(nodes, me);
+                // The events buffered meanwhile may be older than the snapshot (a watch may
+                // lag behind a read): the cache skips those at or below its revision.
+                let revision = if planted!(self.opts, StaleEventAfterReload) {
+                    None
+                } else {
+                    tree.revision
+                };
+                j.cache.load(tree.nodes, revision, me);
                 for ev in std::mem::take(&mut j.buffer) {
                     j.cache.apply(ev, me);
                 }

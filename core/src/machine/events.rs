@@ -114,6 +114,10 @@ impl Machine {
             }
             _ => {}
         }
+        // Older than the snapshot the cache was loaded from: nothing changes.
+        if j.cache.is_stale(&ev) {
+            return;
+        }
         if planted!(self.opts, StaleCache)
             && ev.kind == crate::registry::WatchEventKind::Deleted
             && matches!(node, JobNode::ItemState(_, ItemLeaf::Disabled))

@@ -71,11 +71,14 @@ pub enum Plant {
     /// parts' `running` markers stay this session's, are adopted as a claim whose reply was
     /// lost, and their fire starts again here with the same fencing token.
     ConflictDropsRest,
+    /// Apply every watch event after a reload's snapshot, even one from before the revision
+    /// the snapshot was read at: a deletion older than the snapshot hides a node it shows.
+    StaleEventAfterReload,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 24] = [
+    pub const ALL: [Plant; 25] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -100,6 +103,7 @@ impl Plant {
         Plant::SplitCompletionDropsParts,
         Plant::StaleCache,
         Plant::ConflictDropsRest,
+        Plant::StaleEventAfterReload,
     ];
 
     /// The name used on the command line.
@@ -129,6 +133,7 @@ impl Plant {
             Plant::SplitCompletionDropsParts => "split-completion-drops-parts",
             Plant::StaleCache => "stale-cache",
             Plant::ConflictDropsRest => "conflict-drops-rest",
+            Plant::StaleEventAfterReload => "stale-event-after-reload",
         }
     }
 }

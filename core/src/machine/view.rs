@@ -81,8 +81,12 @@ struct Facts {
 /// What one job's subtree says, kept current by watch events.
 #[derive(Debug, Default)]
 pub(crate) struct Cache {
-    /// The highest modification revision seen in the job's events or snapshot.
+    /// The highest modification revision seen in the job's events or snapshot (a snapshot
+    /// counts with the revision it was read at, when the backend tells it).
     pub seen: Option<Revision>,
+    /// The revision the last snapshot was read at, when the backend tells it: events at or
+    /// below it are already in the snapshot, and are ignored (see [`Cache::is_stale`]).
+    floor: Option<Revision>,
     /// Grows with every change, so readers can tell a cache they have read already.
     pub version: u64,
     /// Grows with every change that can bear on the sharding plan (anything but the items'
@@ -114,8 +118,13 @@ const UNKNOWN_STAT: Stat = Stat {
 };
 
 impl Cache {
-    /// Replaces everything with a snapshot of the subtree. `me` is this instance.
-    pub fn load(&mut self, nodes: Vec<Node>, me: &InstanceId) {
+    /// Replaces everything with a snapshot of the subtree, read at `revision` if the backend
+    /// tells it. `me` is this instance.
+    pub fn load(&mut self, nodes: Vec<Node>, revision: Option<Revision>, me: &InstanceId) {
+        self.floor = revision;
+        if let Some(r) = revision {
+            self.note(r);
+        }
         self.version += 1;
         self.plan_version += 1;
         let old = std::mem::take(&mut self.facts);
@@ -139,7 +148,17 @@ impl Cache {
         self.view = Arc::new(view);
     }
 
-    /// Applies one event of the job's subtree. `me` is this instance.
+    /// Whether `event` is older than the last snapshot: its revision is at or below the one
+    /// the snapshot was read at, so the snapshot holds its change already, and applying it
+    /// after the snapshot would undo later changes (a deletion that hides a node created
+    /// again since). An event or a snapshot without a revision is never stale: the backend
+    /// delivers events and read replies in order (ZooKeeper).
+    pub fn is_stale(&self, event: &WatchEvent) -> bool {
+        matches!((event.revision, self.floor), (Some(r), Some(floor)) if r <= floor)
+    }
+
+    /// Applies one event of the job's subtree, unless it [is stale](Cache::is_stale). `me`
+    /// is this instance.
     pub fn apply(&mut self, event: WatchEvent, me: &InstanceId) {
         let what = JobNode::parse(&event.path).map(|(_, what)| what);
         self.apply_parsed(event, what, me);
@@ -148,6 +167,9 @@ impl Cache {
     /// [`Cache::apply`] for an event whose path the caller has parsed already: `what` is what
     /// [`JobNode::parse`] says of `event.path` (`None` for the root path).
     pub fn apply_parsed(&mut self, event: WatchEvent, what: Option<JobNode>, me: &InstanceId) {
+        if self.is_stale(&event) {
+            return;
+        }
         self.version += 1;
         if bears_on_plan(what.as_ref()) {
             self.plan_version += 1;
@@ -157,6 +179,7 @@ impl Cache {
             path,
             data,
             stat,
+            revision: _,
         } = event;
         let deleted = kind == WatchEventKind::Deleted;
         if let (false, Some(stat)) = (deleted, stat) {
@@ -206,7 +229,7 @@ impl Cache {
                 stat: *stat,
             })
             .collect();
-        fresh.load(nodes, me);
+        fresh.load(nodes, None, me);
         fresh
     }
 
@@ -902,6 +925,7 @@ mod tests {
             path: NodePath::new(path).unwrap(),
             data: data.as_bytes().to_vec(),
             stat: (kind != WatchEventKind::Deleted).then(|| stat(rev)),
+            revision: Some(Revision(rev)),
         }
     }
 
@@ -950,7 +974,7 @@ mod tests {
             (Deleted, "/j/sharding/0/nothing", ""),
         ];
         let mut cache = Cache::default();
-        cache.load(Vec::new(), &me);
+        cache.load(Vec::new(), None, &me);
         let mut nodes: BTreeMap<NodePath, (Vec<u8>, Stat)> = BTreeMap::new();
         for (rev, (kind, path, data)) in steps.into_iter().enumerate() {
             let ev = event(kind, path, data, rev as u64 + 1);
@@ -994,7 +1018,7 @@ mod tests {
         use WatchEventKind::{Changed, Created, Deleted};
         let me = InstanceId::new("10.0.0.1@-@1").unwrap();
         let mut cache = Cache::default();
-        cache.load(Vec::new(), &me);
+        cache.load(Vec::new(), None, &me);
         cache.apply(event(Created, "/j/sharding/0/running", "a", 1), &me);
         cache.apply(event(Created, "/j/sharding/1/running", "a", 2), &me);
         cache.apply(event(Changed, "/j/sharding/1/running", "b", 3), &me);
@@ -1023,7 +1047,7 @@ mod tests {
     fn changes_without_metadata_keep_the_old_one() {
         let me = InstanceId::new("10.0.0.1@-@1").unwrap();
         let mut cache = Cache::default();
-        cache.load(Vec::new(), &me);
+        cache.load(Vec::new(), None, &me);
         let created = event(WatchEventKind::Created, "/j/instances/10.0.0.1@-@1", "", 7);
         cache.apply(created, &me);
         let mut changed = event(WatchEventKind::Changed, "/j/instances/10.0.0.1@-@1", "x", 8);
@@ -1041,5 +1065,57 @@ mod tests {
         cache.apply(event(WatchEventKind::Deleted, "/j/config", "", 11), &me);
         assert_ne!(cache.config_changes(), after_create);
         assert_eq!(cache.config(), None);
+    }
+
+    /// Events at or below the revision a snapshot was read at are in it already: a deletion
+    /// from before the snapshot does not hide a node created again since (etcd's watch may
+    /// deliver it after the read's reply), a later one does; without a revision on either
+    /// side (ZooKeeper) every event applies.
+    #[test]
+    fn events_older_than_the_snapshot_are_ignored() {
+        use WatchEventKind::{Created, Deleted};
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let other = "/j/instances/10.0.0.2@-@2";
+        let node = |rev: u64| Node {
+            path: NodePath::new(other).unwrap(),
+            data: Vec::new(),
+            stat: stat(rev),
+        };
+        let has_other = |cache: &Cache| cache.view().instances.iter().count() == 1;
+        let mut cache = Cache::default();
+        cache.load(vec![node(8)], Some(Revision(9)), &me);
+        assert!(has_other(&cache));
+        assert_eq!(
+            cache.seen,
+            Some(Revision(9)),
+            "the snapshot's revision is seen"
+        );
+        let stale = event(Deleted, other, "", 5);
+        assert!(cache.is_stale(&stale));
+        cache.apply(stale, &me);
+        assert!(
+            has_other(&cache),
+            "a deletion older than the snapshot hid the node"
+        );
+        cache.apply(event(Created, other, "", 9), &me);
+        assert_eq!(cache.view().instances.iter().count(), 1);
+        let fresh = event(Deleted, other, "", 10);
+        assert!(!cache.is_stale(&fresh));
+        cache.apply(fresh, &me);
+        assert!(
+            !has_other(&cache),
+            "a deletion after the snapshot is applied"
+        );
+
+        let mut unknown = Cache::default();
+        unknown.load(vec![node(8)], None, &me);
+        let mut no_revision = event(Deleted, other, "", 5);
+        assert!(!unknown.is_stale(&no_revision));
+        no_revision.revision = None;
+        unknown.apply(no_revision, &me);
+        assert!(
+            !has_other(&unknown),
+            "without a snapshot revision every event applies"
+        );
     }
 }

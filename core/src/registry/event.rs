@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{NodePath, SessionId, SessionInfo, Stat};
+use super::{NodePath, Revision, SessionId, SessionInfo, Stat};
 
 /// What happened to a node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -26,6 +26,11 @@ pub struct WatchEvent {
     pub data: Vec<u8>,
     /// The node's metadata after the change; `None` for a deletion.
     pub stat: Option<Stat>,
+    /// The registry revision of the write that made the change (etcd's revision, the
+    /// in-memory store's), for a deletion too; `None` if the backend cannot tell (ZooKeeper,
+    /// whose watch events and reads on one session come in order anyway). Comparable with a
+    /// [`Tree`](super::Tree)'s revision: an event at or below it is already in that snapshot.
+    pub revision: Option<Revision>,
 }
 
 /// A change of the client's session.

@@ -31,7 +31,7 @@ pub use error::{ErrorClass, RegistryError};
 pub use event::{EventStream, RegistryEvent, SessionEvent, WatchEvent, WatchEventKind};
 pub use path::{NodePath, PathError};
 pub use txn::{Check, TxnOp, TxnOpResult};
-pub use types::{CreateMode, Node, Revision, SessionId, SessionInfo, Stat, Version};
+pub use types::{CreateMode, Node, Revision, SessionId, SessionInfo, Stat, Tree, Version};
 
 /// A client of a registry: one session at a time, renewed after expiry.
 ///
@@ -42,8 +42,9 @@ pub use types::{CreateMode, Node, Revision, SessionId, SessionInfo, Stat, Versio
 ///
 /// Only [`Registry::session`], [`Registry::get`], [`Registry::children`],
 /// [`Registry::transact`], [`Registry::watch`] and [`Registry::close`] must be implemented; the
-/// single-operation writes and [`Registry::get_tree`] have default implementations in terms of
-/// them, which a backend may replace with cheaper native calls.
+/// single-operation writes, [`Registry::get_tree`] and [`Registry::read_tree`] have default
+/// implementations in terms of them, which a backend may replace with cheaper native calls (and,
+/// for [`Registry::read_tree`], an atomic read that tells its revision).
 #[async_trait]
 pub trait Registry: Send + Sync {
     /// The live session, or `None` while there is none (connecting, or between an expiry and
@@ -155,6 +156,17 @@ pub trait Registry: Send + Sync {
         Ok(out)
     }
 
+    /// [`Registry::get_tree`] with the revision the read reflects, if the backend reads the
+    /// subtree atomically and can tell it; the default says `None` (a walk of many reads has
+    /// no one revision). A backend that overrides it should make [`Registry::get_tree`] its
+    /// nodes.
+    async fn read_tree(&self, root: &NodePath) -> Result<Tree, RegistryError> {
+        Ok(Tree {
+            nodes: self.get_tree(root).await?,
+            revision: None,
+        })
+    }
+
     /// Deletes `root` and everything below it, children first. Not atomic: a node created
     /// concurrently may make it fail with [`RegistryError::NotEmpty`]; nodes already gone are
     /// fine. Succeeds if `root` does not exist.
@@ -221,7 +233,7 @@ pub enum RegistryOp {
     Get(NodePath),
     /// [`Registry::children`].
     Children(NodePath),
-    /// [`Registry::get_tree`].
+    /// [`Registry::read_tree`].
     GetTree(NodePath),
     /// [`Registry::transact`].
     Transact(Vec<TxnOp>),
@@ -234,8 +246,9 @@ pub enum RegistryReply {
     Node(Option<Node>),
     /// For [`RegistryOp::Children`].
     Children(Vec<String>),
-    /// For [`RegistryOp::GetTree`].
-    Tree(Vec<Node>),
+    /// For [`RegistryOp::GetTree`]: the nodes, and the revision they were read at if the
+    /// backend tells it ([`Registry::read_tree`]).
+    Tree(Tree),
     /// For [`RegistryOp::Transact`].
     Transacted(Vec<TxnOpResult>),
     /// The request failed.
@@ -247,7 +260,7 @@ pub async fn execute<R: Registry + ?Sized>(registry: &R, op: RegistryOp) -> Regi
     let reply = match op {
         RegistryOp::Get(path) => registry.get(&path).await.map(RegistryReply::Node),
         RegistryOp::Children(path) => registry.children(&path).await.map(RegistryReply::Children),
-        RegistryOp::GetTree(path) => registry.get_tree(&path).await.map(RegistryReply::Tree),
+        RegistryOp::GetTree(path) => registry.read_tree(&path).await.map(RegistryReply::Tree),
         RegistryOp::Transact(ops) => registry.transact(ops).await.map(RegistryReply::Transacted),
     };
     reply.unwrap_or_else(RegistryReply::Failed)

@@ -92,3 +92,16 @@ impl Node {
         std::str::from_utf8(&self.data).ok()
     }
 }
+
+/// A subtree read at once: what [`Registry::read_tree`](super::Registry::read_tree) returns.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tree {
+    /// The nodes, parents before children, siblings by name.
+    pub nodes: Vec<Node>,
+    /// The registry revision the whole read reflects, if the read was atomic and the backend
+    /// tells it (etcd's header revision, the in-memory store's); `None` otherwise (ZooKeeper,
+    /// whose tree read is a walk of many reads). Every change at or below it is in `nodes`,
+    /// none above it is: a [`WatchEvent`](super::WatchEvent) whose revision is at or below it
+    /// is stale for this snapshot.
+    pub revision: Option<Revision>,
+}
