@@ -46,6 +46,10 @@ use shardjob_core::registry::{
 };
 use shardjob_core::{InstanceId, JobConfig, ShardingStrategy};
 
+/// How many timeouts in a row a node's timer may stay due before the machine is taken to
+/// spin ([`Cluster`]'s timeouts): at a step of a millisecond, a simulated second.
+const BUSY_TIMER_STEPS: u32 = 1_000;
+
 /// Why the cluster refused a node or an operator's write. Nothing is changed when it does.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
@@ -1281,7 +1285,29 @@ impl Cluster {
             let t = self.time_of(n);
             self.nodes[n].machine.handle_timeout(t);
             self.pump(n);
-            // A timeout that stays due is handled again at the next step of time, not now.
+            // A timeout that stays due is handled again at the next step of time, not now. One
+            // that stays due step after step is a machine spinning (a driver would run it in a
+            // busy loop): after a simulated second of it, that is a violation, said once.
+            // From then on the node is woken once a second only, so that the world goes on.
+            let node = &mut self.nodes[n];
+            if node.machine.poll_timeout().is_some_and(|t| t <= now) {
+                node.due_streak = node.due_streak.saturating_add(1);
+                if node.due_streak >= BUSY_TIMER_STEPS {
+                    node.timer = Some(Some(now.saturating_add(1_000)));
+                }
+                if node.due_streak == BUSY_TIMER_STEPS {
+                    self.invariant_violations.push((
+                        now,
+                        n,
+                        format!(
+                            "its timer stayed due through {BUSY_TIMER_STEPS} timeouts in a row: \
+                             handle_timeout does not do what poll_timeout asks it for"
+                        ),
+                    ));
+                }
+            } else {
+                node.due_streak = 0;
+            }
         }
         progressed
     }

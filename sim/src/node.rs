@@ -56,6 +56,8 @@ pub struct Node {
     /// The machine's [`Machine::poll_timeout`] as of its last input, or `None` when it has to
     /// be asked again.
     pub(crate) timer: Option<Option<u64>>,
+    /// How many timeouts in a row left its timer still due (a spinning machine).
+    pub(crate) due_streak: u32,
     /// Its live session, if any.
     pub session: Option<SessionId>,
     pub(crate) watch: Option<WatchId>,
@@ -120,6 +122,7 @@ impl Node {
             id,
             machine,
             timer: None,
+            due_streak: 0,
             session: None,
             watch: None,
             process: Process::Up,

@@ -127,6 +127,32 @@ fn the_seed_catches_the_planted_conflict_drops_rest() {
     );
 }
 
+/// A run that ended and waits for its completion to be recorded keeps no lease timer: with
+/// one, the timer stays due once the lease has passed, and the machine spins (the driver
+/// retries a due timer every millisecond) until the completion is recorded. The cluster takes
+/// a timer due through a thousand timeouts in a row for a spinning machine.
+#[cfg(feature = "plant")]
+#[test]
+fn a_lease_timer_kept_after_the_runs_ended_is_caught_spinning() {
+    use shardjob_core::machine::MachineOptions;
+    use shardjob_core::machine::plant::Plant;
+    let mut opts = MachineOptions::new("0.0.0.0@-@0".parse().unwrap());
+    opts.plants.insert(Plant::LeaseTimerAfterEnd);
+    let cfg = WorldConfig {
+        options: Some(opts),
+        ..small(0)
+    };
+    let report = world::run(&cfg);
+    assert!(
+        report
+            .violations
+            .iter()
+            .any(|v| v.checker == "invariant" && v.message.contains("stayed due")),
+        "{:#?}",
+        report.violations
+    );
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     for seed in [1, 17, 99] {

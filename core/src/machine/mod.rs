@@ -919,7 +919,12 @@ impl Machine {
                 }
             }
         }
-        if !self.executions.is_empty() && !self.in_doubt {
+        let guards = if planted!(self.opts, LeaseTimerAfterEnd) {
+            !self.executions.is_empty()
+        } else {
+            self.lease_guards_runs()
+        };
+        if !self.in_doubt && guards {
             at(self.lease_deadline());
         }
         at(self.shutdown);

@@ -74,11 +74,15 @@ pub enum Plant {
     /// Apply every watch event after a reload's snapshot, even one from before the revision
     /// the snapshot was read at: a deletion older than the snapshot hides a node it shows.
     StaleEventAfterReload,
+    /// Keep the lease's deadline as a timer while any execution is kept, ended runs waiting
+    /// for their completion included: once it passes, the timer stays due and the driver
+    /// spins until the completion is recorded.
+    LeaseTimerAfterEnd,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 25] = [
+    pub const ALL: [Plant; 26] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -104,6 +108,7 @@ impl Plant {
         Plant::StaleCache,
         Plant::ConflictDropsRest,
         Plant::StaleEventAfterReload,
+        Plant::LeaseTimerAfterEnd,
     ];
 
     /// The name used on the command line.
@@ -134,6 +139,7 @@ impl Plant {
             Plant::StaleCache => "stale-cache",
             Plant::ConflictDropsRest => "conflict-drops-rest",
             Plant::StaleEventAfterReload => "stale-event-after-reload",
+            Plant::LeaseTimerAfterEnd => "lease-timer-after-end",
         }
     }
 }

@@ -127,16 +127,20 @@ impl Machine {
         self.lease_deadline().is_some_and(|d| now.mono < d)
     }
 
+    /// Whether a run is still going that the lease must stop if it runs out: one neither
+    /// cancelled nor finished. Only then is the lease's deadline a timer (a run that ended and
+    /// waits for its completion to be recorded has nothing left to stop).
+    pub(super) fn lease_guards_runs(&self) -> bool {
+        self.executions
+            .values()
+            .any(|e| !e.cancelled && !e.finished)
+    }
+
     pub(super) fn check_lease(&mut self, now: Now) {
         if planted!(self.opts, NoSelfFencing) {
             return;
         }
-        if self
-            .executions
-            .values()
-            .any(|e| !e.cancelled && !e.finished)
-            && !self.lease_valid(now)
-        {
+        if self.lease_guards_runs() && !self.lease_valid(now) {
             if !self.in_doubt {
                 self.in_doubt = true;
                 self.out
