@@ -136,6 +136,9 @@ pub struct RunRecord {
     /// Virtual ms it started, in true time. A node fires by its own clock, so with a skewed
     /// clock ([`Node::skew`]) a run may start before its fire in true time.
     pub start: u64,
+    /// When it started by its node's clock (epoch ms): [`RunRecord::start`] with the node's
+    /// skew.
+    pub wall_start: i64,
     /// Virtual ms it ended, once it has.
     pub end: Option<u64>,
     /// When cancellation was signalled to it, if it was.
@@ -940,6 +943,7 @@ impl Cluster {
                 kind: exec.kind,
                 token: item.fencing_token.0,
                 start: self.now,
+                wall_start: self.time_of(n).wall.timestamp_millis(),
                 end: None,
                 cancel_signal: None,
                 cancelled: false,

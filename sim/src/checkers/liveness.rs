@@ -141,7 +141,11 @@ pub fn misfires(
 /// of the job's cluster, a fire more than the job's catch-up bound (`catchup_ms`, by job)
 /// before the start (by the clock of the instance that started it) is never started after
 /// it, unless it is a failover of a run that had started before (a run cut short by the
-/// downtime). `slack_ms` covers rounding.
+/// downtime), or a run on time by its own node's clock: a catch-up runs a fire late, and an
+/// instance that runs its fire on time only looks late beside a start stamped by a clock
+/// ahead of its own (seed 7546: an operator's shutdown of the job's last registered instance,
+/// whose clock lagged another's by 100 ms, raced the other's registration as a new start).
+/// `slack_ms` covers rounding.
 pub fn downtime(
     runs: &[RunRecord],
     starts: &[ClusterStart],
@@ -165,7 +169,9 @@ pub fn downtime(
         let Some(s) = list.iter().take_while(|s| s.at <= r.start).last() else {
             continue;
         };
-        if r.fire.saturating_add(bound).saturating_add(slack_ms) < s.wall {
+        let late_by_own_clock =
+            r.wall_start > r.fire.saturating_add(bound).saturating_add(slack_ms);
+        if late_by_own_clock && r.fire.saturating_add(bound).saturating_add(slack_ms) < s.wall {
             out.push(Violation {
                 checker: "downtime",
                 time: r.start,
@@ -313,6 +319,14 @@ mod tests {
             run(o + 61_000, RunKind::Scheduled, 61_000),
         ];
         assert!(downtime(&fine, &starts, &no_bound, 50).is_empty());
+        // A run on time by its own clock, which lags the starter's (seed 7546): it started
+        // after the start in true time, of a fire before it by the starter's clock, but it
+        // was no catch-up. The same run late by its own clock is one.
+        let mut on_time = run(o + 59_900, RunKind::Scheduled, 60_010);
+        on_time.wall_start = o + 59_905;
+        assert!(downtime(&[on_time.clone()], &starts, &no_bound, 50).is_empty());
+        on_time.wall_start = o + 60_010;
+        assert_eq!(downtime(&[on_time], &starts, &no_bound, 50).len(), 1);
     }
 
     #[test]

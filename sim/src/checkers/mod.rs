@@ -40,6 +40,7 @@ pub(crate) fn test_run(start: u64) -> crate::cluster::RunRecord {
         kind: shardjob_core::machine::record::RunKind::Scheduled,
         token: 1,
         start,
+        wall_start: crate::cluster::wall_origin().timestamp_millis() + start as i64,
         end: Some(start + 100),
         cancel_signal: None,
         cancelled: false,
