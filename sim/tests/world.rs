@@ -88,6 +88,29 @@ fn seeds_that_stalled_without_the_safety_sweep_converge() {
 }
 
 #[test]
+fn a_failover_at_a_start_of_a_fire_stamped_by_a_clock_ahead_is_a_catch_up() {
+    // Seed 40585 of CI's world: job2's last instance crashed at +68.3 s in a run of items
+    // 0 to 3 whose fire (+90 s) its clock, 26 s ahead, had stamped; the cluster started again
+    // at +75.6 s, and the failover of that run, which covers the fire at +75 s owed to items
+    // 2 and 3, waited for +90 s by its runner's clock and ended at +91.95 s. The catch-up
+    // checker judges such a failover from its fire, not from the start.
+    let cfg = WorldConfig {
+        duration_ms: 108_000,
+        ..small(40_585)
+    };
+    let report = holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
+    let origin = report.wall_origin.timestamp_millis();
+    assert!(
+        report.records.iter().any(|r| r.job == "job2"
+            && r.item == 2
+            && r.kind == shardjob_core::machine::record::RunKind::Failover
+            && r.fire == origin + 90_000
+            && r.start >= 90_000),
+        "the world no longer has the failover this test is about"
+    );
+}
+
+#[test]
 fn a_seed_whose_split_completion_lost_a_reply_starts_no_fire_twice() {
     // Seed 12663 of CI's world: a job of 133 items under a registry limit, and an instance
     // deaf to the registry. The end of a run of 8 items went in parts of 6 and 2 (the limit

@@ -190,7 +190,10 @@ pub fn downtime(
 /// latest fire within the bound before the start (by the clock of the instance that started
 /// it, `slack_ms` inside either end) completes on every item that ran an earlier fire, within
 /// the job's bound: a run of it or of a later fire ends, not cut short, or its end is
-/// committed in the registry. A run cut short (cancelled while its session was in doubt)
+/// committed in the registry. A failover of a fire later than the start by the starter's
+/// clock (a run cut short by the downtime, its fire stamped by a clock ahead: seed 40585,
+/// 26 s ahead) starts only when its fire comes by its runner's clock: it is judged within the
+/// bound from then, however long after the start that is. A run cut short (cancelled while its session was in doubt)
 /// whose completion the registry committed, even one whose reply was lost, finished its fire:
 /// the machine records the end of a cancelled run like any other, and a fire recorded as
 /// finished is never due again, so there is nothing left to catch up. Jobs whose item count
@@ -247,9 +250,21 @@ pub fn catch_ups(
                 continue;
             }
             let done = mine.iter().any(|r| {
+                // A failover of a fire after the start (by the starter's clock) re-runs a run
+                // cut short by the downtime whose fire a clock ahead stamped: it waits for
+                // that fire by its runner's clock, and is judged from then.
+                let by = if r.kind == RunKind::Failover && r.fire > s.wall {
+                    let came = r.start.saturating_sub(
+                        u64::try_from(r.wall_start.saturating_sub(r.fire)).unwrap_or(0),
+                    );
+                    deadline.max(came.saturating_add(job.bound_ms))
+                } else {
+                    deadline
+                };
                 r.fire >= fire
-                    && ((!r.cancelled && r.end.is_some_and(|e| e <= deadline))
-                        || r.end_committed.is_some_and(|e| e <= deadline))
+                    && (by > to
+                        || (!r.cancelled && r.end.is_some_and(|e| e <= by))
+                        || r.end_committed.is_some_and(|e| e <= by))
             });
             if !done {
                 out.push(Violation {
@@ -380,5 +395,54 @@ mod tests {
         assert!(catch_ups(&[], &starts, &jobs, 0, 120_000, 50).is_empty());
         assert!(catch_ups(&none, &starts, &jobs, 70_000, 120_000, 50).is_empty());
         assert!(catch_ups(&none, &starts, &jobs, 0, 70_000, 50).is_empty());
+        // Seed 40585: a run cut short by the downtime, of a fire at 80 s stamped by a clock
+        // 20 s ahead, is failed over at the start and waits for its fire by its runner's
+        // clock: it ends past the start's bound (75 s) but within the bound from its fire.
+        let mut ahead = run(o + 80_000, RunKind::Failover, 80_010);
+        ahead.wall_start = o + 80_010;
+        ahead.end = Some(82_000);
+        ahead.end_committed = Some(82_001);
+        assert!(
+            catch_ups(
+                &[earlier.clone(), ahead.clone()],
+                &starts,
+                &jobs,
+                0,
+                120_000,
+                50
+            )
+            .is_empty()
+        );
+        // Beyond the bound from its fire: owed still.
+        ahead.end = Some(90_500);
+        ahead.end_committed = Some(90_501);
+        let found = catch_ups(
+            &[earlier.clone(), ahead.clone()],
+            &starts,
+            &jobs,
+            0,
+            120_000,
+            50,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        // Started late by its own clock: judged from when its fire came by that clock.
+        ahead.start = 89_000;
+        ahead.wall_start = o + 89_000;
+        ahead.end = Some(90_500);
+        ahead.end_committed = Some(90_501);
+        let found = catch_ups(
+            &[earlier.clone(), ahead.clone()],
+            &starts,
+            &jobs,
+            0,
+            120_000,
+            50,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        // Only a failover: a scheduled run of a later fire is no catch-up of the missed one.
+        let mut later = run(o + 80_000, RunKind::Scheduled, 80_000);
+        later.end = Some(82_000);
+        let found = catch_ups(&[earlier.clone(), later], &starts, &jobs, 0, 120_000, 50);
+        assert_eq!(found.len(), 1, "{found:?}");
     }
 }
