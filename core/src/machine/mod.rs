@@ -1105,3 +1105,33 @@ fn last_revision(results: &[TxnOpResult]) -> Option<Revision> {
         })
         .max()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Stat;
+
+    /// A claim's run record counts as written, at its new version, whether the claim created
+    /// it or replaced it; a check, a deletion or a missing result is no write.
+    #[test]
+    fn written_version_reads_creates_and_sets_only() {
+        let stat = |v: i64| Stat {
+            version: Version(v),
+            created: Revision(1),
+            modified: Revision(v as u64),
+            ephemeral_owner: None,
+        };
+        let results = [
+            TxnOpResult::Checked,
+            TxnOpResult::Created(stat(0)),
+            TxnOpResult::Set(stat(4)),
+            TxnOpResult::Deleted,
+        ];
+        assert_eq!(written_version(&results, 0), None);
+        assert_eq!(written_version(&results, 1), Some(Version(0)));
+        assert_eq!(written_version(&results, 2), Some(Version(4)));
+        assert_eq!(written_version(&results, 3), None);
+        assert_eq!(written_version(&results, 4), None);
+        assert_eq!(last_revision(&results), Some(Revision(4)));
+    }
+}

@@ -464,3 +464,22 @@ pub struct AuditMark {
     /// Jobs the last audit passed over while something was under way for them.
     pub(super) recheck: std::collections::BTreeSet<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A registry's operation limit leaves, after a transaction's own operations, room for
+    /// whole items only; a limit too small for one still allows one.
+    #[test]
+    fn fit_txn_ops_counts_the_items_a_limit_has_room_for() {
+        let me = crate::InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut opts = MachineOptions::new(me);
+        opts.fit_txn_ops(64);
+        assert_eq!(opts.max_txn_items, Some(7));
+        opts.fit_txn_ops(MachineOptions::OPS_PER_TXN + 2 * MachineOptions::OPS_PER_ITEM - 1);
+        assert_eq!(opts.max_txn_items, Some(1));
+        opts.fit_txn_ops(0);
+        assert_eq!(opts.max_txn_items, Some(1));
+    }
+}

@@ -1011,6 +1011,54 @@ mod tests {
         );
     }
 
+    /// The deletion of a job's `instances` directory clears that directory's bit only; a load
+    /// counts as a change of the cache.
+    #[test]
+    fn a_deleted_directory_goes_alone_and_a_load_is_a_change() {
+        use WatchEventKind::{Created, Deleted};
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut cache = Cache::default();
+        cache.load(Vec::new(), None, &me);
+        assert_eq!((cache.version, cache.plan_version), (1, 1));
+        cache.apply(event(Created, "/j/instances", "", 1), &me);
+        cache.apply(event(Created, "/j/servers", "", 2), &me);
+        assert!(cache.has_dir(Dir::Instances) && cache.has_dir(Dir::Servers));
+        cache.apply(event(Deleted, "/j/instances", "", 3), &me);
+        assert!(!cache.has_dir(Dir::Instances), "the deleted directory went");
+        assert!(cache.has_dir(Dir::Servers) && !cache.has_dir(Dir::Sharding));
+        let version = cache.version;
+        cache.load(Vec::new(), None, &me);
+        assert_eq!(cache.version, version + 1);
+        assert!(!cache.has_dir(Dir::Servers));
+    }
+
+    /// Only the nodes that can say what is disabled (not run state, membership, the leader's
+    /// nodes, failover marks, triggers or rounds) bear on the disabled items.
+    #[test]
+    fn bears_on_disabled_names_the_disabling_nodes() {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        for what in [
+            JobNode::ItemState(0, ItemLeaf::Disabled),
+            JobNode::Server("10.0.0.1".into()),
+            JobNode::Sharding,
+            JobNode::Item(0),
+            JobNode::Config,
+        ] {
+            assert!(bears_on_disabled(&what), "{what:?}");
+        }
+        for what in [
+            JobNode::ItemState(0, ItemLeaf::Running),
+            JobNode::ItemState(0, ItemLeaf::Instance),
+            JobNode::Instance(me.clone()),
+            JobNode::LeaderInstance,
+            JobNode::FailoverItem(0),
+            JobNode::Trigger(me),
+            JobNode::Guarantee,
+        ] {
+            assert!(!bears_on_disabled(&what), "{what:?}");
+        }
+    }
+
     /// The view counts the items with a `running` marker (a change or a repeated deletion of
     /// one counts nothing), and keeps the latest fire done of the run records as they change.
     #[test]
