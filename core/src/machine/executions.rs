@@ -57,7 +57,12 @@ impl Machine {
             // over again.
             let failover = match (run.kind, &v.failover) {
                 (RunKind::Failover, Some(f)) => Some(f.version),
-                (_, Some(f)) if f.ephemeral_owner == Some(sid) => Some(f.version),
+                (_, Some(f))
+                    if f.ephemeral_owner == Some(sid)
+                        && !planted!(self.opts, AdoptDropsTriggerFailover) =>
+                {
+                    Some(f.version)
+                }
                 _ => None,
             };
             // The cache may be behind: start only what the registry confirms is still ours.
