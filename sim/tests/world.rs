@@ -127,6 +127,28 @@ fn a_seed_whose_split_completion_lost_a_reply_starts_no_fire_twice() {
     holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
 }
 
+#[test]
+fn an_adopted_failover_of_a_trigger_leaves_no_failover_node() {
+    // Seed 77786 of CI's world. A manual trigger's run of job0/3 was failed over, its claim's
+    // reply lost: the instance adopted the run, which, recorded as a trigger still, was not
+    // taken for a failover, so its end left the `failover` node of a live session behind. The
+    // item's next owner crashed running it (+44 s), and with that node in place the run was
+    // no orphan: no instance failed it over, nor claimed the item's later fires (44 lost).
+    let cfg = WorldConfig {
+        duration_ms: 108_000,
+        ..small(77_786)
+    };
+    let report = holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
+    let origin = report.wall_origin.timestamp_millis();
+    assert!(
+        report.records.iter().any(|r| r.job == "job0"
+            && r.item == 3
+            && r.kind == shardjob_core::machine::record::RunKind::Failover
+            && r.fire == origin + 44_000),
+        "the world no longer has the failover this test is about"
+    );
+}
+
 #[cfg(feature = "plant")]
 #[test]
 fn the_seed_catches_the_planted_conflict_drops_rest() {

@@ -50,8 +50,19 @@ impl Machine {
             if run.instance != *me {
                 continue;
             }
+            // The `failover` node this claim created, to be removed with the run's end: a
+            // failed-over run is recorded as a failover, or, for a manual trigger's run, as
+            // a trigger still (see `claims`), so the node is recognised by its session too.
+            // Left behind, a live session's node would keep the item from ever being failed
+            // over again.
             let failover = match (run.kind, &v.failover) {
                 (RunKind::Failover, Some(f)) => Some(f.version),
+                (_, Some(f))
+                    if f.ephemeral_owner == Some(sid)
+                        && !planted!(self.opts, AdoptDropsTriggerFailover) =>
+                {
+                    Some(f.version)
+                }
                 _ => None,
             };
             // The cache may be behind: start only what the registry confirms is still ours.

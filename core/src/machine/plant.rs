@@ -78,11 +78,16 @@ pub enum Plant {
     /// for their completion included: once it passes, the timer stays due and the driver
     /// spins until the completion is recorded.
     LeaseTimerAfterEnd,
+    /// When adopting a run whose claim's reply was lost, keep the item's `failover` node for
+    /// removal only if the run is recorded as a failover: a failed-over trigger's run (recorded
+    /// as a trigger) leaves it behind, and while the session lives the item is never failed
+    /// over again.
+    AdoptDropsTriggerFailover,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 26] = [
+    pub const ALL: [Plant; 27] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -109,6 +114,7 @@ impl Plant {
         Plant::ConflictDropsRest,
         Plant::StaleEventAfterReload,
         Plant::LeaseTimerAfterEnd,
+        Plant::AdoptDropsTriggerFailover,
     ];
 
     /// The name used on the command line.
@@ -140,6 +146,7 @@ impl Plant {
             Plant::ConflictDropsRest => "conflict-drops-rest",
             Plant::StaleEventAfterReload => "stale-event-after-reload",
             Plant::LeaseTimerAfterEnd => "lease-timer-after-end",
+            Plant::AdoptDropsTriggerFailover => "adopt-drops-trigger-failover",
         }
     }
 }
