@@ -4,21 +4,12 @@
 
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
-use shardjob_core::machine::{Command, Machine, MachineEvent, MachineOptions, Now};
-use shardjob_core::registry::{
-    RegistryError, RegistryEvent, RegistryOp, RegistryReply, SessionEvent, SessionId, SessionInfo,
-};
-use shardjob_core::{CronExpr, InstanceId, JobConfig};
+mod common;
 
-fn now(mono: u64) -> Now {
-    Now {
-        mono,
-        wall: Utc
-            .timestamp_millis_opt(1_800_000_000_000 + mono as i64)
-            .unwrap(),
-    }
-}
+use common::{every_second, hosting, now};
+use shardjob_core::InstanceId;
+use shardjob_core::machine::{Command, Machine, MachineEvent, MachineOptions};
+use shardjob_core::registry::{RegistryError, RegistryOp, RegistryReply};
 
 /// Answers every load with "not authorized" and every other request with a timeout; returns
 /// the events and whether the session was closed.
@@ -49,23 +40,7 @@ fn machine_with_a_locked_job() -> Machine {
     let me = InstanceId::new("10.0.0.1@-@1").unwrap();
     let mut opts = MachineOptions::new(me);
     opts.shutdown_grace = Duration::from_secs(30);
-    let mut m = Machine::new(opts);
-    let mut config = JobConfig::new("locked", 2);
-    config.cron = Some(CronExpr::parse("* * * * * ?").unwrap());
-    let spec = shardjob_core::machine::JobSpec {
-        config,
-        job_type: "SCRIPT".to_owned(),
-    };
-    m.add_job(spec, now(0)).unwrap();
-    let info = SessionInfo {
-        id: SessionId(7),
-        timeout: Duration::from_secs(10),
-    };
-    m.handle_registry_event(
-        RegistryEvent::Session(SessionEvent::Connected(info)),
-        now(0),
-    );
-    m
+    hosting(opts, every_second("locked"))
 }
 
 /// Runs the machine on its own timer until `until`; returns the time the session was closed.

@@ -3,39 +3,17 @@
 //! machine then registered as the start of a cluster that had another live instance (seed 5268
 //! of the simulator's CI world).
 
-use std::time::Duration;
+mod common;
 
-use chrono::{TimeZone, Utc};
-use shardjob_core::machine::{Command, JobSpec, Machine, MachineOptions, Now};
+use common::{every_second, hosting, load_request, node, now};
+use shardjob_core::machine::{Command, Machine, MachineOptions};
 use shardjob_core::registry::{
-    Check, Node, NodePath, RegistryEvent, RegistryOp, RegistryReply, Revision, SessionEvent,
-    SessionId, SessionInfo, Stat, Tree, TxnOp, Version, WatchEvent, WatchEventKind,
+    Check, NodePath, RegistryEvent, RegistryOp, RegistryReply, RequestId, Revision, SessionId,
+    Tree, TxnOp, WatchEvent, WatchEventKind,
 };
-use shardjob_core::{CronExpr, InstanceId, JobConfig};
+use shardjob_core::{InstanceId, JobConfig};
 
 const OTHER: &str = "/j/instances/10.0.0.2@-@2";
-
-fn now(mono: u64) -> Now {
-    Now {
-        mono,
-        wall: Utc
-            .timestamp_millis_opt(1_800_000_000_000 + mono as i64)
-            .unwrap(),
-    }
-}
-
-fn node(path: &str, data: &str, rev: u64, owner: Option<SessionId>) -> Node {
-    Node {
-        path: NodePath::new(path).unwrap(),
-        data: data.as_bytes().to_vec(),
-        stat: Stat {
-            version: Version(0),
-            created: Revision(rev),
-            modified: Revision(rev),
-            ephemeral_owner: owner,
-        },
-    }
-}
 
 fn deleted(path: &str, rev: u64) -> RegistryEvent {
     RegistryEvent::Node(WatchEvent {
@@ -48,40 +26,17 @@ fn deleted(path: &str, rev: u64) -> RegistryEvent {
 }
 
 /// A machine hosting job `j` on a new session, and the id of its load of the job.
-fn loading() -> (Machine, JobConfig, shardjob_core::registry::RequestId) {
+fn loading() -> (Machine, JobConfig, RequestId) {
     loading_with(MachineOptions::new(
         InstanceId::new("10.0.0.1@-@1").unwrap(),
     ))
 }
 
-fn loading_with(opts: MachineOptions) -> (Machine, JobConfig, shardjob_core::registry::RequestId) {
-    let mut m = Machine::new(opts);
-    let mut config = JobConfig::new("j", 2);
-    config.cron = Some(CronExpr::parse("* * * * * ?").unwrap());
-    let spec = JobSpec {
-        config: config.clone(),
-        job_type: "SCRIPT".to_owned(),
-    };
-    m.add_job(spec, now(0)).unwrap();
-    let info = SessionInfo {
-        id: SessionId(7),
-        timeout: Duration::from_secs(10),
-    };
-    m.handle_registry_event(
-        RegistryEvent::Session(SessionEvent::Connected(info)),
-        now(0),
-    );
-    let mut load = None;
-    while let Some(cmd) = m.poll_command() {
-        if let Command::Registry {
-            id,
-            op: RegistryOp::GetTree(_),
-        } = cmd
-        {
-            load = Some(id);
-        }
-    }
-    (m, config, load.expect("the job's subtree is loaded"))
+fn loading_with(opts: MachineOptions) -> (Machine, JobConfig, RequestId) {
+    let config = every_second("j");
+    let mut m = hosting(opts, config.clone());
+    let load = load_request(&mut m);
+    (m, config, load)
 }
 
 /// The job's subtree: the other instance's node created again at revision 6, read at 6.

@@ -164,6 +164,14 @@ pub struct RunRecord {
     pub session_end: Option<u64>,
 }
 
+impl RunRecord {
+    /// How late it started by its own node's clock, ms: negative for a run started ahead of
+    /// its fire.
+    pub fn late_by_own_clock(&self) -> i64 {
+        self.wall_start.saturating_sub(self.fire)
+    }
+}
+
 /// A registration that found the `instances` node of its job in the store without any instance
 /// node below it: the job's cluster (re)started. Seen by the cluster in the store, not told by
 /// the machine.

@@ -1,6 +1,7 @@
 //! Seeded worlds under every fault, as `cargo test` runs them: small worlds, a few hundred
 //! seeds, and the determinism check. (`.ci/run` runs thousands more with the release binary.)
 
+use shardjob_core::machine::record::RunKind;
 use shardjob_sim::network::Races;
 use shardjob_sim::world::{self, Fault, SeedReport, WorldConfig};
 
@@ -11,6 +12,40 @@ fn small(seed: u64) -> WorldConfig {
         duration_ms: 120_000,
         ..WorldConfig::standard(seed)
     }
+}
+
+/// CI's world (`--instances 3 --jobs 4 --hours 0.03`).
+fn ci(seed: u64) -> WorldConfig {
+    WorldConfig {
+        duration_ms: 108_000,
+        ..small(seed)
+    }
+}
+
+/// The violations of world `cfg` with `plant` switched on in every machine.
+#[cfg(feature = "plant")]
+fn planted(
+    plant: shardjob_core::machine::plant::Plant,
+    cfg: WorldConfig,
+) -> Vec<shardjob_sim::checkers::Violation> {
+    let mut opts = shardjob_core::machine::MachineOptions::new("0.0.0.0@-@0".parse().unwrap());
+    opts.plants.insert(plant);
+    world::run(&WorldConfig {
+        options: Some(opts),
+        ..cfg
+    })
+    .violations
+}
+
+/// Whether the world started a run of `kind` of `job`'s `item` for its fire `fire_s` seconds
+/// after the world's origin: a test of a seed's trace asserts it still has the run it is
+/// about.
+fn ran(report: &SeedReport, job: &str, item: u32, kind: RunKind, fire_s: i64) -> bool {
+    let fire = report.wall_origin.timestamp_millis() + fire_s * 1_000;
+    report
+        .records
+        .iter()
+        .any(|r| r.job == job && r.item == item && r.kind == kind && r.fire == fire)
 }
 
 /// Runs a world and asserts it broke no invariant; `replay` is the binary's flags for it.
@@ -94,16 +129,12 @@ fn a_failover_at_a_start_of_a_fire_stamped_by_a_clock_ahead_is_a_catch_up() {
     // at +75.6 s, and the failover of that run, which covers the fire at +75 s owed to items
     // 2 and 3, waited for +90 s by its runner's clock and ended at +91.95 s. The catch-up
     // checker judges such a failover from its fire, not from the start.
-    let cfg = WorldConfig {
-        duration_ms: 108_000,
-        ..small(40_585)
-    };
-    let report = holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
+    let report = holds(&ci(40_585), "--instances 3 --jobs 4 --hours 0.03");
     let origin = report.wall_origin.timestamp_millis();
     assert!(
         report.records.iter().any(|r| r.job == "job2"
             && r.item == 2
-            && r.kind == shardjob_core::machine::record::RunKind::Failover
+            && r.kind == RunKind::Failover
             && r.fire == origin + 90_000
             && r.start >= 90_000),
         "the world no longer has the failover this test is about"
@@ -120,11 +151,7 @@ fn a_seed_whose_split_completion_lost_a_reply_starts_no_fire_twice() {
     // again under the token they had run with. (`machine.rs`,
     // `an_end_in_parts_whose_first_part_applied_unheard_records_the_rest`, builds the case by
     // hand, so it does not depend on this trace staying as it is.)
-    let cfg = WorldConfig {
-        duration_ms: 108_000,
-        ..small(12_663)
-    };
-    holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
+    holds(&ci(12_663), "--instances 3 --jobs 4 --hours 0.03");
 }
 
 #[test]
@@ -134,17 +161,9 @@ fn an_adopted_failover_of_a_trigger_leaves_no_failover_node() {
     // taken for a failover, so its end left the `failover` node of a live session behind. The
     // item's next owner crashed running it (+44 s), and with that node in place the run was
     // no orphan: no instance failed it over, nor claimed the item's later fires (44 lost).
-    let cfg = WorldConfig {
-        duration_ms: 108_000,
-        ..small(77_786)
-    };
-    let report = holds(&cfg, "--instances 3 --jobs 4 --hours 0.03");
-    let origin = report.wall_origin.timestamp_millis();
+    let report = holds(&ci(77_786), "--instances 3 --jobs 4 --hours 0.03");
     assert!(
-        report.records.iter().any(|r| r.job == "job0"
-            && r.item == 3
-            && r.kind == shardjob_core::machine::record::RunKind::Failover
-            && r.fire == origin + 44_000),
+        ran(&report, "job0", 3, RunKind::Failover, 44),
         "the world no longer has the failover this test is about"
     );
 }
@@ -152,23 +171,13 @@ fn an_adopted_failover_of_a_trigger_leaves_no_failover_node() {
 #[cfg(feature = "plant")]
 #[test]
 fn the_seed_catches_the_planted_conflict_drops_rest() {
-    use shardjob_core::machine::MachineOptions;
     use shardjob_core::machine::plant::Plant;
-    let mut opts = MachineOptions::new("0.0.0.0@-@0".parse().unwrap());
-    opts.plants.insert(Plant::ConflictDropsRest);
-    let cfg = WorldConfig {
-        duration_ms: 108_000,
-        options: Some(opts),
-        ..small(12_663)
-    };
-    let report = world::run(&cfg);
+    let found = planted(Plant::ConflictDropsRest, ci(12_663));
     assert!(
-        report
-            .violations
+        found
             .iter()
             .any(|v| v.checker == "once" && v.message.contains("both with token")),
-        "{:#?}",
-        report.violations
+        "{found:#?}"
     );
 }
 
@@ -179,22 +188,13 @@ fn the_seed_catches_the_planted_conflict_drops_rest() {
 #[cfg(feature = "plant")]
 #[test]
 fn a_lease_timer_kept_after_the_runs_ended_is_caught_spinning() {
-    use shardjob_core::machine::MachineOptions;
     use shardjob_core::machine::plant::Plant;
-    let mut opts = MachineOptions::new("0.0.0.0@-@0".parse().unwrap());
-    opts.plants.insert(Plant::LeaseTimerAfterEnd);
-    let cfg = WorldConfig {
-        options: Some(opts),
-        ..small(0)
-    };
-    let report = world::run(&cfg);
+    let found = planted(Plant::LeaseTimerAfterEnd, small(0));
     assert!(
-        report
-            .violations
+        found
             .iter()
             .any(|v| v.checker == "invariant" && v.message.contains("stayed due")),
-        "{:#?}",
-        report.violations
+        "{found:#?}"
     );
 }
 

@@ -44,7 +44,7 @@ impl JobCopy {
 }
 
 fn apply(nodes: &mut BTreeMap<NodePath, Vec<u8>>, floor: Option<Revision>, event: &WatchEvent) {
-    if matches!((event.revision, floor), (Some(r), Some(f)) if r <= f) {
+    if event.is_in(floor) {
         return;
     }
     if event.kind == WatchEventKind::Deleted {

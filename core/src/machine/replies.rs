@@ -406,15 +406,15 @@ impl Machine {
                             self.retries.insert((t, id));
                         }
                     }
-                    ErrorClass::LostSession => {
+                    class
+                    @ (ErrorClass::LostSession | ErrorClass::Conflict | ErrorClass::Fatal) => {
                         let job = self.executions.get(&id).map(|e| e.job.clone());
                         self.failed(job.as_deref(), "completion", error);
-                        self.complete_lost(id);
-                    }
-                    ErrorClass::Conflict | ErrorClass::Fatal => {
-                        let job = self.executions.get(&id).map(|e| e.job.clone());
-                        self.failed(job.as_deref(), "completion", error);
-                        self.lose_part(id, now);
+                        if class == ErrorClass::LostSession {
+                            self.complete_lost(id);
+                        } else {
+                            self.lose_part(id, now);
+                        }
                     }
                 }
             }
@@ -441,8 +441,15 @@ impl Machine {
         exec.completing = false;
         exec.backoff = 0;
         let (job, started) = (exec.job.clone(), exec.started);
+        self.give_up_items(job, id, &lost, started);
+        self.send_completion(id, now);
+    }
+
+    /// Takes `items` of execution `id` out of the job's `running`, and, if the run started,
+    /// says their end was not recorded ([`MachineEvent::CompletionLost`]).
+    fn give_up_items(&mut self, job: String, id: ExecutionId, items: &[ExecItem], started: bool) {
         if let Some(j) = self.jobs.get_mut(&job) {
-            for it in &lost {
+            for it in items {
                 if j.running.get(&it.item) == Some(&id) {
                     j.running.remove(&it.item);
                 }
@@ -452,10 +459,9 @@ impl Machine {
             self.out
                 .push_back(Command::Event(MachineEvent::CompletionLost {
                     job,
-                    items: lost.iter().map(|i| i.item).collect(),
+                    items: items.iter().map(|i| i.item).collect(),
                 }));
         }
-        self.send_completion(id, now);
     }
 
     /// Forgets an execution whose end cannot be recorded.
@@ -466,20 +472,7 @@ impl Machine {
         if matches!(exec.pending, Some(Ahead::Prepared)) {
             self.out.push_back(Command::Discard(id));
         }
-        if let Some(j) = self.jobs.get_mut(&exec.job) {
-            for it in &exec.items {
-                if j.running.get(&it.item) == Some(&id) {
-                    j.running.remove(&it.item);
-                }
-            }
-        }
-        if exec.started {
-            self.out
-                .push_back(Command::Event(MachineEvent::CompletionLost {
-                    job: exec.job,
-                    items: exec.items.iter().map(|i| i.item).collect(),
-                }));
-        }
+        self.give_up_items(exec.job, id, &exec.items, exec.started);
     }
 
     pub(super) fn finish_shutdown_if_done(&mut self) {

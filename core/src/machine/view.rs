@@ -148,13 +148,10 @@ impl Cache {
         self.view = Arc::new(view);
     }
 
-    /// Whether `event` is older than the last snapshot: its revision is at or below the one
-    /// the snapshot was read at, so the snapshot holds its change already, and applying it
-    /// after the snapshot would undo later changes (a deletion that hides a node created
-    /// again since). An event or a snapshot without a revision is never stale: the backend
-    /// delivers events and read replies in order (ZooKeeper).
+    /// Whether `event` is older than the last snapshot, which holds its change already
+    /// ([`WatchEvent::is_in`]).
     pub fn is_stale(&self, event: &WatchEvent) -> bool {
-        matches!((event.revision, self.floor), (Some(r), Some(floor)) if r <= floor)
+        event.is_in(self.floor)
     }
 
     /// Applies one event of the job's subtree, unless it [is stale](Cache::is_stale). `me`

@@ -33,6 +33,17 @@ pub struct WatchEvent {
     pub revision: Option<Revision>,
 }
 
+impl WatchEvent {
+    /// Whether a snapshot read at `snapshot` (a [`Tree`](super::Tree)'s revision) holds this
+    /// change already: the event's revision is at or below the snapshot's, so applying it on
+    /// top of the snapshot would undo later changes (a deletion hiding a node created again
+    /// since). Without both revisions it never is: such a backend delivers events and read
+    /// replies in order (ZooKeeper).
+    pub fn is_in(&self, snapshot: Option<Revision>) -> bool {
+        matches!((self.revision, snapshot), (Some(r), Some(s)) if r <= s)
+    }
+}
+
 /// A change of the client's session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionEvent {

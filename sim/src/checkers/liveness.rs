@@ -169,9 +169,8 @@ pub fn downtime(
         let Some(s) = list.iter().take_while(|s| s.at <= r.start).last() else {
             continue;
         };
-        let late_by_own_clock =
-            r.wall_start > r.fire.saturating_add(bound).saturating_add(slack_ms);
-        if late_by_own_clock && r.fire.saturating_add(bound).saturating_add(slack_ms) < s.wall {
+        let allowed = bound.saturating_add(slack_ms);
+        if r.late_by_own_clock() > allowed && r.fire.saturating_add(allowed) < s.wall {
             out.push(Violation {
                 checker: "downtime",
                 time: r.start,
@@ -193,8 +192,9 @@ pub fn downtime(
 /// committed in the registry. A failover of a fire later than the start by the starter's
 /// clock (a run cut short by the downtime, its fire stamped by a clock ahead: seed 40585,
 /// 26 s ahead) starts only when its fire comes by its runner's clock: it is judged within the
-/// bound from then, however long after the start that is. A run cut short (cancelled while its session was in doubt)
-/// whose completion the registry committed, even one whose reply was lost, finished its fire:
+/// bound from then, however long after the start that is. A run cut short (cancelled while its
+/// session was in doubt) whose completion the registry committed, even one whose reply was
+/// lost, finished its fire:
 /// the machine records the end of a cancelled run like any other, and a fire recorded as
 /// finished is never due again, so there is nothing left to catch up. Jobs whose item count
 /// may have changed (an operator's) are not passed in: a new item does not run fires from
@@ -254,9 +254,9 @@ pub fn catch_ups(
                 // cut short by the downtime whose fire a clock ahead stamped: it waits for
                 // that fire by its runner's clock, and is judged from then.
                 let by = if r.kind == RunKind::Failover && r.fire > s.wall {
-                    let came = r.start.saturating_sub(
-                        u64::try_from(r.wall_start.saturating_sub(r.fire)).unwrap_or(0),
-                    );
+                    let came = r
+                        .start
+                        .saturating_sub(u64::try_from(r.late_by_own_clock()).unwrap_or(0));
                     deadline.max(came.saturating_add(job.bound_ms))
                 } else {
                     deadline
@@ -363,36 +363,30 @@ mod tests {
         )]);
         // The start at 65 s: the fire at 60 s is within 30 s before it.
         let starts = [start(65_000)];
+        let violations = |runs: &[RunRecord]| catch_ups(runs, &starts, &jobs, 0, 120_000, 50);
         let earlier = run(o + 50_000, RunKind::Scheduled, 50_000);
         let none = [earlier.clone()];
-        let found = catch_ups(&none, &starts, &jobs, 0, 120_000, 50);
+        let found = violations(&none);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].checker, "catch-up");
         let caught_up = [earlier.clone(), run(o + 60_000, RunKind::Misfire, 65_100)];
-        assert!(catch_ups(&caught_up, &starts, &jobs, 0, 120_000, 50).is_empty());
+        assert!(violations(&caught_up).is_empty());
         // Run before the downtime: also fine.
         let before = [earlier.clone(), run(o + 60_000, RunKind::Scheduled, 60_000)];
-        assert!(catch_ups(&before, &starts, &jobs, 0, 120_000, 50).is_empty());
+        assert!(violations(&before).is_empty());
         // Cancelled before the downtime (its session in doubt): owed, unless the registry
         // committed its end (a deaf instance's completion applies and its reply is lost),
         // which finished the fire for every instance.
         let mut cut = run(o + 60_000, RunKind::Scheduled, 60_000);
         cut.cancelled = true;
         cut.end_committed = None;
-        let found = catch_ups(
-            &[earlier.clone(), cut.clone()],
-            &starts,
-            &jobs,
-            0,
-            120_000,
-            50,
-        );
+        let found = violations(&[earlier.clone(), cut.clone()]);
         assert_eq!(found.len(), 1, "{found:?}");
         cut.end_committed = Some(60_200);
-        assert!(catch_ups(&[earlier.clone(), cut], &starts, &jobs, 0, 120_000, 50).is_empty());
+        assert!(violations(&[earlier.clone(), cut]).is_empty());
         // An item that never ran an earlier fire, a start before `from`, or a deadline
         // beyond the end: not checked.
-        assert!(catch_ups(&[], &starts, &jobs, 0, 120_000, 50).is_empty());
+        assert!(violations(&[]).is_empty());
         assert!(catch_ups(&none, &starts, &jobs, 70_000, 120_000, 50).is_empty());
         assert!(catch_ups(&none, &starts, &jobs, 0, 70_000, 50).is_empty());
         // Seed 40585: a run cut short by the downtime, of a fire at 80 s stamped by a clock
@@ -402,47 +396,23 @@ mod tests {
         ahead.wall_start = o + 80_010;
         ahead.end = Some(82_000);
         ahead.end_committed = Some(82_001);
-        assert!(
-            catch_ups(
-                &[earlier.clone(), ahead.clone()],
-                &starts,
-                &jobs,
-                0,
-                120_000,
-                50
-            )
-            .is_empty()
-        );
+        assert!(violations(&[earlier.clone(), ahead.clone()]).is_empty());
         // Beyond the bound from its fire: owed still.
         ahead.end = Some(90_500);
         ahead.end_committed = Some(90_501);
-        let found = catch_ups(
-            &[earlier.clone(), ahead.clone()],
-            &starts,
-            &jobs,
-            0,
-            120_000,
-            50,
-        );
+        let found = violations(&[earlier.clone(), ahead.clone()]);
         assert_eq!(found.len(), 1, "{found:?}");
         // Started late by its own clock: judged from when its fire came by that clock.
         ahead.start = 89_000;
         ahead.wall_start = o + 89_000;
         ahead.end = Some(90_500);
         ahead.end_committed = Some(90_501);
-        let found = catch_ups(
-            &[earlier.clone(), ahead.clone()],
-            &starts,
-            &jobs,
-            0,
-            120_000,
-            50,
-        );
+        let found = violations(&[earlier.clone(), ahead.clone()]);
         assert_eq!(found.len(), 1, "{found:?}");
         // Only a failover: a scheduled run of a later fire is no catch-up of the missed one.
         let mut later = run(o + 80_000, RunKind::Scheduled, 80_000);
         later.end = Some(82_000);
-        let found = catch_ups(&[earlier.clone(), later], &starts, &jobs, 0, 120_000, 50);
+        let found = violations(&[earlier.clone(), later]);
         assert_eq!(found.len(), 1, "{found:?}");
     }
 }

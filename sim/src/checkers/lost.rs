@@ -21,8 +21,9 @@
 //!   the end (its end never recorded, or within `slack_ms` of the end): a fire that comes
 //!   while a run holds its item is a misfire, run right after that run ends and its
 //!   completion is seen (a later fire's misfire run then collapses it), so it is not owed
-//!   yet (the timed misfire check of [`super::liveness`] leaves out such runs alike). It is still lost if even a run at the end would come later than
-//!   the job's calm bound (see [`late`]) after the fire and the nemesis's last act.
+//!   yet (the timed misfire check of [`super::liveness`] leaves out such runs alike). It is
+//!   still lost if even a run at the end would come later than the job's calm bound (see
+//!   [`late`]) after the fire and the nemesis's last act.
 
 use std::collections::BTreeMap;
 
@@ -51,6 +52,20 @@ pub struct Facts<'a> {
     /// By job: how long after its fire, or after the nemesis's last act before its run, a
     /// fire may start at the latest. A job left out is held to no time.
     pub calm_ms: &'a BTreeMap<String, u64>,
+}
+
+impl Facts<'_> {
+    /// When the world calmed down for a fire at virtual `at` by virtual `t`: the later of
+    /// the fire and the nemesis's last act at or before `t`.
+    fn calmed(&self, at: u64, t: u64) -> u64 {
+        self.disruptions
+            .iter()
+            .copied()
+            .filter(|d| *d <= t)
+            .max()
+            .unwrap_or(0)
+            .max(at)
+    }
 }
 
 /// Checks every fire up to the end, less each job's bound.
@@ -175,19 +190,7 @@ pub fn check(
 /// end too (a job held to no calm bound is in time whenever).
 fn waits(mine: &[&RunRecord], name: &str, f: i64, at: u64, facts: &Facts) -> bool {
     let bound = facts.calm_ms.get(name).copied();
-    let in_time = |t: u64| {
-        bound.is_none_or(|b| {
-            let calmed = facts
-                .disruptions
-                .iter()
-                .copied()
-                .filter(|d| *d <= t)
-                .max()
-                .unwrap_or(0)
-                .max(at);
-            t <= calmed.saturating_add(b)
-        })
-    };
+    let in_time = |t: u64| bound.is_none_or(|b| t <= facts.calmed(at, t).saturating_add(b));
     // The item's latest run must be the one that holds it: a run whose session ended holds
     // nothing in the registry (the item moves on, and a run of it elsewhere owes the fire),
     // nor does one that another run of the item followed. A run that ended within the slack
@@ -227,14 +230,7 @@ fn late(
         })
         .min_by_key(|r| r.start)?;
     let at = u64::try_from(f - origin_ms).unwrap_or(0);
-    let calmed = facts
-        .disruptions
-        .iter()
-        .copied()
-        .filter(|d| *d <= cover.start)
-        .max()
-        .unwrap_or(0)
-        .max(at);
+    let calmed = facts.calmed(at, cover.start);
     let edited = facts.operator.iter().any(|(t, p)| {
         *t + facts.slack_ms >= at && *t <= cover.start && p.starts_with(&format!("/{name}/"))
     });
