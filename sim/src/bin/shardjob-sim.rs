@@ -84,6 +84,10 @@ struct Args {
     /// was before them.
     #[arg(long)]
     no_shapes: bool,
+    /// Print each seed's trace hash (`seed N trace 0x…`): two builds that behave alike print
+    /// the same lines, so a change meant to keep behaviour is checked by a diff.
+    #[arg(long)]
+    hashes: bool,
 }
 
 fn main() -> ExitCode {
@@ -121,6 +125,9 @@ fn main() -> ExitCode {
         ignored += report.ignored_cancel;
         fenced += report.fenced_after_pause;
         runs += report.runs;
+        if args.hashes {
+            say!("seed {seed} trace {:#018x}", report.trace_hash);
+        }
         if args.determinism_every > 0 && seed % args.determinism_every == 0 {
             let again = world::run(&cfg);
             if again.trace_hash != report.trace_hash {
