@@ -1014,7 +1014,11 @@ impl Machine {
             self.sweep_at = Some(now.mono.saturating_add(1));
         } else if self.sweep_at.is_some_and(|t| t <= now.mono) {
             let chunk = self.sweep_left.min(SWEEP_CHUNK);
-            self.sweep_left -= chunk;
+            if planted!(self.opts, EndlessSweep) {
+                self.sweep_left /= chunk.max(1);
+            } else {
+                self.sweep_left -= chunk;
+            }
             self.sweep_at = (self.sweep_left > 0).then(|| now.mono.saturating_add(1));
             let after = self.sweep_cursor.take();
             let mut next: Vec<String> = match &after {
