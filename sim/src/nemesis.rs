@@ -80,14 +80,14 @@ pub(crate) enum TriggerStep {
     /// a few ms apart, until one runs).
     CrashRunner { job: String, tries: u32 },
     /// An instance running one of `items` of `job` crashes: one that took none of the
-    /// trigger's runs over since the first crash (at `since`), running an item that one of
-    /// those whose failover claim lost its reply took over (looked for `tries` more times).
-    /// `flagged`: the processes set to lose that reply; `lossy`: those whose loss was used up,
-    /// once the step first looked.
+    /// trigger's runs over since the first crash (in the world's runs from index `since` on),
+    /// running an item that one of those whose failover claim lost its reply took over
+    /// (looked for `tries` more times). `flagged`: the processes set to lose that reply;
+    /// `lossy`: those whose loss was used up, once the step first looked.
     CrashAgain {
         job: String,
         items: BTreeSet<u32>,
-        since: u64,
+        since: usize,
         tries: u32,
         flagged: BTreeSet<usize>,
         lossy: Option<BTreeSet<usize>>,
@@ -709,17 +709,25 @@ impl<'a> Nemesis<'a> {
     fn trigger_step(&mut self, c: &mut Cluster, step: TriggerStep) -> Vec<(u64, TriggerStep)> {
         use shardjob_core::machine::record::RunKind;
         let connected = Self::connected(c);
-        // The processes running items of `job`, with those items, of the runs `wanted`.
+        // The connected processes running items of `job`, with those items, of the runs
+        // `wanted` (from what each process runs now, not from every run of the world).
         let running =
             |c: &Cluster, job: &str, wanted: &dyn Fn(&crate::cluster::RunRecord) -> bool| {
-                let mut by_node: std::collections::BTreeMap<usize, BTreeSet<u32>> =
-                    std::collections::BTreeMap::new();
-                for r in &c.runs {
-                    if r.end.is_none() && r.job == job && connected.contains(&r.node) && wanted(r) {
-                        by_node.entry(r.node).or_default().insert(r.item);
+                let mut by_node: Vec<(usize, BTreeSet<u32>)> = Vec::new();
+                for &n in &connected {
+                    let items: BTreeSet<u32> = c.nodes[n]
+                        .running
+                        .values()
+                        .flat_map(|r| r.runs.iter())
+                        .filter_map(|i| c.runs.get(*i))
+                        .filter(|r| r.end.is_none() && r.job == job && wanted(r))
+                        .map(|r| r.item)
+                        .collect();
+                    if !items.is_empty() {
+                        by_node.push((n, items));
                     }
                 }
-                by_node.into_iter().collect::<Vec<_>>()
+                by_node
             };
         match step {
             TriggerStep::CrashRunner { job, tries } => {
@@ -767,7 +775,7 @@ impl<'a> Nemesis<'a> {
                     TriggerStep::CrashAgain {
                         job,
                         items,
-                        since: c.now,
+                        since: c.runs.len(),
                         tries: 300,
                         flagged,
                         lossy: None,
@@ -798,12 +806,11 @@ impl<'a> Nemesis<'a> {
                 // Who took each item's trigger run over since the first crash.
                 let takers: BTreeSet<(u32, usize)> = c
                     .runs
+                    .get(since..)
+                    .unwrap_or_default()
                     .iter()
                     .filter(|r| {
-                        r.job == job
-                            && r.start >= since
-                            && r.kind == RunKind::Trigger
-                            && items.contains(&r.item)
+                        r.job == job && r.kind == RunKind::Trigger && items.contains(&r.item)
                     })
                     .map(|r| (r.item, r.node))
                     .collect();

@@ -320,4 +320,25 @@ mod tests {
         n.set_reply_loss(5_000);
         assert_eq!(n.reply_loss(), 1_000);
     }
+
+    #[test]
+    fn the_reply_lost_is_that_of_the_next_failover_claim_of_the_job_only() {
+        use shardjob_core::registry::NodePath;
+        let claim = |path: &str| {
+            let path = NodePath::new(path).expect("a valid path");
+            RegistryOp::Transact(vec![TxnOp::create_ephemeral(path, "10.0.0.1@-@1")])
+        };
+        let mut n = node();
+        assert!(!n.take_lost_failover_reply(&claim("/j/sharding/0/failover")));
+        n.set_lose_failover_reply(Some("j".to_owned()));
+        // Another job's failover claim, and a claim of the job's that is no failover, keep
+        // their replies.
+        assert!(!n.take_lost_failover_reply(&claim("/k/sharding/0/failover")));
+        assert!(!n.take_lost_failover_reply(&claim("/j/sharding/0/running")));
+        assert_eq!(n.loses_failover_reply(), Some("j"));
+        // The job's failover claim loses it, once.
+        assert!(n.take_lost_failover_reply(&claim("/j/sharding/3/failover")));
+        assert_eq!(n.loses_failover_reply(), None);
+        assert!(!n.take_lost_failover_reply(&claim("/j/sharding/3/failover")));
+    }
 }
