@@ -94,6 +94,7 @@
 #![warn(missing_docs)]
 
 mod config;
+mod journal;
 mod stream;
 mod txn;
 
@@ -154,6 +155,8 @@ pub(crate) struct Inner {
     /// The live session; `None` between an expiry and the next session, and once closed.
     pub(crate) current: watch::Sender<Option<Arc<Session>>>,
     pub(crate) closed: AtomicBool,
+    /// The streams' journals of this client's writes.
+    pub(crate) journals: journal::Journals,
 }
 
 static ACL_CREATOR_ALL_ANYONE_READ: [zk::Acl; 2] = [
@@ -243,6 +246,7 @@ impl ZkRegistry {
             chroot,
             current,
             closed: AtomicBool::new(false),
+            journals: journal::Journals::default(),
         });
         let session = Arc::new(inner.open().await?);
         let state = session.client.state_watcher();
@@ -437,11 +441,16 @@ impl Registry for ZkRegistry {
                 Ok((w, s.info))
             })
             .await?;
+        // The watch is in place on the server: writes sent from now on are notified to it.
+        let journal = journal::Journal::new(root.clone());
+        self.inner.journals.add(&journal);
+        journal.open(session.id);
         Ok(stream::start(
             Arc::downgrade(&self.inner),
             root.clone(),
             watcher,
             session,
+            journal,
         ))
     }
 

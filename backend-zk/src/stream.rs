@@ -14,6 +14,7 @@ use shardjob_core::registry::{
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
+use crate::journal::{After, Journal};
 use crate::{Inner, Session, map_error, map_stat};
 
 struct ZkEventStream {
@@ -35,14 +36,17 @@ impl Drop for ZkEventStream {
     }
 }
 
+/// Starts the stream of a watch of `root` just added on `session`; `journal` is the stream's
+/// journal of this client's writes, open on that session.
 pub(crate) fn start(
     inner: Weak<Inner>,
     root: NodePath,
     watcher: zk::PersistentWatcher,
     session: SessionInfo,
+    journal: Arc<Journal>,
 ) -> Box<dyn EventStream> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(inner, root, watcher, session, tx));
+    let task = tokio::spawn(run(inner, root, watcher, session, journal, tx));
     Box::new(ZkEventStream { rx, task })
 }
 
@@ -51,6 +55,7 @@ async fn run(
     root: NodePath,
     mut watcher: zk::PersistentWatcher,
     mut session: SessionInfo,
+    journal: Arc<Journal>,
     tx: mpsc::UnboundedSender<RegistryEvent>,
 ) {
     let mut suspended = false;
@@ -82,7 +87,7 @@ async fn run(
                     None => break,
                 }
             }
-            for e in node_events(&inner, burst, &mut vanished).await {
+            for e in node_events(&inner, &journal, burst, &mut vanished).await {
                 if tx.send(e).is_err() {
                     return;
                 }
@@ -95,6 +100,8 @@ async fn run(
                     if suspended {
                         continue;
                     }
+                    // Changes from now until the watch is back may never be notified.
+                    journal.close();
                     suspended = true;
                     vec![SessionEvent::Suspended(session.id)]
                 }
@@ -109,6 +116,7 @@ async fn run(
                     match rewatch(&inner, &root, session.id).await {
                         Some(w) => {
                             watcher = w;
+                            journal.open(session.id);
                             suspended = false;
                             vec![SessionEvent::Reconnected(session.id)]
                         }
@@ -122,6 +130,7 @@ async fn run(
                 }
                 // Expired, AuthFailed: the session is over; the watcher delivers nothing more.
                 _ => {
+                    journal.close();
                     if tx
                         .send(RegistryEvent::Session(SessionEvent::Expired(session.id)))
                         .is_err()
@@ -134,6 +143,7 @@ async fn run(
                         Some((w, info)) => {
                             watcher = w;
                             session = info;
+                            journal.open(info.id);
                             vec![SessionEvent::Connected(info)]
                         }
                         None => {
@@ -202,11 +212,16 @@ fn poll_now(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
     }
 }
 
-/// The registry events of a burst of node events, in order; the data of created and changed
-/// nodes comes from one multi-read. The event of a node that cannot be read ([`Read::Stop`])
-/// is skipped, the others of the burst are kept.
+/// The registry events of a burst of node events, in order.
+///
+/// A created or changed node's data and stat come from the first of these that knows them:
+/// the journal of this client's own writes (see [`crate::journal`]); a deletion of the node
+/// later in the burst (the node is gone by any read made now, and the deletion is reported);
+/// else one multi-read of all the nodes left. The event of a node that cannot be read
+/// ([`Read::Stop`]) is skipped, the others of the burst are kept.
 async fn node_events(
     inner: &Weak<Inner>,
+    journal: &Journal,
     burst: Vec<zk::WatchedEvent>,
     vanished: &mut HashSet<NodePath>,
 ) -> Vec<RegistryEvent> {
@@ -214,19 +229,41 @@ async fn node_events(
         .into_iter()
         .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
         .collect();
+    let patience = match inner.upgrade() {
+        Some(i) => i.config.request_timeout,
+        None => return Vec::new(),
+    };
+    // Every notification takes its path's first journal entry, in order, deletions too.
+    let mut known: Vec<Option<After>> = Vec::with_capacity(events.len());
+    for (_, path) in &events {
+        known.push(journal.next_state(path, patience).await);
+    }
+    // Whether a deletion of the event's node comes later in the burst.
+    let mut deleted_later = vec![false; events.len()];
+    let mut deletions: HashSet<&NodePath> = HashSet::new();
+    for (i, (event_type, path)) in events.iter().enumerate().rev() {
+        deleted_later[i] = deletions.contains(path);
+        if *event_type == zk::EventType::NodeDeleted {
+            deletions.insert(path);
+        }
+    }
+    let wants_data = |event_type: zk::EventType| {
+        matches!(
+            event_type,
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
+        )
+    };
     let to_read: Vec<&NodePath> = events
         .iter()
-        .filter(|(t, _)| {
-            matches!(
-                t,
-                zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
-            )
-        })
-        .map(|(_, p)| p)
+        .zip(known.iter().zip(&deleted_later))
+        .filter(|((t, _), (k, later))| wants_data(*t) && k.is_none() && !**later)
+        .map(|((_, p), _)| p)
         .collect();
     let mut reads = read_many(inner, &to_read).await.into_iter();
     let mut out = Vec::with_capacity(events.len());
-    for (event_type, path) in events {
+    for (((event_type, path), known), deleted_later) in
+        events.into_iter().zip(known).zip(deleted_later)
+    {
         match event_type {
             zk::EventType::NodeCreated | zk::EventType::NodeDataChanged => {
                 let kind = if event_type == zk::EventType::NodeCreated {
@@ -234,7 +271,13 @@ async fn node_events(
                 } else {
                     WatchEventKind::Changed
                 };
-                match reads.next().unwrap_or(Read::Stop) {
+                let read = match known {
+                    Some(After::Exists(data, stat)) => Read::Node(data, stat),
+                    Some(After::Gone) => Read::Gone,
+                    None if deleted_later => Read::Gone,
+                    None => reads.next().unwrap_or(Read::Stop),
+                };
+                match read {
                     Read::Node(data, stat) => {
                         vanished.remove(&path);
                         out.push(RegistryEvent::Node(WatchEvent {
