@@ -38,6 +38,10 @@
 //!   closed; it opens again once the new watch is in place on the server, so every write
 //!   entered afterwards is applied after the watch exists and has its notification.
 //!
+//! An entry is settled by the call that sent the write, when it sees the answer (or is
+//! dropped). A caller that stops polling a write it has started, without dropping it, holds
+//! up the notifications of the write's paths until the request deadline (then they are read).
+//!
 //! The stat of a node created in a multi is missing from ZooKeeper 3.8's answer
 //! (ZOOKEEPER-4026): it is known exactly only when another write of the same multi tells the
 //! multi's zxid (version 0, created and modified at that zxid); otherwise the entry's state is

@@ -54,8 +54,9 @@
 //!   absent, so is the node); if the parent is ephemeral (so the node cannot exist) it becomes
 //!   `check(parent, version_read)`. The pair makes every watcher receive a `NodeCreated` and a
 //!   `NodeDeleted` notification; the streams of this crate drop a `Created` whose node is gone
-//!   when they read it, together with the `Deleted` that follows, so the pair is invisible to
-//!   them (other ZooKeeper clients, such as ElasticJob's, do see it).
+//!   (by its read, the client's own journal, or the `Deleted` later in the same burst),
+//!   together with the `Deleted` that follows, so the pair is invisible to them (other
+//!   ZooKeeper clients, such as ElasticJob's, do see it).
 //!
 //! Checks and operations on a path touched earlier in the same transaction are evaluated
 //! against the transaction's own effects (a multi sees its earlier operations). A check naming
@@ -76,10 +77,24 @@
 //! [`SessionEvent::Reconnected`]: every change after that event is delivered, changes during
 //! the gap may be missed (reload, as the event says).
 //!
-//! ZooKeeper notifications carry no data, so after `NodeCreated` / `NodeDataChanged` the
-//! stream reads the node: the data and stat it reports may be newer than the change the event
-//! stands for (several quick changes give as many events, each with the data read then). A
-//! node that is gone by then is reported by the `Deleted` event that follows.
+//! ZooKeeper notifications carry no data. For `NodeCreated` / `NodeDataChanged` a stream
+//! reports a state of the node at or after the change the event stands for, never an older
+//! one, taken from the first of:
+//!
+//! * **this client's own writes**: each stream keeps a journal of the writes the client sends
+//!   on the session its watch lives on; the notification of such a write carries the data
+//!   sent and the stat the write's answer returned (for a node created in a multi, whose stat
+//!   ZooKeeper 3.8 leaves out, data version 0 at the multi's zxid when another write of the
+//!   multi tells it), exactly what a read right after the write would give. Why this is
+//!   sound, and when the journal gives up and the node is read: the `journal` module;
+//! * **a deletion later in the same burst**: the node is gone by any read made now; the
+//!   event is dropped (a `Created` with its `Deleted`, as for a node gone when read);
+//! * **a read**: the nodes left of a burst of notifications in one multi-read. The data and
+//!   stat may be newer than the change (several quick changes give as many events, each with
+//!   the data read then); a node that is gone by then is reported by the `Deleted` event that
+//!   follows. Before reading, a burst takes the notifications that have arrived meanwhile,
+//!   waiting once for about a millisecond if none has (the server sends a multi's
+//!   notifications in several writes), so that one read serves them all.
 //!
 //! [`SessionEvent`]: shardjob_core::registry::SessionEvent
 //! [`SessionEvent::Suspended`]: shardjob_core::registry::SessionEvent::Suspended

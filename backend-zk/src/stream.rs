@@ -77,17 +77,12 @@ async fn run(
             // take the whole burst that has arrived and read its nodes in one request, not
             // one request per node.
             let mut burst = vec![event];
-            while burst.len() < MAX_BURST {
-                match poll_now(&mut watcher) {
-                    Some(e) if is_node_event(&e) => burst.push(e),
-                    Some(e) => {
-                        stash = Some(e);
-                        break;
-                    }
-                    None => break,
-                }
-            }
-            for e in node_events(&inner, &journal, burst, &mut vanished).await {
+            take_arrived(&mut watcher, &mut burst, &mut stash, MAX_BURST);
+            let mut arrived = Arrived {
+                watcher: &mut watcher,
+                stash: &mut stash,
+            };
+            for e in node_events(&inner, &journal, burst, &mut arrived, &mut vanished).await {
                 if tx.send(e).is_err() {
                     return;
                 }
@@ -191,6 +186,11 @@ enum Read {
 /// The most node events read in one request.
 const MAX_BURST: usize = 512;
 
+/// How long a burst whose nodes must be read waits, once, for more notifications before it
+/// reads: the server sends a transaction's notifications in several writes, and another
+/// client's transaction often lands right after this client's own.
+const LINGER: Duration = Duration::from_millis(1);
+
 fn is_node_event(event: &zk::WatchedEvent) -> bool {
     matches!(
         event.event_type,
@@ -199,6 +199,29 @@ fn is_node_event(event: &zk::WatchedEvent) -> bool {
             | zk::EventType::NodeDeleted
             | zk::EventType::NodeChildrenChanged
     )
+}
+
+/// Adds the node events that have arrived to `burst`, until it holds `limit`; the first
+/// other event goes to `stash` (and ends the burst: what follows it is handled after it).
+fn take_arrived(
+    watcher: &mut zk::PersistentWatcher,
+    burst: &mut Vec<zk::WatchedEvent>,
+    stash: &mut Option<zk::WatchedEvent>,
+    limit: usize,
+) {
+    while stash.is_none() && burst.len() < limit {
+        match poll_now(watcher) {
+            Some(e) if is_node_event(&e) => burst.push(e),
+            Some(e) => *stash = Some(e),
+            None => break,
+        }
+    }
+}
+
+/// The watcher, for a burst to take the node events that arrive while it is handled.
+struct Arrived<'a> {
+    watcher: &'a mut zk::PersistentWatcher,
+    stash: &'a mut Option<zk::WatchedEvent>,
 }
 
 /// The watcher's next event if it has already arrived. `changed` only takes an event from the
@@ -223,43 +246,53 @@ async fn node_events(
     inner: &Weak<Inner>,
     journal: &Journal,
     burst: Vec<zk::WatchedEvent>,
+    arrived: &mut Arrived<'_>,
     vanished: &mut HashSet<NodePath>,
 ) -> Vec<RegistryEvent> {
-    let events: Vec<(zk::EventType, NodePath)> = burst
-        .into_iter()
-        .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
-        .collect();
     let patience = match inner.upgrade() {
         Some(i) => i.config.request_timeout,
         None => return Vec::new(),
     };
-    // Every notification takes its path's first journal entry, in order, deletions too.
-    let mut known: Vec<Option<After>> = Vec::with_capacity(events.len());
-    for (_, path) in &events {
-        known.push(journal.next_state(path, patience).await);
-    }
-    // Whether a deletion of the event's node comes later in the burst.
-    let mut deleted_later = vec![false; events.len()];
-    let mut deletions: HashSet<&NodePath> = HashSet::new();
-    for (i, (event_type, path)) in events.iter().enumerate().rev() {
-        deleted_later[i] = deletions.contains(path);
-        if *event_type == zk::EventType::NodeDeleted {
-            deletions.insert(path);
+    let mut events: Vec<(zk::EventType, NodePath)> = Vec::with_capacity(burst.len());
+    let mut known: Vec<Option<After>> = Vec::with_capacity(burst.len());
+    let mut more = burst;
+    let mut lingered = false;
+    let to_read = loop {
+        for (event_type, path) in more
+            .drain(..)
+            .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
+        {
+            // Every notification takes its path's first journal entry, in order, deletions
+            // too.
+            known.push(journal.next_state(&path, patience).await);
+            events.push((event_type, path));
         }
-    }
-    let wants_data = |event_type: zk::EventType| {
-        matches!(
-            event_type,
-            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
-        )
+        let to_read = unknown_data(&events, &known);
+        // Before reading, take the notifications that arrived meanwhile (the rest of a
+        // transaction's, another client's, often come while the journal waited for an
+        // answer): one read serves them all. Up to the burst's size.
+        let room = MAX_BURST.saturating_sub(events.len());
+        if to_read.is_empty() || arrived.stash.is_some() || room == 0 {
+            break to_read;
+        }
+        tokio::task::yield_now().await;
+        take_arrived(arrived.watcher, &mut more, arrived.stash, room);
+        if more.is_empty() {
+            if lingered {
+                break to_read;
+            }
+            // Once per burst, a moment for the rest of what is on its way.
+            lingered = true;
+            tokio::time::sleep(LINGER).await;
+            take_arrived(arrived.watcher, &mut more, arrived.stash, room);
+            if more.is_empty() {
+                break to_read;
+            }
+        }
     };
-    let to_read: Vec<&NodePath> = events
-        .iter()
-        .zip(known.iter().zip(&deleted_later))
-        .filter(|((t, _), (k, later))| wants_data(*t) && k.is_none() && !**later)
-        .map(|((_, p), _)| p)
-        .collect();
-    let mut reads = read_many(inner, &to_read).await.into_iter();
+    let paths: Vec<&NodePath> = to_read.iter().map(|i| &events[*i].1).collect();
+    let mut reads = read_many(inner, &paths).await.into_iter();
+    let deleted_later = deleted_later(&events);
     let mut out = Vec::with_capacity(events.len());
     for (((event_type, path), known), deleted_later) in
         events.into_iter().zip(known).zip(deleted_later)
@@ -314,6 +347,37 @@ async fn node_events(
         }
     }
     out
+}
+
+/// For each event, whether a deletion of its node comes later in the burst.
+fn deleted_later(events: &[(zk::EventType, NodePath)]) -> Vec<bool> {
+    let mut later = vec![false; events.len()];
+    let mut deletions: HashSet<&NodePath> = HashSet::new();
+    for (i, (event_type, path)) in events.iter().enumerate().rev() {
+        later[i] = deletions.contains(path);
+        if *event_type == zk::EventType::NodeDeleted {
+            deletions.insert(path);
+        }
+    }
+    later
+}
+
+/// The positions of the created or changed nodes of a burst whose data must be read: neither
+/// the journal knows it (`known`) nor a later deletion in the burst settles it.
+fn unknown_data(events: &[(zk::EventType, NodePath)], known: &[Option<After>]) -> Vec<usize> {
+    let later = deleted_later(events);
+    events
+        .iter()
+        .enumerate()
+        .filter(|(i, (event_type, _))| {
+            matches!(
+                event_type,
+                zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
+            ) && known[*i].is_none()
+                && !later[*i]
+        })
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// Reads several nodes in one request (ZooKeeper's multi-read), one read per node when there

@@ -820,6 +820,29 @@ pub async fn own_writes_events_carry_their_data_and_version(b: &dyn Backend) {
     }
     assert_eq!(at, 2, "the last event shows the last change");
     assert_eq!(quiet(&mut events, Duration::from_millis(300)).await, None);
+
+    // Writes sent together, each before the one before is answered: every event still shows
+    // its own write's data and stat (a read after the first notification would show a later
+    // one).
+    let n = 20;
+    let writes = (0..n).map(|i| {
+        let w = &w;
+        async move {
+            let data = format!("p{i}").into_bytes();
+            let stat = w.set(&p("/j/a"), data.clone(), None).await.unwrap();
+            (data, stat)
+        }
+    });
+    let mut applied = futures_util::future::join_all(writes).await;
+    applied.sort_by_key(|(_, stat)| stat.modified);
+    for (i, (data, stat)) in applied.into_iter().enumerate() {
+        let e = next_node(&mut events).await;
+        assert_eq!(
+            (e.kind, e.path.as_str(), e.data, e.stat),
+            (WatchEventKind::Changed, "/j/a", data, Some(stat)),
+            "pipelined write {i}"
+        );
+    }
     w.close().await.unwrap();
     c.close().await.unwrap();
 }
