@@ -34,6 +34,13 @@
 //! * A multi applies all its operations at one zxid: each entry of a path stands for the
 //!   state the whole multi left it in (a `create` and `delete` pair of an `Absent` check
 //!   leaves it absent).
+//! * A node's events must never take it back in time. A journal state is that of a write
+//!   already answered, so a read sent afterwards shows it or later; and before the stream
+//!   reads a node it forgets the node's entries, under the lock of entering and sending:
+//!   their writes were sent before the read, which shows them or later, so their states must
+//!   not stand for the notifications still to come (an entry entered after the read is a
+//!   write applied after it). Within one burst, a node read stands for all its events from
+//!   the first that needed the read.
 //! * When the watch is lost or replaced (disconnection, expiry) the journal is emptied and
 //!   closed; it opens again once the new watch is in place on the server, so every write
 //!   entered afterwards is applied after the watch exists and has its notification.
@@ -215,6 +222,22 @@ impl Journals {
             guard: self.lock(),
             next_write: &self.next_write,
         }
+    }
+}
+
+impl Journals {
+    /// Takes the lock under which the stream of `journal` queues a read of `paths`, after
+    /// forgetting the journal's entries of them: their writes were sent before the read
+    /// (entered and sent under this lock), so the read shows them or later changes, and their
+    /// states, older, must not stand for a notification that comes after the read's (which
+    /// would take the node back in time). Hold the returned value until the read is queued.
+    pub(crate) fn reading(&self, journal: &Journal, paths: &[&NodePath]) -> Sending<'_> {
+        let sending = self.sending();
+        let mut st = journal.state();
+        for path in paths {
+            st.paths.remove(*path);
+        }
+        sending
     }
 }
 
@@ -499,6 +522,22 @@ mod tests {
             jobs.next_state(&p("/jobs/a"), PATIENCE).await,
             Some(exists("a", 0))
         );
+    }
+
+    #[tokio::test]
+    async fn a_read_forgets_the_writes_sent_before_it() {
+        let journals = Journals::default();
+        let j = journal(&journals, "/");
+        let before = enter(&journals, &["/a", "/b"]);
+        drop(journals.reading(&j, &[&p("/a")]));
+        let after = enter(&journals, &["/a"]);
+        before.applied(&[Some(exists("1", 0)), Some(exists("b", 0))]);
+        after.applied(&[Some(exists("2", 1))]);
+        // The read shows the first write or later: the notification that comes after it takes
+        // the write sent after the read.
+        assert_eq!(j.next_state(&p("/a"), PATIENCE).await, Some(exists("2", 1)));
+        assert_eq!(j.next_state(&p("/b"), PATIENCE).await, Some(exists("b", 0)));
+        assert_eq!(j.len(), 0);
     }
 
     #[tokio::test]

@@ -92,9 +92,12 @@
 //! * **a read**: the nodes left of a burst of notifications in one multi-read. The data and
 //!   stat may be newer than the change (several quick changes give as many events, each with
 //!   the data read then); a node that is gone by then is reported by the `Deleted` event that
-//!   follows. Before reading, a burst takes the notifications that have arrived meanwhile,
-//!   waiting once for about a millisecond if none has (the server sends a multi's
-//!   notifications in several writes), so that one read serves them all.
+//!   follows. Before reading, a burst takes the notifications that have arrived meanwhile
+//!   (while it waited for the answers to the client's own writes), so that one read serves
+//!   them all; a node read stands for all its later events of the burst.
+//!
+//! A node's events never take it back in time: its journal states and reads follow the order
+//! of its changes.
 //!
 //! [`SessionEvent`]: shardjob_core::registry::SessionEvent
 //! [`SessionEvent::Suspended`]: shardjob_core::registry::SessionEvent::Suspended
@@ -171,7 +174,7 @@ pub(crate) struct Inner {
     pub(crate) current: watch::Sender<Option<Arc<Session>>>,
     pub(crate) closed: AtomicBool,
     /// The streams' journals of this client's writes.
-    pub(crate) journals: journal::Journals,
+    pub(crate) journals: Arc<journal::Journals>,
 }
 
 static ACL_CREATOR_ALL_ANYONE_READ: [zk::Acl; 2] = [
@@ -261,7 +264,7 @@ impl ZkRegistry {
             chroot,
             current,
             closed: AtomicBool::new(false),
-            journals: journal::Journals::default(),
+            journals: Arc::default(),
         });
         let session = Arc::new(inner.open().await?);
         let state = session.client.state_watcher();
@@ -465,7 +468,10 @@ impl Registry for ZkRegistry {
             root.clone(),
             watcher,
             session,
-            journal,
+            stream::Own {
+                journals: Arc::clone(&self.inner.journals),
+                journal,
+            },
         ))
     }
 

@@ -1,6 +1,6 @@
 //! Event streams: one persistent recursive watch each, read by a background task.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
@@ -14,7 +14,7 @@ use shardjob_core::registry::{
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
-use crate::journal::{After, Journal};
+use crate::journal::{After, Journal, Journals};
 use crate::{Inner, Session, map_error, map_stat};
 
 struct ZkEventStream {
@@ -36,17 +36,23 @@ impl Drop for ZkEventStream {
     }
 }
 
-/// Starts the stream of a watch of `root` just added on `session`; `journal` is the stream's
-/// journal of this client's writes, open on that session.
+/// A stream's journal of this client's writes, with the client's lock over writes and reads.
+pub(crate) struct Own {
+    pub(crate) journals: Arc<Journals>,
+    pub(crate) journal: Arc<Journal>,
+}
+
+/// Starts the stream of a watch of `root` just added on `session`; `own.journal` is open on
+/// that session.
 pub(crate) fn start(
     inner: Weak<Inner>,
     root: NodePath,
     watcher: zk::PersistentWatcher,
     session: SessionInfo,
-    journal: Arc<Journal>,
+    own: Own,
 ) -> Box<dyn EventStream> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(inner, root, watcher, session, journal, tx));
+    let task = tokio::spawn(run(inner, root, watcher, session, own, tx));
     Box::new(ZkEventStream { rx, task })
 }
 
@@ -55,9 +61,10 @@ async fn run(
     root: NodePath,
     mut watcher: zk::PersistentWatcher,
     mut session: SessionInfo,
-    journal: Arc<Journal>,
+    own: Own,
     tx: mpsc::UnboundedSender<RegistryEvent>,
 ) {
+    let journal = &own.journal;
     let mut suspended = false;
     // Paths whose Created was dropped because the node was gone when read: their next
     // Deleted is dropped too.
@@ -82,7 +89,7 @@ async fn run(
                 watcher: &mut watcher,
                 stash: &mut stash,
             };
-            for e in node_events(&inner, &journal, burst, &mut arrived, &mut vanished).await {
+            for e in node_events(&inner, &own, burst, &mut arrived, &mut vanished).await {
                 if tx.send(e).is_err() {
                     return;
                 }
@@ -175,6 +182,7 @@ fn node_path(raw: &str) -> Option<NodePath> {
     }
 }
 
+#[derive(Clone)]
 enum Read {
     Node(Vec<u8>, shardjob_core::registry::Stat),
     Gone,
@@ -185,11 +193,6 @@ enum Read {
 
 /// The most node events read in one request.
 const MAX_BURST: usize = 512;
-
-/// How long a burst whose nodes must be read waits, once, for more notifications before it
-/// reads: the server sends a transaction's notifications in several writes, and another
-/// client's transaction often lands right after this client's own.
-const LINGER: Duration = Duration::from_millis(1);
 
 fn is_node_event(event: &zk::WatchedEvent) -> bool {
     matches!(
@@ -240,11 +243,14 @@ fn poll_now(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
 /// A created or changed node's data and stat come from the first of these that knows them:
 /// the journal of this client's own writes (see [`crate::journal`]); a deletion of the node
 /// later in the burst (the node is gone by any read made now, and the deletion is reported);
-/// else one multi-read of all the nodes left. The event of a node that cannot be read
-/// ([`Read::Stop`]) is skipped, the others of the burst are kept.
+/// else one multi-read of all the nodes left, made once the burst has taken what arrived
+/// while it waited for the journal. A node read stands for its later events of the burst as
+/// well: the read shows the node after them, and a journal state of one of them, older, would
+/// take the node back in time. The event of a node that cannot be read ([`Read::Stop`]) is
+/// skipped, the others of the burst are kept.
 async fn node_events(
     inner: &Weak<Inner>,
-    journal: &Journal,
+    own: &Own,
     burst: Vec<zk::WatchedEvent>,
     arrived: &mut Arrived<'_>,
     vanished: &mut HashSet<NodePath>,
@@ -256,46 +262,40 @@ async fn node_events(
     let mut events: Vec<(zk::EventType, NodePath)> = Vec::with_capacity(burst.len());
     let mut known: Vec<Option<After>> = Vec::with_capacity(burst.len());
     let mut more = burst;
-    let mut lingered = false;
-    let to_read = loop {
+    let first_reads = loop {
         for (event_type, path) in more
             .drain(..)
             .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
         {
             // Every notification takes its path's first journal entry, in order, deletions
             // too.
-            known.push(journal.next_state(&path, patience).await);
+            known.push(own.journal.next_state(&path, patience).await);
             events.push((event_type, path));
         }
-        let to_read = unknown_data(&events, &known);
-        // Before reading, take the notifications that arrived meanwhile (the rest of a
+        let first_reads = first_reads(&events, &known);
+        // Before reading, take the notifications that have arrived meanwhile (the rest of a
         // transaction's, another client's, often come while the journal waited for an
         // answer): one read serves them all. Up to the burst's size.
         let room = MAX_BURST.saturating_sub(events.len());
-        if to_read.is_empty() || arrived.stash.is_some() || room == 0 {
-            break to_read;
+        if first_reads.is_empty() || arrived.stash.is_some() || room == 0 {
+            break first_reads;
         }
         tokio::task::yield_now().await;
         take_arrived(arrived.watcher, &mut more, arrived.stash, room);
         if more.is_empty() {
-            if lingered {
-                break to_read;
-            }
-            // Once per burst, a moment for the rest of what is on its way.
-            lingered = true;
-            tokio::time::sleep(LINGER).await;
-            take_arrived(arrived.watcher, &mut more, arrived.stash, room);
-            if more.is_empty() {
-                break to_read;
-            }
+            break first_reads;
         }
     };
-    let paths: Vec<&NodePath> = to_read.iter().map(|i| &events[*i].1).collect();
-    let mut reads = read_many(inner, &paths).await.into_iter();
+    let paths: Vec<&NodePath> = first_reads.keys().collect();
+    let read: HashMap<NodePath, Read> = paths
+        .iter()
+        .map(|p| (*p).clone())
+        .zip(read_many(inner, own, &paths).await)
+        .collect();
     let deleted_later = deleted_later(&events);
     let mut out = Vec::with_capacity(events.len());
-    for (((event_type, path), known), deleted_later) in
-        events.into_iter().zip(known).zip(deleted_later)
+    for (i, (((event_type, path), known), deleted_later)) in
+        events.into_iter().zip(known).zip(deleted_later).enumerate()
     {
         match event_type {
             zk::EventType::NodeCreated | zk::EventType::NodeDataChanged => {
@@ -304,13 +304,17 @@ async fn node_events(
                 } else {
                     WatchEventKind::Changed
                 };
-                let read = match known {
-                    Some(After::Exists(data, stat)) => Read::Node(data, stat),
-                    Some(After::Gone) => Read::Gone,
-                    None if deleted_later => Read::Gone,
-                    None => reads.next().unwrap_or(Read::Stop),
+                let result = match (first_reads.get(&path), known) {
+                    (Some(first), _) if i >= *first => {
+                        read.get(&path).cloned().unwrap_or(Read::Stop)
+                    }
+                    (_, Some(After::Exists(data, stat))) => Read::Node(data, stat),
+                    (_, Some(After::Gone)) => Read::Gone,
+                    (_, None) if deleted_later => Read::Gone,
+                    // Not reached: an unknown node without a later deletion is read.
+                    (_, None) => Read::Stop,
                 };
-                match read {
+                match result {
                     Read::Node(data, stat) => {
                         vanished.remove(&path);
                         out.push(RegistryEvent::Node(WatchEvent {
@@ -362,28 +366,37 @@ fn deleted_later(events: &[(zk::EventType, NodePath)]) -> Vec<bool> {
     later
 }
 
-/// The positions of the created or changed nodes of a burst whose data must be read: neither
-/// the journal knows it (`known`) nor a later deletion in the burst settles it.
-fn unknown_data(events: &[(zk::EventType, NodePath)], known: &[Option<After>]) -> Vec<usize> {
+/// The nodes of a burst whose data must be read, each with the position of its first event
+/// that needs it: a creation or change that neither the journal knows (`known`) nor a later
+/// deletion in the burst settles. Ordered by path, so reads do not depend on hashing.
+fn first_reads(
+    events: &[(zk::EventType, NodePath)],
+    known: &[Option<After>],
+) -> BTreeMap<NodePath, usize> {
     let later = deleted_later(events);
-    events
-        .iter()
-        .enumerate()
-        .filter(|(i, (event_type, _))| {
-            matches!(
-                event_type,
-                zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
-            ) && known[*i].is_none()
-                && !later[*i]
-        })
-        .map(|(i, _)| i)
-        .collect()
+    let mut first = BTreeMap::new();
+    for (i, (event_type, path)) in events.iter().enumerate() {
+        if matches!(
+            event_type,
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
+        ) && known[i].is_none()
+            && !later[i]
+        {
+            first.entry(path.clone()).or_insert(i);
+        }
+    }
+    first
 }
 
 /// Reads several nodes in one request (ZooKeeper's multi-read), one read per node when there
 /// is only one. Falls back to [`read`] (with its retries) for a node whose result is an error
 /// other than `NoNode`, and for every node when the request fails as a whole.
-async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
+///
+/// Each request is queued under the client's write lock, after forgetting the journal's
+/// entries of the nodes read: those writes were sent before the read, which shows them or
+/// later changes, so their states must not stand for a later notification (see
+/// [`Journals::reading`]).
+async fn read_many(inner: &Weak<Inner>, own: &Own, paths: &[&NodePath]) -> Vec<Read> {
     let batch = if paths.len() > 1 {
         let results = attempt(inner, |session| async move {
             let mut reader = session.client.new_multi_reader();
@@ -392,8 +405,11 @@ async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
                     .add_get_data(p.as_str())
                     .map_err(|e| map_error(e, p, None))?;
             }
-            reader
-                .commit()
+            let request = {
+                let _reading = own.journals.reading(&own.journal, paths);
+                reader.commit()
+            };
+            request
                 .await
                 .map_err(|e| map_error(e, &NodePath::root(), None))
         })
@@ -422,29 +438,30 @@ async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
                     zk::MultiReadResult::Error {
                         err: zk::Error::NoNode,
                     } => Read::Gone,
-                    _ => read(inner, p).await,
+                    _ => read(inner, own, p).await,
                 });
             }
         }
         None => {
             for p in paths {
-                out.push(read(inner, p).await);
+                out.push(read(inner, own, p).await);
             }
         }
     }
     out
 }
 
-/// Reads a node for an event, retrying transient failures until the session ends.
-async fn read(inner: &Weak<Inner>, path: &NodePath) -> Read {
+/// Reads a node for an event, retrying transient failures until the session ends; each
+/// attempt as [`read_many`]'s.
+async fn read(inner: &Weak<Inner>, own: &Own, path: &NodePath) -> Read {
     let mut backoff = Duration::from_millis(20);
     loop {
         let result = attempt(inner, |session| async move {
-            session
-                .client
-                .get_data(path.as_str())
-                .await
-                .map_err(|e| map_error(e, path, None))
+            let request = {
+                let _reading = own.journals.reading(&own.journal, &[path]);
+                session.client.get_data(path.as_str())
+            };
+            request.await.map_err(|e| map_error(e, path, None))
         })
         .await;
         let Some(result) = result else {

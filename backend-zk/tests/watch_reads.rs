@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use shardjob_backend_zk::{ZkConfig, ZkRegistry};
 use shardjob_core::registry::{
-    CreateMode, EventStream, NodePath, Registry, RegistryEvent, TxnOp, WatchEvent, WatchEventKind,
+    CreateMode, EventStream, NodePath, Registry, RegistryEvent, TxnOp, Version, WatchEvent,
+    WatchEventKind,
 };
 use shardjob_testkit::Cluster;
 
@@ -69,7 +70,12 @@ async fn own_writes_are_not_read_back_others_are() {
         let e = next_node(&mut events).await;
         assert_eq!(
             (e.kind, e.path, e.data, e.stat),
-            (WatchEventKind::Created, path.clone(), b"c".to_vec(), Some(created))
+            (
+                WatchEventKind::Created,
+                path.clone(),
+                b"c".to_vec(),
+                Some(created)
+            )
         );
         // A transaction of two writes: its results carry the stats.
         w.transact(vec![
@@ -118,4 +124,78 @@ async fn own_writes_are_not_read_back_others_are() {
     );
     w.close().await.unwrap();
     other.close().await.unwrap();
+}
+
+/// The client's own writes and another client's, to one node, sent together and racing: the
+/// events show the node's versions in order (never an older one after a newer one, as an own
+/// write's state taken after a read of a later change would), each with the data that
+/// version had, and the last event shows the last version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_and_others_writes_racing_keep_the_node_moving_forward() {
+    let zk = Cluster::zookeeper(1).unwrap();
+    let w = client(&zk).await;
+    let other = client(&zk).await;
+    let path = p("/race");
+    w.create(&path, b"0".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let mut events = w.watch(&path).await.unwrap();
+    let rounds = 200;
+    let per_round = 10;
+    let mut data_of = std::collections::HashMap::new();
+    for round in 0..rounds {
+        let writes = (0..2 * per_round).map(|i| {
+            let (client, who) = if i % 2 == 0 { (&w, "w") } else { (&other, "o") };
+            let path = &path;
+            async move {
+                let data = format!("{who}{round}-{i}").into_bytes();
+                let stat = client.set(path, data.clone(), None).await.unwrap();
+                (stat.version, data)
+            }
+        });
+        for (version, data) in futures_join_all(writes).await {
+            data_of.insert(version, data);
+        }
+    }
+    let last = w.get(&path).await.unwrap().unwrap().stat.version;
+    let mut at = Version(0);
+    while at != last {
+        let e = next_node(&mut events).await;
+        let stat = e.stat.expect("a change has a stat");
+        assert!(
+            stat.version.0 >= at.0,
+            "version {:?} after {at:?}: the node went back in time",
+            stat.version
+        );
+        assert_eq!(Some(&e.data), data_of.get(&stat.version), "{e:?}");
+        at = stat.version;
+    }
+    w.close().await.unwrap();
+    other.close().await.unwrap();
+}
+
+/// The futures' outputs, in order, once all are done (polled together).
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output> {
+    let mut handles: Vec<std::pin::Pin<Box<F>>> = futures.map(Box::pin).collect();
+    let mut out: Vec<Option<F::Output>> = handles.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (h, o) in handles.iter_mut().zip(out.iter_mut()) {
+            if o.is_none() {
+                match h.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *o = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("done")).collect()
 }

@@ -775,6 +775,22 @@ pub async fn own_writes_events_carry_their_data_and_version(b: &dyn Backend) {
         let e = next_node(&mut events).await;
         assert_eq!((e.kind, e.path.as_str(), e.data, e.stat), want, "event {i}");
     }
+    // The node an Absent check named (ZooKeeper: created and deleted by the transaction),
+    // created by another client: its event shows it.
+    let absent = c
+        .create(&p("/j/absent"), b"x".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let e = next_node(&mut events).await;
+    assert_eq!(
+        (e.kind, e.path.as_str(), e.data, e.stat),
+        (
+            WatchEventKind::Created,
+            "/j/absent",
+            b"x".to_vec(),
+            Some(absent)
+        )
+    );
 
     // Refused writes of the client, then another client's change, then the client's own.
     let refused = w
