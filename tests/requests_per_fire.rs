@@ -23,8 +23,9 @@
 //! The instance's registry client is wrapped in a counter of the calls the runtime makes
 //! through the `Registry` trait (transactions, reads), so the report tells the core's
 //! requests from what a backend adds on its own (ZooKeeper: the read before a transaction
-//! with value checks, and one multi-read per burst of created or changed nodes a watch
-//! reports, because ZooKeeper's notifications carry no data).
+//! with value checks, and one multi-read per burst of nodes created or changed by other
+//! clients that a watch reports, because ZooKeeper's notifications carry no data; the
+//! client's own writes it takes from its journal).
 //!
 //! etcd refuses a transaction with more than `--max-txn-ops` (default 128) compares or
 //! writes. A claim of `n` items needs `6n + 1` compares and re-sharding a job of `n` items
@@ -452,6 +453,9 @@ async fn requests_per_instance_per_fire() {
 /// Items of the side-by-side job.
 const PAIR_ITEMS: u32 = 10;
 
+/// Item executions: fire and item.
+type Executions = Arc<Mutex<Vec<(DateTime<Utc>, u32)>>>;
+
 /// What one window of [`measure_pair`] measured.
 struct PairWindow {
     /// Server-side counter differences.
@@ -472,7 +476,7 @@ async fn measure_pair(kind: Kind, cluster: &Cluster, run: u32) -> PairWindow {
         Kind::Etcd => "etcd",
     };
     let namespace = format!("rpx-{tag}-{run}");
-    let executions: Arc<Mutex<Vec<(DateTime<Utc>, u32)>>> = Arc::default();
+    let executions: Executions = Arc::default();
     let mut handles = Vec::new();
     let mut calls = Vec::new();
     for n in 1..=2 {
@@ -537,7 +541,7 @@ async fn measure_pair(kind: Kind, cluster: &Cluster, run: u32) -> PairWindow {
 }
 
 /// A job that records each item execution (fire and item) and takes [`BODY`].
-struct Record(Arc<Mutex<Vec<(DateTime<Utc>, u32)>>>);
+struct Record(Executions);
 
 #[async_trait]
 impl SimpleJob for Record {
