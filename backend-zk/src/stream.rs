@@ -275,12 +275,13 @@ async fn node_events(
         let first_reads = first_reads(&events, &known);
         // Before reading, take the notifications that have arrived meanwhile (the rest of a
         // transaction's, another client's, often come while the journal waited for an
-        // answer): one read serves them all. Up to the burst's size.
+        // answer): one read serves them all. Up to the burst's size. Not a moment longer:
+        // the read is sent as soon as it could be (a change followed at once by a deletion
+        // shows only as the deletion when the read comes after both).
         let room = MAX_BURST.saturating_sub(events.len());
         if first_reads.is_empty() || arrived.stash.is_some() || room == 0 {
             break first_reads;
         }
-        tokio::task::yield_now().await;
         take_arrived(arrived.watcher, &mut more, arrived.stash, room);
         if more.is_empty() {
             break first_reads;
