@@ -13,7 +13,6 @@ use shardjob_core::config::ErrorHandlerType;
 use super::email::{EmailSettings, Security};
 use super::webhook::WebhookSettings;
 use super::{Channel, Settings};
-use crate::jobfile::keys::did_you_mean;
 
 /// The `EMAIL` handler's props (ElasticJob's `EmailPropertiesConstants`).
 pub const EMAIL_PROPS: &[&str] = &[
@@ -72,6 +71,14 @@ pub fn owns_key(key: &str) -> bool {
     key == WINDOW_PROP
         || key.starts_with("shardjob.notify.")
         || PREFIXES.iter().any(|(p, _, _)| key.starts_with(p))
+}
+
+/// " (did you mean `x`?)" when `written` looks like a typo of a name in `known`, else nothing.
+fn did_you_mean(written: &str, known: &[&str]) -> String {
+    match shardjob_core::config::nearest_name(written, known) {
+        Some(name) => format!(" (did you mean `{name}`?)"),
+        None => String::new(),
+    }
 }
 
 /// One problem of a notifier's props.

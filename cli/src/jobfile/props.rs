@@ -1,5 +1,5 @@
 //! A job's `props` checked against its type: the keys the SCRIPT and HTTP jobs read (see
-//! [`ScriptJob`](crate::jobs::ScriptJob) and [`HttpJob`](crate::jobs::HttpJob)), with their values parsed as the job
+//! [`ScriptJob`](shardjob::jobs::ScriptJob) and [`HttpJob`](shardjob::jobs::HttpJob)), with their values parsed as the job
 //! will parse them at every run, so a file that would fail every run fails its check.
 //! Prop keys are literal (dotted), never relaxed.
 
@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 
 use super::FileJobKind;
 use super::keys::did_you_mean;
-use crate::jobs::http::{
+use shardjob::jobs::http::{
     PROP_CONNECT_TIMEOUT, PROP_CONTENT_TYPE, PROP_DATA, PROP_FAILURE_STATUS, PROP_METHOD,
     PROP_READ_TIMEOUT, PROP_URI,
 };
-use crate::jobs::{PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT, PROP_TIMEOUT, split_command_line};
+use shardjob::jobs::{PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT, PROP_TIMEOUT, split_command_line};
 
 /// The props a SCRIPT job reads.
 pub const SCRIPT_PROPS: &[&str] = &[PROP_COMMAND_LINE, PROP_TIMEOUT, PROP_OUTPUT_LIMIT];
@@ -66,9 +66,9 @@ pub fn check(kind: FileJobKind, props: &BTreeMap<String, String>) -> Vec<PropPro
                     kind.name()
                 ),
             );
-        } else if crate::notify::owns_key(key) {
+        } else if shardjob::notify::owns_key(key) {
             // The notifiers' props: checked with the job's error handler
-            // (`crate::notify::Settings::from_props`).
+            // (`shardjob::notify::Settings::from_props`).
         } else {
             let known: Vec<&str> = own.iter().chain(SHARDJOB_PROPS).copied().collect();
             let mut hint = did_you_mean(key, &known);

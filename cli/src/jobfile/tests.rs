@@ -255,9 +255,9 @@ fn names_the_registries_refuse_are_refused() {
 #[test]
 fn the_examples_pass() {
     for text in [
-        include_str!("../../examples/jobs.yaml"),
-        include_str!("../../examples/script_jobs.yaml"),
-        include_str!("../../examples/application.yml"),
+        include_str!("../../../examples/jobs.yaml"),
+        include_str!("../../../examples/script_jobs.yaml"),
+        include_str!("../../../examples/application.yml"),
     ] {
         if let Err(e) = load(text) {
             panic!("{e:?}");
