@@ -527,10 +527,15 @@ impl RegistryUrl {
         }
     }
 
+    #[cfg_attr(
+        not(any(feature = "mem", feature = "zk", feature = "etcd")),
+        allow(unused_variables)
+    )]
     async fn connect_once(
         &self,
         options: &ConnectOptions,
     ) -> Result<Arc<dyn Registry>, RegistryUrlError> {
+        #[cfg(any(feature = "mem", feature = "zk", feature = "etcd"))]
         let session_timeout = self.session_timeout().unwrap_or(options.session_timeout);
         #[cfg(any(feature = "zk", feature = "etcd"))]
         let probe_timeout = options.connection_timeout.unwrap_or(Duration::from_secs(2));

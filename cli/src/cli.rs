@@ -662,8 +662,6 @@ fn demo(args: &DemoArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
 pub const RUN_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
-    use crate::jobfile::FileJobKind;
-
     let plan = match plan_run(args, out)? {
         Ok(plan) => plan,
         Err(e) => return Ok(Err(e)),
@@ -711,10 +709,10 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
             }
         }
         let count = plan.jobs.len();
-        for crate::jobfile::FileJob { config, kind } in plan.jobs {
-            builder = match kind {
-                FileJobKind::Script => builder.job(config, shardjob::jobs::ScriptJob),
-                FileJobKind::Http => builder.job(config, shardjob::jobs::HttpJob::new()),
+        for job in plan.jobs {
+            builder = match add_job(builder, job) {
+                Ok(builder) => builder,
+                Err(e) => return Ok(Err(e)),
             };
         }
         let handle = match builder.build().await {
@@ -747,6 +745,32 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     // A job body stuck in a blocking call must not hold the exit up.
     rt.shutdown_timeout(RUNTIME_SHUTDOWN_TIMEOUT);
     outcome
+}
+
+/// Adds a job of the file to the scheduler. A kind this build lacks never gets here (the
+/// file's reader refuses it); should it, it is refused again, never skipped.
+#[cfg_attr(
+    not(all(feature = "script", feature = "http")),
+    allow(unused_imports, unused_variables)
+)]
+fn add_job(
+    builder: shardjob::runtime::SchedulerBuilder,
+    job: crate::jobfile::FileJob,
+) -> Result<shardjob::runtime::SchedulerBuilder, String> {
+    use crate::jobfile::FileJobKind;
+    let crate::jobfile::FileJob { config, kind } = job;
+    match kind {
+        #[cfg(feature = "script")]
+        FileJobKind::Script => Ok(builder.job(config, shardjob::jobs::ScriptJob)),
+        #[cfg(feature = "http")]
+        FileJobKind::Http => Ok(builder.job(config, shardjob::jobs::HttpJob::new())),
+        #[allow(unreachable_patterns)]
+        other => Err(format!(
+            "error: job {}: this shardjob was built without its `{}` feature",
+            config.job_name,
+            other.feature()
+        )),
+    }
 }
 
 /// The registry as the log names it: scheme, servers and namespace (never credentials).

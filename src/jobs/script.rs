@@ -1,12 +1,20 @@
 //! The Script job: runs a command per item, without a shell.
+//!
+//! The prop keys and defaults are always here (a job file names them); the job itself,
+//! [`ScriptJob`], and [`check_prop`] need the `script` feature.
 
+#[cfg(feature = "script")]
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+#[cfg(feature = "script")]
 use async_trait::async_trait;
+#[cfg(feature = "script")]
 use tokio::io::{AsyncRead, AsyncReadExt};
+#[cfg(feature = "script")]
 use tokio::process::Command;
 
+#[cfg(feature = "script")]
 use super::{CapturedOutput, Job, JobError, ShardingContext, split_command_line};
 
 /// The prop holding the command line (required), split into arguments as a shell would quote
@@ -30,9 +38,40 @@ pub const ENV_RUN_KIND: &str = "SHARDJOB_RUN_KIND";
 /// The environment variable that gives a script the item's fencing token (decimal).
 pub const ENV_FENCING_TOKEN: &str = "SHARDJOB_FENCING_TOKEN";
 
+/// Every prop a Script job reads.
+pub const PROPS: &[&str] = &[PROP_COMMAND_LINE, PROP_TIMEOUT, PROP_OUTPUT_LIMIT];
+
+/// The props a Script job cannot run without.
+pub const REQUIRED_PROPS: &[&str] = &[PROP_COMMAND_LINE];
+
+/// Checks one prop's value as [`ScriptJob`] reads it at every run (an empty command line is
+/// left to the check for required props): `Err` says what is wrong. Keys it does not read
+/// pass.
+#[cfg(feature = "script")]
+pub fn check_prop(key: &str, value: &str) -> Result<(), String> {
+    let text = value.trim();
+    match key {
+        PROP_COMMAND_LINE if text.is_empty() => Ok(()),
+        PROP_COMMAND_LINE => split_command_line(value)
+            .map(|_| ())
+            .map_err(|e| format!("cannot be split into words: {e}")),
+        PROP_TIMEOUT => text
+            .parse::<u64>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not a number of milliseconds (0: no timeout)")),
+        PROP_OUTPUT_LIMIT => text
+            .parse::<usize>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not a byte count")),
+        _ => Ok(()),
+    }
+}
+
 /// How long a killed script may take to be reaped, and its pipes to drain, before the item is
 /// reported anyway.
+#[cfg(feature = "script")]
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+#[cfg(feature = "script")]
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// ElasticJob's Script job (type `SCRIPT`): for each item, runs `script.command.line` with the
@@ -47,9 +86,11 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 ///
 /// What the context JSON leaves out (it keeps ElasticJob's fields only) comes in environment
 /// variables: [`ENV_FIRE_TIME`], [`ENV_RUN_KIND`] and [`ENV_FENCING_TOKEN`].
+#[cfg(feature = "script")]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ScriptJob;
 
+#[cfg(feature = "script")]
 enum End {
     Exited(std::process::ExitStatus),
     WaitFailed(std::io::Error),
@@ -57,6 +98,7 @@ enum End {
     Cancelled,
 }
 
+#[cfg(feature = "script")]
 #[async_trait]
 impl Job for ScriptJob {
     fn job_type(&self) -> String {
@@ -179,6 +221,7 @@ impl Job for ScriptJob {
 /// their items fail over to another instance. (Tokio starts it from a runtime worker thread,
 /// which lives as long as the runtime.) Processes the script starts are not covered by the
 /// latter: a supervisor should kill the whole control group (see the README).
+#[cfg(feature = "script")]
 fn own_group_dying_with_us(command: &mut Command) {
     #[cfg(unix)]
     command.process_group(0);
@@ -208,8 +251,10 @@ fn own_group_dying_with_us(command: &mut Command) {
 
 /// A running script's process group, killed when dropped unless cleared (`.0 = None`) once
 /// the script has ended.
+#[cfg(feature = "script")]
 struct Group(Option<u32>);
 
+#[cfg(feature = "script")]
 impl Group {
     fn kill(&mut self) {
         #[cfg(unix)]
@@ -227,12 +272,14 @@ impl Group {
     }
 }
 
+#[cfg(feature = "script")]
 impl Drop for Group {
     fn drop(&mut self) {
         self.kill();
     }
 }
 
+#[cfg(feature = "script")]
 async fn sleep_opt(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
@@ -240,6 +287,7 @@ async fn sleep_opt(d: Option<Duration>) {
     }
 }
 
+#[cfg(feature = "script")]
 fn describe(status: std::process::ExitStatus) -> String {
     if let Some(code) = status.code() {
         return format!("exit status {code}");
@@ -255,6 +303,7 @@ fn describe(status: std::process::ExitStatus) -> String {
 }
 
 /// The last `limit` bytes of a stream.
+#[cfg(feature = "script")]
 #[derive(Debug)]
 struct Tail {
     limit: usize,
@@ -262,6 +311,7 @@ struct Tail {
     dropped: u64,
 }
 
+#[cfg(feature = "script")]
 impl Tail {
     fn new(limit: usize) -> Self {
         Self {
@@ -288,12 +338,14 @@ impl Tail {
     }
 }
 
+#[cfg(feature = "script")]
 fn snapshot(tail: &Mutex<Tail>) -> (String, u64) {
     let mut t = tail.lock().unwrap_or_else(PoisonError::into_inner);
     t.trim();
     (String::from_utf8_lossy(&t.buf).into_owned(), t.dropped)
 }
 
+#[cfg(feature = "script")]
 async fn drain(mut pipe: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
     let mut chunk = [0u8; 8192];
     loop {
@@ -307,7 +359,7 @@ async fn drain(mut pipe: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "script"))]
 mod tests {
     use super::*;
 

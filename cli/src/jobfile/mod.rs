@@ -66,6 +66,22 @@ impl FileJobKind {
             FileJobKind::Http => "HTTP",
         }
     }
+
+    /// The cargo feature that builds the kind in (of this crate and of the library).
+    pub fn feature(self) -> &'static str {
+        match self {
+            FileJobKind::Script => "script",
+            FileJobKind::Http => "http",
+        }
+    }
+
+    /// Whether this build runs jobs of the kind.
+    pub fn built_in(self) -> bool {
+        match self {
+            FileJobKind::Script => cfg!(feature = "script"),
+            FileJobKind::Http => cfg!(feature = "http"),
+        }
+    }
 }
 
 /// Which shape the file has.
@@ -790,6 +806,20 @@ impl Reader<'_> {
             }
             return;
         };
+        if !kind.built_in() {
+            // Refused, never skipped: `run` would otherwise start without the job.
+            self.problem(
+                &path,
+                format!(
+                    "{what}: a {} job, and this shardjob was built without its `{}` feature \
+                     (build it with `--features {}`)",
+                    kind.name(),
+                    kind.feature(),
+                    kind.feature()
+                ),
+            );
+            return;
+        }
         let props_path = at("props");
         for p in props::check(kind, &config.props) {
             let path = match &p.key {
