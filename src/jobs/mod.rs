@@ -19,8 +19,6 @@
 mod dataflow;
 pub mod http;
 pub mod script;
-#[cfg(feature = "script")]
-mod words;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,7 +42,7 @@ pub use script::{
     PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT, PROP_TIMEOUT,
 };
 #[cfg(feature = "script")]
-pub use words::{SplitError, split_command_line};
+pub use script::{SplitError, split_command_line};
 
 /// What one item of a run knows: ElasticJob's `ShardingContext` fields, serialized with exactly
 /// ElasticJob's names and order (`jobName`, `taskId`, `shardingTotalCount`, `jobParameter`,
