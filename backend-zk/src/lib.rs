@@ -121,6 +121,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::{
     EventStream, Node, NodePath, Registry, RegistryError, SessionId, SessionInfo, Stat, TxnOp,
     TxnOpResult, Version,
@@ -328,7 +329,7 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher, mut id: Sess
             }
         });
         drop(strong);
-        let mut backoff = Duration::from_millis(50);
+        let mut retries = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).retries();
         let session = loop {
             let Some(strong) = inner.upgrade() else {
                 return;
@@ -343,8 +344,7 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher, mut id: Sess
                 }
             }
             drop(strong);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            tokio::time::sleep(retries.next_pause()).await;
         };
         let Some(strong) = inner.upgrade() else {
             return;

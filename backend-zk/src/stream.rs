@@ -7,6 +7,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::{
     EventStream, NodePath, RegistryError, RegistryEvent, SessionEvent, SessionId, SessionInfo,
     WatchEvent, WatchEventKind,
@@ -455,7 +456,7 @@ async fn read_many(inner: &Weak<Inner>, own: &Own, paths: &[&NodePath]) -> Vec<R
 /// Reads a node for an event, retrying transient failures until the session ends; each
 /// attempt as [`read_many`]'s.
 async fn read(inner: &Weak<Inner>, own: &Own, path: &NodePath) -> Read {
-    let mut backoff = Duration::from_millis(20);
+    let mut retries = Backoff::new(Duration::from_millis(20), Duration::from_millis(500)).retries();
     loop {
         let result = attempt(inner, |session| async move {
             let request = {
@@ -481,8 +482,7 @@ async fn read(inner: &Weak<Inner>, own: &Own, path: &NodePath) -> Read {
             }
             Err(e) => tracing::debug!(%path, error = %e, "retrying the read of a watched node"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        tokio::time::sleep(retries.next_pause()).await;
     }
 }
 
