@@ -101,7 +101,7 @@ pub use stats::{
     InstanceInfo, ItemInfo, ItemState, JobBrief, JobState, JobStatus, RunInfo, ServerBrief,
 };
 
-pub use view::NamespaceView;
+pub use view::{JobLine, NamespaceView};
 
 use tree::JobTree;
 

@@ -23,6 +23,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
+use shardjob_core::JobConfig;
+use shardjob_core::machine::record::ItemRecord;
 use shardjob_core::registry::{Node, NodePath, Revision, Tree, WatchEvent, WatchEventKind};
 
 use crate::stats::{self, JobBrief, JobStatus, ServerBrief};
@@ -36,6 +39,8 @@ struct JobCopy {
     tree: Option<JobTree>,
     /// The job's line of the list (`None` inside: no `config` node), likewise.
     brief: Option<Option<JobBrief>>,
+    /// The configuration as read (`None` inside: none, or it does not read), likewise.
+    config: Option<Option<JobConfig>>,
 }
 
 impl JobCopy {
@@ -44,12 +49,61 @@ impl JobCopy {
             nodes: nodes.into_iter().map(|n| (n.path.clone(), n)).collect(),
             tree: None,
             brief: None,
+            config: None,
         }
     }
 
     fn changed(&mut self) {
         self.tree = None;
         self.brief = None;
+        self.config = None;
+    }
+
+    fn config(&mut self, job: &str) -> Option<&JobConfig> {
+        if self.config.is_none() {
+            let config = self
+                .tree(job)
+                .config
+                .as_ref()
+                .and_then(|(yaml, _)| stats::read_config(yaml).ok());
+            self.config = Some(config);
+        }
+        self.config.as_ref().and_then(Option::as_ref)
+    }
+
+    fn line(&mut self, job: &str, now: DateTime<Utc>) -> Option<JobLine> {
+        let brief = self.brief(job)?;
+        let next_fire_ms = self.config(job).and_then(|c| {
+            c.cron
+                .as_ref()
+                .and_then(|cron| cron.next_after(now, &c.time_zone))
+                .map(|t| t.timestamp_millis())
+        });
+        let tree = self.tree(job);
+        let mut last_done_ms = None;
+        let mut running = 0;
+        let mut disabled_items = 0;
+        for nodes in tree.items.values() {
+            if nodes.running.is_some() {
+                running += 1;
+            }
+            if nodes.disabled.is_some() {
+                disabled_items += 1;
+            }
+            let done = nodes
+                .execution
+                .as_deref()
+                .and_then(|d| ItemRecord::parse(d).ok())
+                .and_then(|r| r.done);
+            last_done_ms = last_done_ms.max(done);
+        }
+        Some(JobLine {
+            brief,
+            next_fire_ms,
+            last_done_ms,
+            running_items: running,
+            disabled_items,
+        })
     }
 
     fn tree(&mut self, job: &str) -> &JobTree {
@@ -67,6 +121,24 @@ impl JobCopy {
         }
         self.brief.clone().flatten()
     }
+}
+
+/// A job's line of a list that shows more than ElasticJob's brief: the next fire, the last
+/// fire done, the items running now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobLine {
+    /// ElasticJob's brief: name, status, cron, total, instances.
+    #[serde(flatten)]
+    pub brief: JobBrief,
+    /// The schedule's next fire after the `now` given (epoch ms, UTC).
+    pub next_fire_ms: Option<i64>,
+    /// The latest scheduled fire whose run finished, over the items (epoch ms, UTC; shardjob's
+    /// execution records only).
+    pub last_done_ms: Option<i64>,
+    /// Items running now (`running` markers).
+    pub running_items: usize,
+    /// Items disabled (`sharding/{item}/disabled`).
+    pub disabled_items: usize,
 }
 
 /// Where a reload stands.
@@ -219,6 +291,20 @@ impl NamespaceView {
             .iter()
             .filter_map(|name| self.jobs.get_mut(name)?.brief(name))
             .collect()
+    }
+
+    /// Every job's line with the next fire counted from `now`, sorted by name.
+    pub fn lines(&mut self, now: DateTime<Utc>) -> Vec<JobLine> {
+        let names = self.names();
+        names
+            .iter()
+            .filter_map(|name| self.jobs.get_mut(name)?.line(name, now))
+            .collect()
+    }
+
+    /// One job's line with the next fire counted from `now`; `None` without a `config` node.
+    pub fn line(&mut self, job: &str, now: DateTime<Utc>) -> Option<JobLine> {
+        self.jobs.get_mut(job)?.line(job, now)
     }
 
     /// One job's line of the list; `None` without a `config` node.
@@ -382,6 +468,10 @@ mod tests {
         let status = view.status("a", Utc::now()).unwrap();
         assert_eq!(status.items[0].status, crate::ItemState::ShardingFlag);
         assert!(status.next_fire_ms.is_some());
+        let line = view.line("a", Utc::now()).unwrap();
+        assert_eq!(line.next_fire_ms, status.next_fire_ms);
+        assert_eq!((line.running_items, line.disabled_items), (0, 0));
+        assert_eq!(view.lines(Utc::now()).len(), 1);
 
         // A whole job is removed node by node: it is gone.
         let mut paths: Vec<NodePath> = job_nodes("a", 0).into_iter().map(|n| n.path).collect();
