@@ -273,7 +273,15 @@ impl Browser {
         }
     }
 
+    /// Photographs the page to `{name}.png` (without the glow of the rows just updated).
     async fn shot(&self, name: &str) {
+        let _ = self
+            .client
+            .execute(
+                "document.querySelectorAll('.flash-update').forEach(e => e.classList.remove('flash-update'));",
+                vec![],
+            )
+            .await;
         let png = self.client.screenshot().await.expect("a screenshot");
         let path = self.shots.join(format!("{name}.png"));
         fs::write(&path, png).expect("the screenshot written");

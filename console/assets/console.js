@@ -13,7 +13,8 @@
       const diff = Math.round((ms - now) / 1000);
       const abs = Math.abs(diff);
       let rel = "";
-      if (abs < 90) rel = diff >= 0 ? "in " + abs + " s" : abs + " s ago";
+      if (abs < 1) rel = "now";
+      else if (abs < 90) rel = diff >= 0 ? "in " + abs + " s" : abs + " s ago";
       else if (abs < 5400) rel = diff >= 0 ? "in " + Math.round(abs / 60) + " min" : Math.round(abs / 60) + " min ago";
       else if (abs < 172800) rel = diff >= 0 ? "in " + Math.round(abs / 3600) + " h" : Math.round(abs / 3600) + " h ago";
       t.textContent = d.toLocaleString() + (rel ? " (" + rel + ")" : "");
