@@ -222,9 +222,8 @@ fn stream(
                 s.queue.extend(f);
                 continue;
             }
-            if s.app.sessions.get(&s.follower.session_id).is_none() {
-                return None;
-            }
+            // A session that ended (logout, expiry) ends its streams.
+            s.app.sessions.get(&s.follower.session_id)?;
             tokio::select! {
                 got = s.updates.recv() => match got {
                     Ok(update) => {

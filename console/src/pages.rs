@@ -825,9 +825,8 @@ async fn job_page(
     );
     let _ = write!(
         body,
-        "<section class=\"card\" id=\"config\"><h2>Configuration</h2>{}<details{}><summary>As stored (version {})</summary><pre>{}</pre></details></section>",
+        "<section class=\"card\" id=\"config\"><h2>Configuration</h2>{}<details><summary>As stored (version {})</summary><pre>{}</pre></details></section>",
         config_form(&v, job, &form, executor),
-        if invalid { "" } else { "" },
         config.1.0,
         esc(&config.0)
     );

@@ -633,6 +633,8 @@ async fn registries_post(
 }
 
 /// The registry of a path, or the page that says it is unknown.
+// The error is the answer itself, which the handler returns at once (axum's way).
+#[allow(clippy::result_large_err)]
 pub fn registry_of(app: &App, name: &str, api: bool) -> Result<Arc<crate::hub::Live>, Response> {
     app.hub
         .get(name)
