@@ -31,6 +31,10 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::{Value, json};
+use shardjob_backend_zk::{ZkConfig, ZkRegistry};
+use shardjob_core::InstanceId;
+use shardjob_core::layout::JobPaths;
+use shardjob_core::registry::{CreateMode, NodePath, Registry};
 use shardjob_testkit::Cluster;
 
 /// How long any step waits for what it expects: generous, so that a loaded machine only makes
@@ -278,7 +282,10 @@ impl Browser {
         let _ = self
             .client
             .execute(
-                "document.querySelectorAll('.flash-update').forEach(e => e.classList.remove('flash-update'));",
+                "const s = document.createElement('style');\
+                 s.textContent = '.flash-update { animation: none !important; }';\
+                 document.head.appendChild(s);\
+                 document.querySelectorAll('.flash-update').forEach(e => e.classList.remove('flash-update'));",
                 vec![],
             )
             .await;
@@ -491,6 +498,7 @@ impl Browser {
 struct World {
     dir: tempfile::TempDir,
     zk_url: String,
+    zk_connect: String,
     history_url: String,
     trigger_log: PathBuf,
     instances: Vec<Group>,
@@ -564,6 +572,7 @@ impl World {
         }
         World {
             history_url: format!("sqlite://{}", db.display()),
+            zk_connect: zk.connect_string(),
             dir,
             zk_url,
             trigger_log,
@@ -579,6 +588,62 @@ impl World {
         assert!(ok, "shardjob {all:?}: {out}");
         out
     }
+}
+
+/// A job as ElasticJob 3.0.4 leaves it in the namespace (its config node in ElasticJob's
+/// form, one instance on server 192.168.10.11 owning items 0..3, the leader): the returned
+/// client holds the instance's and the leader's ephemeral nodes.
+async fn elasticjob_job(connect: &str, namespace: &str) -> ZkRegistry {
+    const CONFIG: &str = "cron: 0 0 3 1 1 ?\ndescription: ''\ndisabled: false\nfailover: true\n\
+        jobErrorHandlerType: LOG\njobExecutorServiceHandlerType: CPU\njobName: settle304\n\
+        jobParameter: ''\njobShardingStrategyType: AVG_ALLOCATION\nmaxTimeDiffSeconds: -1\n\
+        misfire: true\nmonitorExecution: true\noverwrite: false\nreconcileIntervalMinutes: 10\n\
+        shardingItemParameters: 0=a,1=b,2=c\nshardingTotalCount: 3\nstaticSharding: false\n";
+    let zk = ZkRegistry::connect(
+        ZkConfig::new(connect.to_owned())
+            .namespace(namespace.to_owned())
+            .session_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .expect("ZooKeeper");
+    let job = JobPaths::new("settle304").expect("a job name");
+    let id = InstanceId::new("192.168.10.11@-@4021").expect("an instance id");
+    let put = |path: NodePath, data: String, mode: CreateMode| {
+        let zk = &zk;
+        async move {
+            if let Some(parent) = path.parent() {
+                zk.ensure_path(&parent).await.expect("the parent");
+            }
+            zk.create(&path, data.into_bytes(), mode)
+                .await
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+    };
+    let persistent = CreateMode::Persistent;
+    put(
+        job.root().clone(),
+        "com.example.SettleJob".into(),
+        persistent,
+    )
+    .await;
+    put(job.config(), CONFIG.into(), persistent).await;
+    put(job.server_of(&id), "ENABLED".into(), persistent).await;
+    put(
+        job.instance(&id),
+        format!("jobInstanceId: {id}\nserverIp: 192.168.10.11\n"),
+        CreateMode::Ephemeral,
+    )
+    .await;
+    for item in 0..3 {
+        put(job.item_instance(item), id.as_str().into(), persistent).await;
+    }
+    put(
+        job.leader_instance(),
+        id.as_str().into(),
+        CreateMode::Ephemeral,
+    )
+    .await;
+    zk
 }
 
 /// The console: `shardjob console` on a port of its own, with an admin and a viewer.
@@ -907,6 +972,36 @@ async fn the_console_in_a_browser() {
     .await;
     b.text("main").await;
     b.shot("server").await;
+
+    // --- A job of ElasticJob 3.0.4: read and operated.
+    let _elasticjob = elasticjob_job(&world.zk_connect, "/console-browser").await;
+    b.goto(&format!("/r/{REG}/jobs/settle304")).await;
+    until("ElasticJob's job with its three items", || async {
+        let n = b.count("#sharding tbody tr[id^=item-]").await;
+        if n == 3 {
+            Ok(())
+        } else {
+            b.client.refresh().await.map_err(|e| e.to_string())?;
+            Err(format!("{n} items"))
+        }
+    })
+    .await;
+    let title = b.text("main h1").await;
+    assert!(title.contains("ElasticJob 3.0.x"), "{title}");
+    b.press(
+        "#item-2 button[data-op=disable-item]",
+        "item 2 of ElasticJob's job disabled",
+        || async {
+            match b.status_of("#item-2").await? {
+                s if s == "DISABLED" => Ok(()),
+                other => Err(other),
+            }
+        },
+    )
+    .await;
+    b.shot("job-elasticjob").await;
+    let status = world.cli(&["status", "settle304", "--json"]);
+    assert!(status.contains("DISABLED"), "{status}");
 
     // --- Writes without the CSRF token are refused, by the form's route and by the API.
     b.goto(&format!("/r/{REG}/jobs/tick")).await;
