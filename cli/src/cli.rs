@@ -8,7 +8,8 @@
 //! - `shardjob run <jobs.yaml>` runs config-only jobs (Script, HTTP) until SIGTERM or Ctrl-C, then
 //!   leaves gracefully (recording the job history its file's tracing settings name);
 //! - `shardjob history JOB` lists a job's item runs from the job history
-//!   ([`crate::history_cli`]).
+//!   ([`crate::history_cli`]);
+//! - `shardjob console` serves the web console ([`crate::console_cli`]).
 //!
 //! Every command writes to the writer it is given and returns the process exit code, so tests
 //! run the real code without a subprocess: 0 when all is well, 1 when the input has problems
@@ -78,6 +79,9 @@ pub enum Command {
     Run(RunArgs),
     /// A job's item runs from the job history (`--failed`, `--since 1h`, `--json`).
     History(crate::history_cli::HistoryArgs),
+    /// The web console: every job of every registry, live, with users and roles
+    /// (`--add-user NAME --role admin|viewer` first).
+    Console(crate::console_cli::ConsoleArgs),
     /// Operating a cluster through its registry (`jobs`, `status`, `trigger`, ...).
     #[command(flatten)]
     Ops(crate::ops_cli::OpsCommand),
@@ -255,6 +259,7 @@ pub fn run(cli: Cli, now: DateTime<Utc>, out: &mut dyn Write) -> Result<ExitCode
         Command::Demo(args) => demo(&args, out)?,
         Command::Run(args) => run_jobs(&args, out)?,
         Command::History(args) => crate::history_cli::run(&args, now, out)?,
+        Command::Console(args) => crate::console_cli::run(&args, out)?,
         Command::Ops(c) => return crate::ops_cli::run(c, now, out),
         Command::Config(ConfigCommand::Get(a)) => return crate::ops_cli::run(a, now, out),
         Command::Config(ConfigCommand::Set(a)) => return crate::ops_cli::run(a, now, out),

@@ -12,6 +12,7 @@
 //! - [`ops_cli`]: the operating commands (`jobs`, `status`, `trigger`, `config set`, ...) on
 //!   [`shardjob_ops`];
 //! - [`history_cli`]: `shardjob history JOB`;
+//! - [`console_cli`]: `shardjob console` (the web console);
 //! - [`jobfile`]: job files (a list of ElasticJob jobs, or Spring Boot's `application.yml`);
 //! - `demo`: `shardjob demo` (with the `mem` feature).
 //!
@@ -22,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod console_cli;
 #[cfg(feature = "mem")]
 pub mod demo;
 pub mod history_cli;

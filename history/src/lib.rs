@@ -19,7 +19,10 @@ pub mod url;
 pub mod writer;
 
 pub use event::{ExecutionSource, ItemRun, StatusTrace, TaskState, TraceEvent, trace_id};
-pub use store::{ExecutionQuery, ExecutionRow, Page, SortKey, StatusRow, Store, StoreError};
+pub use store::{
+    ExecutionQuery, ExecutionRow, JobRuns, MinuteCount, Page, SortKey, StatusQuery, StatusRow,
+    Store, StoreError,
+};
 pub use url::{DatabaseUrl, Dialect, UrlError};
 pub use writer::{FlushReport, History, HistoryError, HistoryOptions, HistoryStats};
 

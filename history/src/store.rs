@@ -114,6 +114,25 @@ macro_rules! on_pool {
     };
 }
 
+/// A [`StatusRow`] from a result row of the status table's columns (any dialect).
+macro_rules! status_row {
+    ($r:expr, $err:expr) => {
+        StatusRow {
+            id: trimmed($r.try_get("id").map_err(&$err)?),
+            job_name: trimmed($r.try_get("job_name").map_err(&$err)?),
+            original_task_id: trimmed($r.try_get("original_task_id").map_err(&$err)?),
+            task_id: trimmed($r.try_get("task_id").map_err(&$err)?),
+            slave_id: trimmed($r.try_get("slave_id").map_err(&$err)?),
+            source: trimmed($r.try_get("source").map_err(&$err)?),
+            execution_type: trimmed($r.try_get("execution_type").map_err(&$err)?),
+            sharding_item: trimmed($r.try_get("sharding_item").map_err(&$err)?),
+            state: trimmed($r.try_get("state").map_err(&$err)?),
+            message: $r.try_get("message").map_err(&$err)?,
+            creation_time: $r.try_get("creation_time").map_err(&$err)?,
+        }
+    };
+}
+
 /// A value bound to a built query.
 #[derive(Debug, Clone)]
 enum Bind {
@@ -369,8 +388,12 @@ pub struct StatusRow {
     pub job_name: String,
     /// The task id.
     pub task_id: String,
+    /// The task id it was first created under (ElasticJob's `original_task_id`).
+    pub original_task_id: String,
     /// The slave id (the instance's IP).
     pub slave_id: String,
+    /// Where it came from: `CLOUD_SCHEDULER`, `CLOUD_EXECUTOR` or `LITE_EXECUTOR`.
+    pub source: String,
     /// `READY` or `FAILOVER`.
     pub execution_type: String,
     /// The items (`[0, 1]`).
@@ -395,6 +418,85 @@ pub struct Page<T> {
     pub page: u32,
     /// Rows per page.
     pub page_size: u32,
+}
+
+/// A query of the status trace log, with the filters of ElasticJob's console (job, source,
+/// execution type, state, creation time range), for the console and scripts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusQuery {
+    /// This job only.
+    pub job: Option<String>,
+    /// Jobs whose name starts with this.
+    pub job_prefix: Option<String>,
+    /// `source` (`LITE_EXECUTOR` for ElasticJob-Lite and shardjob).
+    pub source: Option<String>,
+    /// `execution_type` (`READY` or `FAILOVER`).
+    pub execution_type: Option<String>,
+    /// `state` (`TASK_STAGING`, `TASK_RUNNING`, `TASK_FINISHED`, `TASK_ERROR`, ...).
+    pub state: Option<String>,
+    /// Rows created at or after this.
+    pub since: Option<DateTime<Utc>>,
+    /// Rows created before this.
+    pub until: Option<DateTime<Utc>>,
+    /// Newest first.
+    pub descending: bool,
+    /// The page, from 0.
+    pub page: u32,
+    /// Rows per page (1 to 1000).
+    pub page_size: u32,
+}
+
+impl Default for StatusQuery {
+    fn default() -> Self {
+        StatusQuery {
+            job: None,
+            job_prefix: None,
+            source: None,
+            execution_type: None,
+            state: None,
+            since: None,
+            until: None,
+            descending: true,
+            page: 0,
+            page_size: 50,
+        }
+    }
+}
+
+/// The item runs that started in one minute (UTC): how many, how many of them failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MinuteCount {
+    /// The minute (UTC), seconds zero.
+    #[serde(serialize_with = "utc_minute")]
+    pub minute: NaiveDateTime,
+    /// Item runs started in it.
+    pub runs: u64,
+    /// Those that ended unsuccessfully.
+    pub failures: u64,
+}
+
+/// One job's item runs that ended since a time: how many, how many failed, the last.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct JobRuns {
+    /// The job.
+    pub job_name: String,
+    /// Item runs that ended.
+    pub runs: u64,
+    /// Those that failed.
+    pub failures: u64,
+    /// When the last one ended (UTC).
+    #[serde(serialize_with = "utc_text")]
+    pub last_complete: Option<NaiveDateTime>,
+    /// When the last failed one ended (UTC), if one failed.
+    #[serde(serialize_with = "utc_text")]
+    pub last_failure: Option<NaiveDateTime>,
+}
+
+impl JobRuns {
+    /// Whether the job's last run that ended failed.
+    pub fn last_failed(&self) -> bool {
+        self.last_failure.is_some() && self.last_failure == self.last_complete
+    }
 }
 
 /// `text` for a `LIKE … ESCAPE '!'` prefix pattern.
@@ -683,7 +785,8 @@ impl Store {
         let sql = schema::for_dialect(
             self.dialect,
             &format!(
-                "SELECT id, job_name, task_id, slave_id, execution_type, sharding_item, state, \
+                "SELECT id, job_name, original_task_id, task_id, slave_id, source, \
+                 execution_type, sharding_item, state, \
                  message, {created} AS creation_time FROM JOB_STATUS_TRACE_LOG{filter} \
                  ORDER BY creation_time ASC, state ASC LIMIT {}",
                 limit.clamp(1, 100_000)
@@ -694,19 +797,171 @@ impl Store {
             let found = bind_all!(sqlx::query(&sql), binds).fetch_all(p).await.map_err(&err)?;
             let mut rows = Vec::with_capacity(found.len());
             for r in found {
-                rows.push(StatusRow {
-                    id: trimmed(r.try_get("id").map_err(&err)?),
-                    job_name: trimmed(r.try_get("job_name").map_err(&err)?),
-                    task_id: trimmed(r.try_get("task_id").map_err(&err)?),
-                    slave_id: trimmed(r.try_get("slave_id").map_err(&err)?),
-                    execution_type: trimmed(r.try_get("execution_type").map_err(&err)?),
-                    sharding_item: trimmed(r.try_get("sharding_item").map_err(&err)?),
-                    state: trimmed(r.try_get("state").map_err(&err)?),
-                    message: r.try_get("message").map_err(&err)?,
-                    creation_time: r.try_get("creation_time").map_err(&err)?,
-                });
+                rows.push(status_row!(r, err));
             }
             Ok(rows)
+        })
+    }
+
+    /// One page of the status trace log, filtered as ElasticJob's console filters it.
+    pub async fn status_page(&self, q: &StatusQuery) -> Result<Page<StatusRow>, StoreError> {
+        let page_size = q.page_size.clamp(1, 1000);
+        let mut filters = Vec::new();
+        let mut binds = Vec::new();
+        for (column, value) in [
+            ("job_name", &q.job),
+            ("source", &q.source),
+            ("execution_type", &q.execution_type),
+            ("state", &q.state),
+        ] {
+            if let Some(v) = value {
+                filters.push(format!("{column} = ?"));
+                binds.push(Bind::Str(v.clone()));
+            }
+        }
+        if let Some(prefix) = &q.job_prefix {
+            filters.push("job_name LIKE ? ESCAPE '!'".to_owned());
+            binds.push(Bind::Str(like_prefix(prefix)));
+        }
+        if let Some(since) = q.since {
+            filters.push("creation_time >= ?".to_owned());
+            binds.push(Bind::Time(naive(since)));
+        }
+        if let Some(until) = q.until {
+            filters.push("creation_time < ?".to_owned());
+            binds.push(Bind::Time(naive(until)));
+        }
+        let filter = if filters.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", filters.join(" AND "))
+        };
+        let dir = if q.descending { "DESC" } else { "ASC" };
+        let created = match self.dialect {
+            Dialect::MySql => "CAST(creation_time AS DATETIME)",
+            Dialect::Postgres | Dialect::Sqlite => "creation_time",
+        };
+        let offset = u64::from(q.page) * u64::from(page_size);
+        let select = schema::for_dialect(
+            self.dialect,
+            &format!(
+                "SELECT id, job_name, original_task_id, task_id, slave_id, source, \
+                 execution_type, sharding_item, state, message, {created} AS creation_time \
+                 FROM JOB_STATUS_TRACE_LOG{filter} \
+                 ORDER BY creation_time {dir}, id {dir} LIMIT {page_size} OFFSET {offset}"
+            ),
+        );
+        let count = schema::for_dialect(
+            self.dialect,
+            &format!("SELECT COUNT(*) AS n FROM JOB_STATUS_TRACE_LOG{filter}"),
+        );
+        let err = self.sql_err("reading the status trace log");
+        on_pool!(&self.pool, p => {
+            let total: i64 = bind_all!(sqlx::query(&count), binds.clone())
+                .fetch_one(p)
+                .await
+                .map_err(&err)?
+                .try_get("n")
+                .map_err(&err)?;
+            let found = bind_all!(sqlx::query(&select), binds).fetch_all(p).await.map_err(&err)?;
+            let mut rows = Vec::with_capacity(found.len());
+            for r in found {
+                rows.push(status_row!(r, err));
+            }
+            Ok(Page { rows, total: total.max(0) as u64, page: q.page, page_size })
+        })
+    }
+
+    /// The item runs started per minute in `[since, until)`, and how many of them failed,
+    /// oldest minute first; minutes without a run are left out.
+    pub async fn runs_per_minute(
+        &self,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<MinuteCount>, StoreError> {
+        let minute = match self.dialect {
+            Dialect::MySql => "DATE_FORMAT(CAST(start_time AS DATETIME), '%Y-%m-%d %H:%i')",
+            Dialect::Postgres => "to_char(date_trunc('minute', start_time), 'YYYY-MM-DD HH24:MI')",
+            Dialect::Sqlite => "strftime('%Y-%m-%d %H:%M', start_time)",
+        };
+        let failed = failed_condition(self.dialect);
+        let sql = schema::for_dialect(
+            self.dialect,
+            &format!(
+                "SELECT {minute} AS m, COUNT(*) AS runs, \
+                 COUNT(CASE WHEN {failed} THEN 1 END) AS failures \
+                 FROM JOB_EXECUTION_LOG WHERE start_time >= ? AND start_time < ? \
+                 GROUP BY {minute} ORDER BY {minute}"
+            ),
+        );
+        let err = self.sql_err("counting the runs per minute");
+        on_pool!(&self.pool, p => {
+            let found = sqlx::query(&sql)
+                .bind(naive(since))
+                .bind(naive(until))
+                .fetch_all(p)
+                .await
+                .map_err(&err)?;
+            let mut out = Vec::with_capacity(found.len());
+            for r in found {
+                let m: Option<String> = r.try_get("m").map_err(&err)?;
+                let Some(minute) = m.and_then(|m| {
+                    NaiveDateTime::parse_from_str(&format!("{m}:00"), "%Y-%m-%d %H:%M:%S").ok()
+                }) else {
+                    continue;
+                };
+                let runs: i64 = r.try_get("runs").map_err(&err)?;
+                let failures: i64 = r.try_get("failures").map_err(&err)?;
+                out.push(MinuteCount {
+                    minute,
+                    runs: runs.max(0) as u64,
+                    failures: failures.max(0) as u64,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    /// Per job, the item runs that ended at or after `since`: how many, how many failed, when
+    /// the last one and the last failed one ended. By job name.
+    pub async fn job_runs(&self, since: DateTime<Utc>) -> Result<Vec<JobRuns>, StoreError> {
+        let failed = failed_condition(self.dialect);
+        let ts = |expr: &str| match self.dialect {
+            Dialect::MySql => format!("CAST({expr} AS DATETIME)"),
+            Dialect::Postgres | Dialect::Sqlite => expr.to_owned(),
+        };
+        let last = ts("MAX(complete_time)");
+        let last_failed = ts(&format!("MAX(CASE WHEN {failed} THEN complete_time END)"));
+        let sql = schema::for_dialect(
+            self.dialect,
+            &format!(
+                "SELECT job_name, COUNT(*) AS runs, \
+                 COUNT(CASE WHEN {failed} THEN 1 END) AS failures, \
+                 {last} AS last_complete, {last_failed} AS last_failure \
+                 FROM JOB_EXECUTION_LOG WHERE complete_time >= ? \
+                 GROUP BY job_name ORDER BY job_name"
+            ),
+        );
+        let err = self.sql_err("counting the runs per job");
+        on_pool!(&self.pool, p => {
+            let found = sqlx::query(&sql)
+                .bind(naive(since))
+                .fetch_all(p)
+                .await
+                .map_err(&err)?;
+            let mut out = Vec::with_capacity(found.len());
+            for r in found {
+                let runs: i64 = r.try_get("runs").map_err(&err)?;
+                let failures: i64 = r.try_get("failures").map_err(&err)?;
+                out.push(JobRuns {
+                    job_name: trimmed(r.try_get("job_name").map_err(&err)?),
+                    runs: runs.max(0) as u64,
+                    failures: failures.max(0) as u64,
+                    last_complete: read_time(&r, "last_complete").map_err(&err)?,
+                    last_failure: read_time(&r, "last_failure").map_err(&err)?,
+                });
+            }
+            Ok(out)
         })
     }
 
@@ -827,6 +1082,49 @@ fn utc_text<S: serde::Serializer>(t: &Option<NaiveDateTime>, s: S) -> Result<S::
     }
 }
 
+/// The SQL condition of a run that ended unsuccessfully (a run in progress has no
+/// `complete_time`).
+fn failed_condition(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Postgres => "complete_time IS NOT NULL AND NOT is_success",
+        Dialect::MySql | Dialect::Sqlite => "complete_time IS NOT NULL AND is_success = 0",
+    }
+}
+
+/// A time column of an aggregate: SQLite gives an aggregate of a time column as the text it
+/// stores, which is read back here; the other databases give a time.
+fn read_time<R>(row: &R, column: &str) -> Result<Option<NaiveDateTime>, sqlx::Error>
+where
+    R: Row,
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    for<'a> Option<NaiveDateTime>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> Option<String>: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    match row.try_get::<Option<NaiveDateTime>, _>(column) {
+        Ok(t) => Ok(t),
+        Err(first) => match row.try_get::<Option<String>, _>(column) {
+            Ok(Some(text)) => Ok(parse_time_text(&text)),
+            Ok(None) => Ok(None),
+            Err(_) => Err(first),
+        },
+    }
+}
+
+/// Reads `2026-11-25 18:06:39[.123]` (and the `T` form).
+fn parse_time_text(text: &str) -> Option<NaiveDateTime> {
+    let text = text.trim().replace('T', " ");
+    let text = text.trim_end_matches('Z');
+    NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f").ok()
+}
+
+/// A minute as RFC 3339 text (`2026-11-25T18:06:00Z`).
+fn utc_minute<S: serde::Serializer>(t: &NaiveDateTime, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(
+        &t.and_utc()
+            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+    )
+}
+
 /// `CHARACTER(n)` columns of some databases pad with spaces.
 fn trimmed(s: String) -> String {
     if s.ends_with(' ') {
@@ -839,6 +1137,14 @@ fn trimmed(s: String) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn aggregate_times_read_from_text() {
+        let t = parse_time_text("2026-11-25 18:06:39.123").unwrap();
+        assert_eq!(t.and_utc().timestamp_millis() % 1000, 123);
+        assert!(parse_time_text("2026-11-25T18:06:39").is_some());
+        assert!(parse_time_text("nonsense").is_none());
+    }
 
     #[test]
     fn like_patterns_escape_their_wildcards() {

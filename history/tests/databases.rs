@@ -6,7 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use shardjob_history::{
     DatabaseUrl, Dialect, ExecutionQuery, ExecutionSource, History, HistoryOptions, ItemRun,
-    StatusTrace, Store, TaskState, TraceEvent, trace_id,
+    StatusQuery, StatusTrace, Store, TaskState, TraceEvent, trace_id,
 };
 use shardjob_testkit::DbServer;
 
@@ -279,6 +279,74 @@ async fn events_are_written_once(url: DatabaseUrl) {
             .iter()
             .all(|s| s.sharding_item == "[0, 1]" && s.slave_id == "10.0.0.1")
     );
+
+    // The status trace with the console's filters, paged.
+    let errors = store
+        .status_page(&StatusQuery {
+            state: Some("TASK_ERROR".into()),
+            ..StatusQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(errors.total, 2);
+    assert_eq!(
+        errors.rows[0].creation_time,
+        Some(at(20).naive_utc()),
+        "newest first"
+    );
+    assert_eq!(errors.rows[0].source, "LITE_EXECUTOR");
+    let page = store
+        .status_page(&StatusQuery {
+            job_prefix: Some("set".into()),
+            execution_type: Some("READY".into()),
+            source: Some("LITE_EXECUTOR".into()),
+            page_size: 4,
+            page: 1,
+            ..StatusQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((page.total, page.rows.len()), (6, 2));
+    let later = store
+        .status_page(&StatusQuery {
+            job: Some("settle".into()),
+            since: Some(at(15)),
+            until: Some(at(25)),
+            descending: false,
+            ..StatusQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(later.total, 3);
+    let none = store
+        .status_page(&StatusQuery {
+            execution_type: Some("FAILOVER".into()),
+            ..StatusQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(none.total, 0);
+
+    // Runs per minute and per job: both executions in one minute, item 1 failing each time.
+    let minutes = store.runs_per_minute(at(0), at(60)).await.unwrap();
+    assert_eq!(minutes.len(), 1, "{minutes:?}");
+    assert_eq!(minutes[0].minute, at(0).naive_utc());
+    assert_eq!((minutes[0].runs, minutes[0].failures), (4, 2));
+    assert!(
+        store
+            .runs_per_minute(at(60), at(120))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let per_job = store.job_runs(at(0)).await.unwrap();
+    assert_eq!(per_job.len(), 1, "{per_job:?}");
+    assert_eq!(per_job[0].job_name, "settle");
+    assert_eq!((per_job[0].runs, per_job[0].failures), (4, 2));
+    assert_eq!(per_job[0].last_complete, Some(at(22).naive_utc()));
+    assert_eq!(per_job[0].last_failure, Some(at(22).naive_utc()));
+    assert!(per_job[0].last_failed());
+    assert!(store.job_runs(at(23)).await.unwrap().is_empty());
 
     // A failover of execution 2's item 0 (another row, same fire): its attempt is 2.
     let mut again = run("settle", 0, 2);

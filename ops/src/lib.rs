@@ -84,13 +84,14 @@ mod error;
 mod operate;
 mod stats;
 mod tree;
+mod view;
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use futures_util::stream::{self, StreamExt, TryStreamExt};
 use shardjob_core::layout::JobPaths;
-use shardjob_core::registry::{NodePath, Registry, RegistryError};
+use shardjob_core::registry::{NodePath, Registry, RegistryError, Tree};
 
 pub use configure::{ConfigChange, ConfigPlan, JobConfigRead, config_changes};
 pub use dump::{format_dump, mask_ipv4};
@@ -99,6 +100,8 @@ pub use operate::{Scope, Shutdown};
 pub use stats::{
     InstanceInfo, ItemInfo, ItemState, JobBrief, JobState, JobStatus, RunInfo, ServerBrief,
 };
+
+pub use view::{JobLine, NamespaceView};
 
 use tree::JobTree;
 
@@ -184,26 +187,10 @@ impl<'r, R: Registry + ?Sized> Ops<'r, R> {
     pub async fn server_jobs(&self, ip: &str) -> Result<Vec<JobBrief>> {
         check_name("server IP", ip)?;
         let trees = self.all_trees().await?;
-        let mut out = Vec::new();
-        for (name, tree) in &trees {
-            let Some((value, _)) = tree.servers.get(ip) else {
-                continue;
-            };
-            let Some(mut brief) = stats::brief(name, tree) else {
-                continue;
-            };
-            brief.status = if value.eq_ignore_ascii_case("DISABLED") {
-                JobState::Disabled
-            } else {
-                JobState::Ok
-            };
-            brief.instance_count = tree
-                .instances
-                .keys()
-                .filter(|id| tree.server_ip_of(id).as_deref() == Some(ip))
-                .count();
-            out.push(brief);
-        }
+        let out: Vec<JobBrief> = trees
+            .iter()
+            .filter_map(|(name, tree)| stats::server_job(name, tree, ip))
+            .collect();
         if out.is_empty() {
             return Err(OpsError::ServerNotFound {
                 job: None,
@@ -211,6 +198,34 @@ impl<'r, R: Registry + ?Sized> Ops<'r, R> {
             });
         }
         Ok(out)
+    }
+
+    /// Every top-level node's tree as read ([`Registry::read_tree`]: with the revision it
+    /// reflects where the backend tells it), by name, `concurrency` at a time: the snapshot
+    /// a [`NamespaceView`] reload takes.
+    pub async fn snapshot(&self) -> Result<Vec<(String, Tree)>> {
+        let names = self.job_names().await?;
+        stream::iter(names)
+            .map(|name| async move {
+                let Ok(path) = NodePath::root().join(&name) else {
+                    return Ok((
+                        name,
+                        Tree {
+                            nodes: Vec::new(),
+                            revision: None,
+                        },
+                    ));
+                };
+                let tree = self
+                    .registry
+                    .read_tree(&path)
+                    .await
+                    .map_err(|e| OpsError::registry(format!("reading job {name:?}"), e))?;
+                Ok((name, tree))
+            })
+            .buffered(self.concurrency)
+            .try_collect()
+            .await
     }
 
     /// Reads one job's tree; [`OpsError::JobNotFound`] without a `config` node.

@@ -345,6 +345,25 @@ pub(crate) fn status(name: &str, tree: &JobTree, now: DateTime<Utc>) -> Option<J
     })
 }
 
+/// The job's line as seen from one server (`JobStatisticsAPIImpl.getJobsBriefInfo(ip)`): the
+/// server's own state (`DISABLED` or `OK`) and its live instances of the job; `None` if the
+/// job has no `servers/{ip}` node or no `config` node.
+pub(crate) fn server_job(name: &str, tree: &JobTree, ip: &str) -> Option<JobBrief> {
+    let (value, _) = tree.servers.get(ip)?;
+    let mut brief = brief(name, tree)?;
+    brief.status = if value.eq_ignore_ascii_case("DISABLED") {
+        JobState::Disabled
+    } else {
+        JobState::Ok
+    };
+    brief.instance_count = tree
+        .instances
+        .keys()
+        .filter(|id| tree.server_ip_of(id).as_deref() == Some(ip))
+        .count();
+    Some(brief)
+}
+
 /// Adds one job to the server list (`ServerStatisticsAPIImpl.getAllServersBriefInfo`).
 pub(crate) fn add_servers(name: &str, tree: &JobTree, servers: &mut BTreeMap<String, ServerBrief>) {
     for (ip, (value, _)) in &tree.servers {

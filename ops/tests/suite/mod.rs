@@ -811,6 +811,82 @@ pub async fn bad_input_writes_nothing(backend: &dyn Backend) {
     );
 }
 
+/// A [`shardjob_ops::NamespaceView`] fed by one watch of the root holds what the registry
+/// holds: after its first snapshot, and after operations applied through another client, its
+/// lists, job statuses and servers are what [`Ops`] reads from the registry.
+pub async fn live_view_follows_the_registry(backend: &dyn Backend) {
+    use shardjob_core::registry::RegistryEvent;
+    use shardjob_ops::NamespaceView;
+    let reg = backend.client("view").await;
+    let session = backend.client("view").await;
+    let viewer = backend.client("view").await;
+    elasticjob_namespace(&*reg, &*session).await;
+    let ops = Ops::new(&*reg);
+
+    let mut stream = viewer.watch(&NodePath::root()).await.unwrap();
+    let mut view = NamespaceView::new();
+    view.start_reload();
+    let trees = Ops::new(&*viewer).snapshot().await.unwrap();
+    let changed = view.finish_reload(trees);
+    assert!(
+        changed.contains("settle") && changed.contains("stray"),
+        "{changed:?}"
+    );
+
+    let now = Utc::now();
+    let same = |view: &mut NamespaceView,
+                jobs: &[shardjob_ops::JobBrief],
+                servers: &[shardjob_ops::ServerBrief],
+                settle: &shardjob_ops::JobStatus| {
+        view.jobs() == jobs
+            && view.servers() == servers
+            && view.status("settle", now).as_ref() == Some(settle)
+    };
+    let reads = || async {
+        (
+            ops.jobs().await.unwrap(),
+            ops.servers().await.unwrap(),
+            ops.status("settle", now).await.unwrap(),
+        )
+    };
+    let (jobs, servers, settle) = reads().await;
+    assert!(same(&mut view, &jobs, &servers, &settle));
+
+    // Operations through another client: the view follows by its events alone.
+    ops.disable_item("settle", 0).await.unwrap();
+    ops.enable_item("settle", 2).await.unwrap();
+    ops.disable(&Scope::job_on_server("settle", "192.168.10.11"))
+        .await
+        .unwrap();
+    ops.trigger("settle", Some("p")).await.unwrap();
+    ops.remove_job("report").await.unwrap();
+    ops.reshard("orphan").await.unwrap();
+    let (jobs, servers, settle) = reads().await;
+    assert_eq!(settle.items[0].status, ItemState::Disabled);
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !same(&mut view, &jobs, &servers, &settle) {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(left, stream.next()).await {
+            Ok(Some(RegistryEvent::Node(e))) => {
+                view.apply(&e);
+            }
+            Ok(Some(RegistryEvent::Session(_))) => {}
+            Ok(None) => panic!("the watch ended"),
+            Err(_) => panic!(
+                "the view did not follow within 60 s: view {:?}, registry {jobs:?}",
+                view.jobs()
+            ),
+        }
+    }
+    assert!(
+        view.dump("settle")
+            .unwrap()
+            .contains("/settle/sharding/0/disabled | \n")
+    );
+    assert!(view.job("report").is_none());
+}
+
 /// Expands to one `#[tokio::test]` per check, each with a backend from `$make(test_name)`.
 #[macro_export]
 macro_rules! ops_tests {
@@ -818,7 +894,7 @@ macro_rules! ops_tests {
         $crate::ops_tests!(@each $make;
             reads_a_shardjob_cluster, reads_an_elasticjob_namespace,
             operations_write_what_elasticjob_writes, config_update_is_compare_and_set,
-            bad_input_writes_nothing);
+            bad_input_writes_nothing, live_view_follows_the_registry);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(
