@@ -24,7 +24,7 @@ impl Machine {
                 ));
             }
             if let Some(t) = j.wake_indexed {
-                if !self.wakes.contains(&(t, name.clone())) {
+                if !self.timers.wakes.contains(&(t, name.clone())) {
                     out.push(format!("{name}: wake {t} is missing from the index"));
                 }
             }
@@ -40,7 +40,7 @@ impl Machine {
                 }
             }
         }
-        for (t, name) in &self.wakes {
+        for (t, name) in &self.timers.wakes {
             if self
                 .jobs
                 .get(name)

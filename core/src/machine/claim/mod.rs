@@ -1,30 +1,39 @@
 //! Claims: which of an instance's items are due, and the transaction that claims them.
 
 #[allow(clippy::wildcard_imports)]
-use super::*;
+use crate::machine::*;
 
-/// How far the wall clock (epoch ms) is ahead of the monotonic one.
-pub(super) fn wall_offset(now: Now) -> i64 {
-    now.wall_ms()
-        .saturating_sub(i64::try_from(now.mono).unwrap_or(i64::MAX))
+/// Most fires looked at when catching up missed fires of one item in one evaluation.
+pub(crate) const MAX_CATCH_UP_STEPS: usize = 100_000;
+
+/// A fire and why it runs: what groups items into one execution.
+pub(crate) type RunKey = (i64, RunKind);
+
+/// One group of a claim: the items that will start as one execution.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub(crate) fire: i64,
+    pub(crate) kind: RunKind,
+    pub(crate) counts_as_fire: bool,
+    pub(crate) parameter: Option<String>,
+    pub(crate) items: Vec<ClaimedItem>,
 }
 
-/// Whether a wait of `wait` ms that started at `since` (now, if it has not started yet) is
-/// still on; if so, `wake` gets its end.
-pub(super) fn waiting(since: &mut Option<u64>, wait: u64, now: Now, wake: &mut Vec<u64>) -> bool {
-    let end = since.get_or_insert(now.mono).saturating_add(wait);
-    if now.mono < end {
-        wake.push(end);
-        return true;
-    }
-    false
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimedItem {
+    pub(crate) item: u32,
+    pub(crate) running_op: usize,
+    pub(crate) record_op: usize,
+    pub(crate) failover_op: Option<usize>,
+    /// The record as it will be after the claim.
+    pub(crate) record: ItemRecord,
 }
 
 /// The claim decision: own due items (cron, misfire, triggers) and failover orphans. While
 /// `held` (see [`Job::held_for_reshard`]) only failover is claimed: an orphan's owner is gone,
 /// so its item never blocks a move; missed fires run after the move as misfires.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn claims(
+pub(crate) fn claims(
     j: &mut Job,
     view: &JobView,
     config: &Arc<JobConfig>,
@@ -430,36 +439,14 @@ pub(super) fn claims(
     Some(Action::Txn(Purpose::Claim(claims_out), ops))
 }
 
-/// Whether the view shows `running` markers of this session that no local execution holds.
-pub(super) fn adoptable(
-    view: &JobView,
-    me: &InstanceId,
-    sid: crate::registry::SessionId,
-    running: &BTreeMap<u32, ExecutionId>,
-) -> bool {
-    view.items
-        .iter()
-        .any(|(item, v)| !running.contains_key(item) && session_marker(v, me, sid).is_some())
-}
-
-/// The item's `running` marker, if this instance holds it under this session.
-pub(super) fn session_marker<'a>(
-    v: &'a view::ItemView,
-    me: &InstanceId,
-    sid: crate::registry::SessionId,
-) -> Option<&'a crate::registry::Stat> {
-    let (holder, stat) = v.running.as_ref()?;
-    (holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)).then_some(stat)
-}
-
 /// An item's execution record as cached, with its version, if it has one.
-pub(super) type CurrentRecord = Option<(ItemRecord, Version)>;
+pub(crate) type CurrentRecord = Option<(ItemRecord, Version)>;
 
 /// Due items by (fire, kind), each with its current record.
-pub(super) type ClaimGroups = BTreeMap<(i64, RunKind), Vec<(u32, CurrentRecord)>>;
+pub(crate) type ClaimGroups = BTreeMap<(i64, RunKind), Vec<(u32, CurrentRecord)>>;
 
 /// The creation of an item's `running` marker, bound to the session.
-pub(super) fn running_marker(path: NodePath, me: &InstanceId, opts: &MachineOptions) -> TxnOp {
+pub(crate) fn running_marker(path: NodePath, me: &InstanceId, opts: &MachineOptions) -> TxnOp {
     let _ = opts;
     if planted!(opts, PersistentRunningMarkers) {
         return TxnOp::create(path, me.as_str());
@@ -467,7 +454,7 @@ pub(super) fn running_marker(path: NodePath, me: &InstanceId, opts: &MachineOpti
     TxnOp::create_ephemeral(path, me.as_str())
 }
 
-pub(super) fn record_write(path: NodePath, record: &ItemRecord, version: Option<Version>) -> TxnOp {
+pub(crate) fn record_write(path: NodePath, record: &ItemRecord, version: Option<Version>) -> TxnOp {
     match version {
         Some(v) => TxnOp::Set {
             path,

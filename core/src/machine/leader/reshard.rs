@@ -1,12 +1,12 @@
-//! The leader's re-shard: the plan, written whole or in parts, and the housekeeping of items.
+//! The leader's re-shard: the plan, written whole or in parts.
 
 #[allow(clippy::wildcard_imports)]
-use super::*;
+use crate::machine::*;
 
 /// The leader's re-sharding decision: the transaction to send, if any, or what is wrong with
 /// the assignment the strategy gave (the plan then stays as it is).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn reshard(
+pub(crate) fn reshard(
     j: &mut Job,
     view: &JobView,
     config: &JobConfig,
@@ -256,7 +256,7 @@ pub(super) fn reshard(
 }
 
 /// The latest fire done by any item, those removed included (the `sharding` node's record).
-pub(super) fn latest_done(view: &JobView) -> Option<i64> {
+pub(crate) fn latest_done(view: &JobView) -> Option<i64> {
     view.dones
         .max()
         .copied()
@@ -268,7 +268,7 @@ pub(super) fn latest_done(view: &JobView) -> Option<i64> {
 /// The operations that give `item` to `owner`: creating it first (with a record whose last
 /// fire done is `start`) if it does not exist, and checking that it does not run unless it
 /// moves `running`.
-pub(super) fn move_ops(
+pub(crate) fn move_ops(
     p: &JobPaths,
     view: &JobView,
     item: u32,
@@ -298,29 +298,29 @@ pub(super) fn move_ops(
 
 /// What a re-shard is worked out from: the same inputs give the same plan.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct PlanKey {
+pub(crate) struct PlanKey {
     /// The candidates, in registry order.
-    candidates: Vec<InstanceId>,
+    pub(crate) candidates: Vec<InstanceId>,
     /// The item count.
-    total: u32,
+    pub(crate) total: u32,
     /// The sharding strategy's type.
-    strategy: String,
+    pub(crate) strategy: String,
     /// Whether items keep a live owner.
-    static_sharding: bool,
+    pub(crate) static_sharding: bool,
 }
 
 /// A re-shard too large for one transaction, as worked out for its first part: the parts
 /// after it are taken from it, so that each costs the items it writes rather than the whole
 /// job (a job of n items written k items at a time would cost n²/k).
 #[derive(Debug)]
-pub(super) struct ReshardPlan {
-    key: PlanKey,
+pub(crate) struct ReshardPlan {
+    pub(crate) key: PlanKey,
     /// Each item's owner in the plan.
-    owners: BTreeMap<u32, InstanceId>,
+    pub(crate) owners: BTreeMap<u32, InstanceId>,
     /// The items whose owner the plan changes, ascending.
-    todo: Vec<u32>,
+    pub(crate) todo: Vec<u32>,
     /// The items of `todo` before this one are written.
-    cursor: usize,
+    pub(crate) cursor: usize,
 }
 
 /// The next part of the re-shard in progress, taken from its plan, if there is one for `key`
@@ -328,7 +328,7 @@ pub(super) struct ReshardPlan {
 /// with no item running, no item beyond the count, the flag not set, and more than one
 /// part's worth of items left (the last part is worked out in full, which also finds what
 /// changed meanwhile behind the plan's back).
-pub(super) fn next_part(
+pub(crate) fn next_part(
     j: &mut Job,
     view: &JobView,
     key: &PlanKey,
@@ -405,7 +405,7 @@ pub(super) fn next_part(
 
 /// What is wrong with a strategy's assignment of the items `0..total` to the candidates
 /// `live`, if anything: each item must go to exactly one of them.
-pub(super) fn assignment_problem(
+pub(crate) fn assignment_problem(
     target: &Assignment,
     live: &BTreeSet<&InstanceId>,
     total: u32,
@@ -423,58 +423,4 @@ pub(super) fn assignment_problem(
         ));
     }
     None
-}
-
-/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone, at
-/// most `limit` of them per transaction.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn housekeeping(
-    j: &mut Job,
-    view: &JobView,
-    config: &JobConfig,
-    me: &InstanceId,
-    sid: crate::registry::SessionId,
-    limit: Option<usize>,
-    now: Now,
-    wake: &mut Vec<u64>,
-) -> Option<Action> {
-    let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
-    if interval == 0 {
-        return None;
-    }
-    let last = *j.last_housekeeping.get_or_insert(now.mono);
-    if now.mono < last.saturating_add(interval) {
-        wake.push(last.saturating_add(interval));
-        return None;
-    }
-    let live_ips: BTreeSet<&str> = view.instances.iter().map(InstanceId::server_ip).collect();
-    let p = &j.paths;
-    let mut ops = vec![
-        TxnOp::Check(Check::Session(sid)),
-        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
-    ];
-    let limit = limit.unwrap_or(usize::MAX);
-    let mut units = 0usize;
-    let mut last = true;
-    for (ip, value) in &view.servers {
-        if value.trim() == "ENABLED" && !live_ips.contains(ip.as_str()) {
-            if units >= limit {
-                last = false;
-                break;
-            }
-            if let Ok(path) = p.server(ip) {
-                units += 1;
-                ops.push(TxnOp::Check(Check::Value(
-                    path.clone(),
-                    b"ENABLED".to_vec(),
-                )));
-                ops.push(TxnOp::delete(path));
-            }
-        }
-    }
-    if ops.len() == 2 {
-        j.last_housekeeping = Some(now.mono);
-        return None;
-    }
-    Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
 }

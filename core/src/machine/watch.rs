@@ -1,10 +1,19 @@
-//! Watch events and registry replies: applied to the jobs' caches, then the jobs decided on.
+//! Watch events: applied to the jobs' caches, then the jobs they bear on decided on.
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+/// A job changed by a batch of node events.
+pub(crate) struct Touched {
+    pub(crate) job: String,
+    /// Changed by anything but the run markers and records of its items.
+    pub(crate) others: bool,
+    /// The items whose run marker or record changed.
+    pub(crate) items: Vec<u32>,
+}
+
 impl Machine {
-    pub(super) fn apply_registry_events(
+    pub(crate) fn apply_registry_events(
         &mut self,
         events: impl IntoIterator<Item = RegistryEvent>,
         now: Now,
@@ -26,7 +35,7 @@ impl Machine {
     /// other instances' run markers and records of items that bear on nothing this instance
     /// decides (see [`Machine::bears_on_me`]). With every instance watching every job, each
     /// run of an item is seen by all of them; only a few have anything to decide about it.
-    pub(super) fn evaluate_touched(&mut self, mut touched: Vec<Touched>, now: Now) {
+    pub(crate) fn evaluate_touched(&mut self, mut touched: Vec<Touched>, now: Now) {
         // In the order of the jobs' names, as everywhere else.
         touched.sort_unstable_by(|a, b| a.job.cmp(&b.job));
         for t in touched {
@@ -47,14 +56,14 @@ impl Machine {
     /// nothing of ours waits on the registry or on an orphan, and the item is neither ours
     /// (owned, run or recorded as run here) nor an orphan, nor, for the leader, beyond the count:
     /// a decision on it would be the one taken before, and the wake it set still stands.
-    pub(super) fn bears_on_me(&self, name: &str, i: u32) -> bool {
+    pub(crate) fn bears_on_me(&self, name: &str, i: u32) -> bool {
         let Some(j) = self.jobs.get(name) else {
             return false;
         };
         let me = &self.opts.instance_id;
         let view = j.cache.view();
         if j.phase != Phase::Active
-            || j.leaving
+            || j.leaving.is_some()
             || j.sync
                 .is_some_and(|(rev, _)| j.cache.seen.is_some_and(|s| s >= rev))
             || !j.orphan_seen.is_empty()
@@ -90,7 +99,7 @@ impl Machine {
 
     /// Applies a node event to its job's cache and notes the job in `touched` if it should be
     /// evaluated.
-    pub(super) fn apply_node_event(
+    pub(crate) fn apply_node_event(
         &mut self,
         ev: crate::registry::WatchEvent,
         touched: &mut Vec<Touched>,
@@ -124,7 +133,7 @@ impl Machine {
         {
             return;
         }
-        if view::bears_on_disabled(&node) {
+        if cache::bears_on_disabled(&node) {
             self.disables += 1;
         }
         let config = matches!(node, JobNode::Config | JobNode::Root);
@@ -157,121 +166,6 @@ impl Machine {
         if config {
             let name = touched[k].job.clone();
             self.refresh_config(&name);
-        }
-    }
-
-    /// The reply to a [`Command::Registry`] request.
-    pub fn handle_registry_reply(&mut self, id: RequestId, reply: RegistryReply, now: Now) {
-        self.noticing_clock(now, |m| m.apply_registry_reply(id, reply, now));
-    }
-
-    pub(super) fn apply_registry_reply(&mut self, id: RequestId, reply: RegistryReply, now: Now) {
-        let Some(p) = self.pending.remove(&id) else {
-            return;
-        };
-        let ok = !matches!(reply, RegistryReply::Failed(_));
-        let doubt_before = self.in_doubt;
-        if ok && p.epoch == self.epoch {
-            self.confirmed = Some(self.confirmed.map_or(p.sent, |c| c.max(p.sent)));
-            if self.in_doubt && self.lease_valid(now) {
-                self.in_doubt = false;
-            }
-        }
-        if self.probe == Some(id) {
-            self.probe = None;
-        }
-        if ok && p.epoch == self.epoch && matches!(p.purpose, Purpose::Probe) {
-            self.probe_ok = self.probe_ok.max(id.0);
-        }
-        if let Some(job) = &p.job {
-            if let Some(j) = self.jobs.get_mut(job) {
-                if j.busy == Some(id) {
-                    j.busy = None;
-                }
-            }
-        }
-        if p.epoch != self.epoch {
-            // A reply for a session that is gone. Claims and completions of that session are
-            // void: its markers vanished with it.
-            if let Purpose::Complete(exec) = p.purpose {
-                self.complete_lost(exec);
-            }
-            self.evaluate_all(now);
-            return;
-        }
-        let p_job = p.job.clone().or_else(|| match &p.purpose {
-            Purpose::Complete(exec) => self.executions.get(exec).map(|e| e.job.clone()),
-            _ => None,
-        });
-        let probe = matches!(p.purpose, Purpose::Probe);
-        if let (Some(job), RegistryReply::Failed(e)) = (&p_job, &reply) {
-            let write = !matches!(p.purpose, Purpose::Load | Purpose::Probe);
-            if write && e.class() == ErrorClass::Transient {
-                if let Some(j) = self.jobs.get_mut(job) {
-                    j.unsure = true;
-                }
-            }
-        }
-        match p.purpose {
-            Purpose::Load => self.on_load(id, p.job, reply, now),
-            Purpose::Probe => {}
-            Purpose::Complete(exec) => self.on_complete(exec, reply, now),
-            Purpose::Claim(claims) => self.on_claim(p.job, claims, reply, now),
-            Purpose::Adopt(groups) => {
-                let name = p.job.clone().unwrap_or_default();
-                match reply {
-                    RegistryReply::Transacted(_) if self.lease_valid(now) => {
-                        let total = self
-                            .jobs
-                            .get(&name)
-                            .and_then(|j| j.config.as_ref())
-                            .map(|c| c.sharding_total_count);
-                        for ((fire, kind), items) in groups {
-                            // Claimed before the count shrank under it: not started now (the
-                            // item's work belongs to others by the new count), but recorded
-                            // as ended, so that its marker goes and the item can be removed.
-                            let (gone, items): (Vec<_>, Vec<_>) = items
-                                .into_iter()
-                                .partition(|(it, _)| total.is_some_and(|n| it.item >= n));
-                            if !gone.is_empty() {
-                                let gone = gone.into_iter().map(|(it, _)| it).collect();
-                                let id = self.insert_execution(&name, fire, false, gone, true);
-                                self.send_completion(id, now);
-                            }
-                            if !items.is_empty() {
-                                let counts = kind != RunKind::Trigger;
-                                self.start_execution(&name, fire, kind, counts, None, items, now);
-                            }
-                        }
-                    }
-                    RegistryReply::Failed(error) => {
-                        let units = groups.iter().map(|(_, items)| items.len()).sum();
-                        if !self.split_on_too_large(&name, &error, units) {
-                            self.after_failure(&name, error.class(), now);
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            purpose => self.on_txn(p.job, purpose, reply, now),
-        }
-        // The jobs that wait for a confirmed session, once a reply confirms it: a probe's, or
-        // any other that leaves the lease valid (while other jobs' claims and completions
-        // confirm the session, no probe is due at all). Only those jobs: evaluating every job
-        // on each confirmation would cost O(jobs) every quarter timeout while anything runs.
-        if ok && !self.probe_waiters.is_empty() && (probe || self.lease_valid(now)) {
-            for name in std::mem::take(&mut self.probe_waiters) {
-                self.evaluate(&name, now);
-            }
-        }
-        if doubt_before != self.in_doubt {
-            self.evaluate_all(now);
-        } else if let Some(job) = &p_job {
-            self.evaluate(job, now);
-            self.maybe_probe(now);
-            self.finish_shutdown_if_done();
-        } else {
-            self.finish_shutdown_if_done();
         }
     }
 }

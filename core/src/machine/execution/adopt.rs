@@ -1,0 +1,125 @@
+//! Adoption: running markers of this session that no execution holds (a claim whose reply was
+//! lost did apply) are started after all.
+
+#[allow(clippy::wildcard_imports)]
+use crate::machine::*;
+
+/// Whether the view shows `running` markers of this session that no local execution holds.
+pub(crate) fn adoptable(
+    view: &JobView,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    running: &BTreeMap<u32, ExecutionId>,
+) -> bool {
+    view.items
+        .iter()
+        .any(|(item, v)| !running.contains_key(item) && session_marker(v, me, sid).is_some())
+}
+
+/// The item's `running` marker, if this instance holds it under this session.
+pub(crate) fn session_marker<'a>(
+    v: &'a crate::machine::job_view::ItemView,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+) -> Option<&'a crate::registry::Stat> {
+    let (holder, stat) = v.running.as_ref()?;
+    (holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)).then_some(stat)
+}
+
+impl Machine {
+    /// Starts executions for running markers this session created but holds no execution
+    /// for (their claim's reply was lost).
+    pub(crate) fn adopt(
+        &mut self,
+        name: &str,
+        view: &JobView,
+        me: &InstanceId,
+        sid: crate::registry::SessionId,
+    ) -> Option<Action> {
+        let j = self.jobs.get(name)?;
+        let mut groups: BTreeMap<RunKey, Vec<(ExecItem, Revision)>> = BTreeMap::new();
+        let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+        ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
+        // Within the transaction limit; the next evaluation adopts the rest.
+        let limit = j.txn_limit(&self.opts).unwrap_or(usize::MAX);
+        let mut taken = 0usize;
+        for (item, v) in &view.items {
+            if taken >= limit {
+                break;
+            }
+            if let Some(id) = j.running.get(item) {
+                // Planted bug: a run that ended here, its completion not recorded yet, counts
+                // as one whose claim's reply was lost.
+                let ended = self
+                    .executions
+                    .get(id)
+                    .is_some_and(|e| e.has_ended() && e.was_started());
+                if !(planted!(self.opts, RerunFinished) && ended) {
+                    continue;
+                }
+            }
+            let Some(stat) = session_marker(v, me, sid) else {
+                continue;
+            };
+            // Not while an operator has it disabled: it stays claimed, and starts once the
+            // item is enabled again.
+            if v.disabled && !planted!(self.opts, RunDisabledItems) {
+                continue;
+            }
+            let Some((record, version)) = &v.record else {
+                continue;
+            };
+            let Some(run) = &record.run else { continue };
+            if run.instance != *me {
+                continue;
+            }
+            // The `failover` node this claim created, to be removed with the run's end: a
+            // failed-over run is recorded as a failover, or, for a manual trigger's run, as
+            // a trigger still (see `claims`), so the node is recognised by its session too.
+            // Left behind, a live session's node would keep the item from ever being failed
+            // over again.
+            let failover = match (run.kind, &v.failover) {
+                (RunKind::Failover, Some(f)) => Some(f.version),
+                (_, Some(f))
+                    if f.ephemeral_owner == Some(sid)
+                        && !planted!(self.opts, AdoptDropsTriggerFailover) =>
+                {
+                    Some(f.version)
+                }
+                _ => None,
+            };
+            // The cache may be behind: start only what the registry confirms is still ours.
+            ops.push(TxnOp::Check(Check::Version(
+                j.paths.item_running(*item),
+                stat.version,
+            )));
+            ops.push(TxnOp::Check(Check::Value(
+                j.paths.item_running(*item),
+                me.as_str().into(),
+            )));
+            ops.push(TxnOp::Check(Check::Version(
+                j.paths.item_execution(*item),
+                *version,
+            )));
+            ops.push(TxnOp::Check(Check::Absent(j.paths.item_disabled(*item))));
+            taken += 1;
+            groups.entry((run.fire, run.kind)).or_default().push((
+                ExecItem {
+                    item: *item,
+                    running_version: stat.version,
+                    record_version: *version,
+                    record: record.clone(),
+                    failover,
+                },
+                stat.created,
+            ));
+        }
+        if groups.is_empty() {
+            return None;
+        }
+        Some(Action::Txn(
+            Purpose::Adopt(groups.into_iter().collect()),
+            ops,
+        ))
+    }
+}

@@ -1,0 +1,216 @@
+//! A hosted job's state on this instance.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// No session yet.
+    Waiting,
+    /// Loading the subtree.
+    Loading,
+    /// Loaded; setup (configuration, skeleton, registration) not done.
+    Loaded,
+    /// Registered; runs.
+    Active,
+    /// Cannot run (type conflict, no usable configuration); waits for the registry to change.
+    Blocked,
+}
+
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) paths: JobPaths,
+    /// The local configuration (see [`JobSpec::config`]); `config` shares it while the
+    /// registry's copy says the same.
+    pub(crate) local: Arc<JobConfig>,
+    /// The job type (see [`JobSpec::job_type`]).
+    pub(crate) job_type: String,
+    pub(crate) config: Option<Arc<JobConfig>>,
+    /// The cache's count of configuration changes when `config` was last read from it.
+    pub(crate) config_seen: Option<u64>,
+    /// The local configuration's YAML as this machine last wrote it, until the registry's
+    /// copy is next read: the same text needs no parse (at start-up with thousands of jobs,
+    /// parsing back what was just written was about a third of the work).
+    pub(crate) written_config: Option<String>,
+    pub(crate) phase: Phase,
+    pub(crate) cache: Cache,
+    pub(crate) buffer: Vec<crate::registry::WatchEvent>,
+    pub(crate) busy: Option<RequestId>,
+    pub(crate) sync: Option<(Revision, u64)>,
+    pub(crate) retry_at: Option<u64>,
+    pub(crate) backoff: u32,
+    /// A write of the job ended without a known outcome (a timeout, a lost connection) since
+    /// its tree was last loaded: the registry may hold nodes of this session that the view
+    /// does not show. A removed job reads its tree again before it leaves.
+    pub(crate) unsure: bool,
+    pub(crate) owned_since: BTreeMap<u32, i64>,
+    pub(crate) running: BTreeMap<u32, ExecutionId>,
+    /// Wall time (epoch ms) at which each item's last local run was recorded as finished:
+    /// fires up to then came while it ran.
+    pub(crate) last_end: BTreeMap<u32, i64>,
+    pub(crate) triggers: VecDeque<String>,
+    /// The trigger being claimed, when its items did not fit in one transaction.
+    pub(crate) trigger_run: Option<TriggerRun>,
+    pub(crate) reshard_wanted: Option<u64>,
+    /// The cache's [`Cache::plan_version`](super::cache::Cache) at which the plan was last found to
+    /// need nothing: until the plan's inputs change, a re-shard is not worked out again.
+    pub(crate) reshard_idle: Option<u64>,
+    /// Items moved while running by the parts of a re-shard written so far.
+    pub(crate) reshard_moved: Vec<u32>,
+    /// Items written by the parts of a re-shard so far (its progress, reported every
+    /// [`RESHARD_PROGRESS_STEP`] items).
+    pub(crate) reshard_written: usize,
+    /// The re-shard being written in parts, as worked out for its first part.
+    pub(crate) reshard_plan: Option<Box<ReshardPlan>>,
+    /// The most items per transaction learned from `TooLarge` refusals (see
+    /// [`MachineOptions::max_txn_items`]).
+    pub(crate) txn_items: Option<usize>,
+    pub(crate) orphan_seen: BTreeMap<u32, u64>,
+    /// When this instance first saw `leader/sharding/necessary` set (monotonic ms): new runs
+    /// of the job are held from then until the flag clears, at most
+    /// [`MachineOptions::reshard_wait`].
+    pub(crate) necessary_seen: Option<u64>,
+    pub(crate) was_leader: bool,
+    /// Leaving the job, and why.
+    pub(crate) leaving: Option<Leaving>,
+    /// The session that owned this instance's node when the registry last showed it (in a
+    /// watch event or a tree read, whether the cache took it or not): a deletion of the node
+    /// seen in that same session is an operator's shutdown or the session's end, told apart by
+    /// a probe (see [`Job::node_gone`]).
+    pub(crate) registered_in: Option<crate::registry::SessionId>,
+    /// The node was seen deleted in [`Job::registered_in`]'s session when requests up to this
+    /// number had been sent: a probe with a later number that succeeds proves the session
+    /// outlived the deletion (an operator's shutdown).
+    pub(crate) node_gone: Option<u64>,
+    pub(crate) reported_corrupt: BTreeSet<String>,
+    pub(crate) last_config_error: Option<String>,
+    /// Why the last load of the subtree failed, until one succeeds.
+    pub(crate) load_error: Option<String>,
+    pub(crate) last_housekeeping: Option<u64>,
+    pub(crate) last_reload: Option<u64>,
+    pub(crate) wake: Option<u64>,
+    /// The `wake` entered in `Machine::wakes`.
+    pub(crate) wake_indexed: Option<u64>,
+    /// The load in flight, if any.
+    pub(crate) loading: Option<RequestId>,
+    /// Next fires already computed.
+    pub(crate) fires: FireMemo,
+    /// [`Machine::changes`] at the last change to the job's view or decision on it.
+    pub(crate) changed: u64,
+}
+
+/// A job this instance leaves: its runs finish (or are cancelled at the grace's end), are
+/// recorded, and its nodes are deleted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Leaving {
+    /// Why.
+    pub(crate) cause: LeaveCause,
+    /// When its grace ends (monotonic ms); `None`: at the instance's shutdown's.
+    pub(crate) deadline: Option<u64>,
+}
+
+/// Why an instance leaves a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LeaveCause {
+    /// The job was removed from this instance.
+    Removed,
+    /// An operator shut the job down here ([`MachineEvent::OperatorShutdown`]).
+    Operator,
+    /// The instance shuts down.
+    Shutdown,
+}
+
+/// A trigger whose items are claimed in several transactions: the same fire and parameter for
+/// all of them.
+#[derive(Debug, Clone)]
+pub(crate) struct TriggerRun {
+    pub(crate) parameter: String,
+    pub(crate) fire: i64,
+    /// Items not claimed yet.
+    pub(crate) items: BTreeSet<u32>,
+}
+
+/// Remembers a few `next fire after t` answers of one configuration: the items of a job
+/// mostly share their last fire, and croner's search is the costly part of a decision.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct FireMemo {
+    pub(crate) config: Option<Arc<JobConfig>>,
+    pub(crate) answers: Vec<(i64, Option<i64>)>,
+}
+
+impl FireMemo {
+    pub(crate) const SIZE: usize = 8;
+
+    /// The first fire strictly after `after_ms` (epoch ms) under `config`'s cron and zone.
+    pub(crate) fn next_after(&mut self, config: &Arc<JobConfig>, after_ms: i64) -> Option<i64> {
+        if !self.config.as_ref().is_some_and(|c| Arc::ptr_eq(c, config)) {
+            self.config = Some(Arc::clone(config));
+            self.answers.clear();
+        }
+        if let Some((_, answer)) = self.answers.iter().find(|(a, _)| *a == after_ms) {
+            return *answer;
+        }
+        let answer = config.cron.as_ref().and_then(|cron| {
+            let after = DateTime::<Utc>::from_timestamp_millis(after_ms)?;
+            cron.next_after(after, &config.time_zone)
+                .map(|t| t.timestamp_millis())
+        });
+        if self.answers.len() == Self::SIZE {
+            self.answers.remove(0);
+        }
+        self.answers.push((after_ms, answer));
+        answer
+    }
+}
+
+impl Job {
+    /// After a committed transaction of ours: hold decisions until the watch shows its last
+    /// write (or reload after `timeout_ms`), so they are not made on a view without it.
+    pub(crate) fn await_own_writes(&mut self, results: &[TxnOpResult], now: Now, timeout_ms: u64) {
+        if let Some(rev) = last_revision(results) {
+            self.sync = Some((rev, now.mono.saturating_add(timeout_ms)));
+        }
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        self.paths.job_name()
+    }
+
+    /// The registry showed this instance's node of the job.
+    pub(crate) fn note_own_node(&mut self, stat: &crate::registry::Stat) {
+        if let Some(owner) = stat.ephemeral_owner {
+            self.registered_in = Some(owner);
+        }
+    }
+
+    /// Whether new runs of the job are held because its leader waits to move items
+    /// (`necessary`: the `leader/sharding/necessary` flag is set). While the leader waits for
+    /// runs to end, no new run starts here, as in ElasticJob: the runs drain and the items
+    /// move within one run's length, instead of the wait running out while the owners keep
+    /// starting fires. The hold ends `reshard_wait` after this instance first saw the flag,
+    /// even if it stays, so a leader that cannot finish the re-shard never stops the job.
+    /// Called at every evaluation, whether or not the instance may claim, so that a flag seen
+    /// again starts a new hold.
+    pub(crate) fn held_for_reshard(
+        &mut self,
+        necessary: bool,
+        opts: &MachineOptions,
+        now: Now,
+        wake: &mut Vec<u64>,
+    ) -> bool {
+        if !necessary {
+            self.necessary_seen = None;
+            return false;
+        }
+        waiting(&mut self.necessary_seen, ms(opts.reshard_wait), now, wake)
+    }
+
+    /// The most items one transaction of this job may touch, if limited.
+    pub(crate) fn txn_limit(&self, opts: &MachineOptions) -> Option<usize> {
+        let limit = match (opts.max_txn_items, self.txn_items) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        limit.map(|k| k.max(1))
+    }
+}
