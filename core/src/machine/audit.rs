@@ -98,29 +98,23 @@ impl Machine {
             if !standing.enabled || !matches!(standing.gate(&view, &me), Gate::Items) {
                 continue;
             }
-            // The decision's own state, put back afterwards: this only looks.
-            let kept = (
-                j.owned_since.clone(),
-                j.triggers.clone(),
-                j.trigger_run.clone(),
-                j.orphan_seen.clone(),
-                j.necessary_seen,
-                j.fires.clone(),
-            );
+            // The decision, without acting on it: the planners are pure, and what they would
+            // change in the job's bookkeeping is dropped.
             let mut wake = Vec::new();
-            let held = j.held_for_reshard(view.necessary.is_some(), &self.opts, now, &mut wake);
-            let claims_now = claims(
-                j, &view, &config, &me, sid, held, &self.opts, now, &mut wake,
-            );
-            (
-                j.owned_since,
-                j.triggers,
-                j.trigger_run,
-                j.orphan_seen,
-                j.necessary_seen,
-                j.fires,
-            ) = kept;
-            let wanted = if claims_now.is_some() {
+            let mut seen = j.necessary_seen;
+            let necessary = view.necessary.is_some();
+            let wait = ms(self.opts.reshard_wait);
+            let held = hold_for_reshard(&mut seen, necessary, wait, now, &mut wake);
+            let cx = Ctx {
+                me: &me,
+                sid,
+                opts: &self.opts,
+                now,
+            };
+            let mut memo = std::mem::take(&mut j.fires);
+            let decided = claims(j, &view, &config, &cx, held, &mut memo, &mut wake);
+            j.fires = memo;
+            let wanted = if decided.action.is_some() {
                 Some(now.mono)
             } else {
                 wake.into_iter().min()

@@ -99,13 +99,15 @@ impl Machine {
         let Standing {
             enabled, i_lead, ..
         } = standing;
-        if i_lead && !j.was_leader {
+        if i_lead && j.leader.is_none() {
+            j.leader = Some(Box::default());
             self.out
                 .push_back(Command::Event(MachineEvent::BecameLeader {
                     job: name.to_owned(),
                 }));
+        } else if !i_lead {
+            j.leader = None;
         }
-        j.was_leader = i_lead;
 
         match gate {
             Gate::Register | Gate::Items => {}
@@ -163,9 +165,19 @@ impl Machine {
             let Some(j) = self.jobs.get_mut(name) else {
                 return Action::Nothing;
             };
-            match reshard(
-                j, view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
-            ) {
+            let mut lead = j.leader.take().unwrap_or_default();
+            let decided = reshard(
+                &mut lead, j, view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
+            );
+            let housekept = match decided {
+                Ok(Some(_)) => None,
+                _ => {
+                    let limit = j.txn_limit(&self.opts);
+                    housekeeping(&mut lead, j, view, &config, &me, sid, limit, now, &mut wake)
+                }
+            };
+            j.leader = Some(lead);
+            match decided {
                 Ok(Some(action)) => return action,
                 Ok(None) => {}
                 Err(problem) => self
@@ -176,15 +188,9 @@ impl Machine {
                         problem,
                     })),
             }
-            let limit = j.txn_limit(&self.opts);
-            if let Some(action) = housekeeping(j, view, &config, &me, sid, limit, now, &mut wake) {
+            if let Some(action) = housekept {
                 return action;
             }
-        } else if let Some(j) = self.jobs.get_mut(name) {
-            j.reshard_wanted = None;
-            j.reshard_moved.clear();
-            j.reshard_written = 0;
-            j.reshard_plan = None;
         }
 
         // Markers of this session that no local execution holds: a claim whose reply was lost
@@ -208,10 +214,21 @@ impl Machine {
         let Some(j) = self.jobs.get_mut(name) else {
             return Action::Nothing;
         };
-        let held = j.held_for_reshard(view.necessary.is_some(), &self.opts, now, &mut wake);
+        let necessary = view.necessary.is_some();
+        let wait = ms(self.opts.reshard_wait);
+        let held = hold_for_reshard(&mut j.necessary_seen, necessary, wait, now, &mut wake);
         if can_claim && enabled {
-            let decided = claims(j, view, &config, &me, sid, held, &self.opts, now, &mut wake);
-            if let Some(action) = decided {
+            let cx = Ctx {
+                me: &me,
+                sid,
+                opts: &self.opts,
+                now,
+            };
+            let mut memo = std::mem::take(&mut j.fires);
+            let decided = claims(j, view, &config, &cx, held, &mut memo, &mut wake);
+            j.fires = memo;
+            j.apply_claims(&decided, now.wall_ms());
+            if let Some(action) = decided.action {
                 return action;
             }
         }

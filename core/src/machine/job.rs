@@ -51,17 +51,8 @@ pub(crate) struct Job {
     pub(crate) triggers: VecDeque<String>,
     /// The trigger being claimed, when its items did not fit in one transaction.
     pub(crate) trigger_run: Option<TriggerRun>,
-    pub(crate) reshard_wanted: Option<u64>,
-    /// The cache's [`Cache::plan_version`](super::cache::Cache) at which the plan was last found to
-    /// need nothing: until the plan's inputs change, a re-shard is not worked out again.
-    pub(crate) reshard_idle: Option<u64>,
-    /// Items moved while running by the parts of a re-shard written so far.
-    pub(crate) reshard_moved: Vec<u32>,
-    /// Items written by the parts of a re-shard so far (its progress, reported every
-    /// [`RESHARD_PROGRESS_STEP`] items).
-    pub(crate) reshard_written: usize,
-    /// The re-shard being written in parts, as worked out for its first part.
-    pub(crate) reshard_plan: Option<Box<ReshardPlan>>,
+    /// What this instance keeps while it leads the job; `None` while it does not.
+    pub(crate) leader: Option<Box<LeaderState>>,
     /// The most items per transaction learned from `TooLarge` refusals (see
     /// [`MachineOptions::max_txn_items`]).
     pub(crate) txn_items: Option<usize>,
@@ -70,7 +61,6 @@ pub(crate) struct Job {
     /// of the job are held from then until the flag clears, at most
     /// [`MachineOptions::reshard_wait`].
     pub(crate) necessary_seen: Option<u64>,
-    pub(crate) was_leader: bool,
     /// Leaving the job, and why.
     pub(crate) leaving: Option<Leaving>,
     /// The session that owned this instance's node when the registry last showed it (in a
@@ -86,7 +76,6 @@ pub(crate) struct Job {
     pub(crate) last_config_error: Option<String>,
     /// Why the last load of the subtree failed, until one succeeds.
     pub(crate) load_error: Option<String>,
-    pub(crate) last_housekeeping: Option<u64>,
     pub(crate) last_reload: Option<u64>,
     pub(crate) wake: Option<u64>,
     /// The `wake` entered in `Machine::wakes`.
@@ -122,7 +111,7 @@ pub(crate) enum LeaveCause {
 
 /// A trigger whose items are claimed in several transactions: the same fire and parameter for
 /// all of them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TriggerRun {
     pub(crate) parameter: String,
     pub(crate) fire: i64,
@@ -183,27 +172,6 @@ impl Job {
         }
     }
 
-    /// Whether new runs of the job are held because its leader waits to move items
-    /// (`necessary`: the `leader/sharding/necessary` flag is set). While the leader waits for
-    /// runs to end, no new run starts here, as in ElasticJob: the runs drain and the items
-    /// move within one run's length, instead of the wait running out while the owners keep
-    /// starting fires. The hold ends `reshard_wait` after this instance first saw the flag,
-    /// even if it stays, so a leader that cannot finish the re-shard never stops the job.
-    /// Called at every evaluation, whether or not the instance may claim, so that a flag seen
-    /// again starts a new hold.
-    pub(crate) fn held_for_reshard(
-        &mut self,
-        necessary: bool,
-        opts: &MachineOptions,
-        now: Now,
-        wake: &mut Vec<u64>,
-    ) -> bool {
-        if !necessary {
-            self.necessary_seen = None;
-            return false;
-        }
-        waiting(&mut self.necessary_seen, ms(opts.reshard_wait), now, wake)
-    }
 
     /// The most items one transaction of this job may touch, if limited.
     pub(crate) fn txn_limit(&self, opts: &MachineOptions) -> Option<usize> {

@@ -210,6 +210,7 @@ use decide::*;
 use execution::*;
 use execution::adopt::*;
 use job::*;
+use leader::LeaderState;
 use leader::housekeeping::*;
 use leader::reshard::*;
 use requests::*;
@@ -317,7 +318,7 @@ impl Machine {
 
     /// Whether this instance is the job's leader, as far as it knows.
     pub fn is_leader(&self, job: &str) -> bool {
-        self.jobs.get(job).is_some_and(|j| j.was_leader)
+        self.jobs.get(job).is_some_and(|j| j.leader.is_some())
     }
 
     /// The items of a job running here now.
@@ -394,22 +395,16 @@ impl Machine {
             last_end: BTreeMap::new(),
             triggers: VecDeque::new(),
             trigger_run: None,
-            reshard_wanted: None,
-            reshard_idle: None,
-            reshard_moved: Vec::new(),
-            reshard_written: 0,
-            reshard_plan: None,
+            leader: None,
             txn_items: None,
             orphan_seen: BTreeMap::new(),
             necessary_seen: None,
-            was_leader: false,
             registered_in: None,
             node_gone: None,
             leaving: None,
             reported_corrupt: BTreeSet::new(),
             last_config_error: None,
             load_error: None,
-            last_housekeeping: None,
             last_reload: None,
             loading: None,
             wake: None,

@@ -45,14 +45,17 @@ impl Machine {
                         remaining,
                         ..
                     } => {
-                        j.reshard_moved.extend(moved_running);
-                        let before = j.reshard_written;
-                        j.reshard_written = before.saturating_add(items);
+                        // A reply that comes after the leadership went reports on this part
+                        // alone.
+                        let mut gone = LeaderState::default();
+                        let lead = j.leader.as_deref_mut().unwrap_or(&mut gone);
+                        lead.moved.extend(moved_running);
+                        let before = lead.written;
+                        lead.written = before.saturating_add(items);
                         if !last
-                            && j.reshard_written / RESHARD_PROGRESS_STEP
-                                > before / RESHARD_PROGRESS_STEP
+                            && lead.written / RESHARD_PROGRESS_STEP > before / RESHARD_PROGRESS_STEP
                         {
-                            let written = j.reshard_written;
+                            let written = lead.written;
                             self.out
                                 .push_back(Command::Event(MachineEvent::ReshardProgress {
                                     job: name.clone(),
@@ -62,10 +65,10 @@ impl Machine {
                         }
                         if last {
                             // The whole plan is written: the next difference is a new re-shard.
-                            j.reshard_wanted = None;
-                            j.reshard_written = 0;
-                            j.reshard_plan = None;
-                            let mut moved_running = std::mem::take(&mut j.reshard_moved);
+                            lead.wanted = None;
+                            lead.written = 0;
+                            lead.plan = None;
+                            let mut moved_running = std::mem::take(&mut lead.moved);
                             moved_running.sort_unstable();
                             moved_running.dedup();
                             self.out.push_back(Command::Event(MachineEvent::Resharded {
@@ -77,7 +80,9 @@ impl Machine {
                     }
                     // A part of the clean-up (not `last`): the next evaluation removes the rest.
                     Purpose::Housekeeping { last: true, .. } => {
-                        j.last_housekeeping = Some(now.mono);
+                        if let Some(lead) = &mut j.leader {
+                            lead.last_housekeeping = Some(now.mono);
+                        }
                     }
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
@@ -105,14 +110,14 @@ impl Machine {
                     self.failed(Some(&name), what, error.clone());
                 }
                 if let Purpose::Housekeeping { .. } = purpose {
-                    if let Some(j) = self.jobs.get_mut(&name) {
-                        j.last_housekeeping = Some(now.mono);
+                    if let Some(lead) = self.jobs.get_mut(&name).and_then(|j| j.leader.as_mut()) {
+                        lead.last_housekeeping = Some(now.mono);
                     }
                 }
                 // The registry is not as the plan expected: work it out again.
                 if let Purpose::Reshard { .. } = purpose {
-                    if let Some(j) = self.jobs.get_mut(&name) {
-                        j.reshard_plan = None;
+                    if let Some(lead) = self.jobs.get_mut(&name).and_then(|j| j.leader.as_mut()) {
+                        lead.plan = None;
                     }
                 }
                 self.after_failure(&name, class, now);

@@ -104,11 +104,7 @@ impl Machine {
             job.busy = None;
             job.sync = None;
             job.buffer.clear();
-            job.was_leader = false;
-            job.reshard_wanted = None;
-            job.reshard_moved.clear();
-            job.reshard_written = 0;
-            job.reshard_plan = None;
+            job.leader = None;
             // The nodes of the lost session are gone with it.
             job.unsure = false;
         }

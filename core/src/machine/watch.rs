@@ -73,7 +73,10 @@ impl Machine {
             || view
                 .leader
                 .as_deref()
-                .is_none_or(|l| l == me.as_str() && j.reshard_idle != Some(j.cache.plan_version))
+                .is_none_or(|l| {
+                    l == me.as_str()
+                        && j.leader.as_ref().and_then(|lead| lead.idle) != Some(j.cache.plan_version)
+                })
         {
             return true;
         }

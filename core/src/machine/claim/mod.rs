@@ -3,8 +3,14 @@
 #[allow(clippy::wildcard_imports)]
 use crate::machine::*;
 
-/// Most fires looked at when catching up missed fires of one item in one evaluation.
-pub(crate) const MAX_CATCH_UP_STEPS: usize = 100_000;
+pub(crate) mod failover;
+pub(crate) mod fires;
+pub(crate) mod limit;
+pub(crate) mod triggers;
+
+use fires::{FireRules, FireStep, ItemFires};
+use triggers::{Dequeue, TriggerItems};
+
 
 /// A fire and why it runs: what groups items into one execution.
 pub(crate) type RunKey = (i64, RunKind);
@@ -29,87 +35,121 @@ pub(crate) struct ClaimedItem {
     pub(crate) record: ItemRecord,
 }
 
-/// The claim decision: own due items (cron, misfire, triggers) and failover orphans. While
-/// `held` (see [`Job::held_for_reshard`]) only failover is claimed: an orphan's owner is gone,
-/// so its item never blocks a move; missed fires run after the move as misfires.
-#[allow(clippy::too_many_arguments)]
+/// What a decision on a job reads besides the job and its view: who this instance is, its
+/// session, its options and the time.
+pub(crate) struct Ctx<'a> {
+    /// This instance.
+    pub(crate) me: &'a InstanceId,
+    /// Its live session.
+    pub(crate) sid: crate::registry::SessionId,
+    /// Its options.
+    pub(crate) opts: &'a MachineOptions,
+    /// Now.
+    pub(crate) now: Now,
+}
+
+/// The claim decision on a job: the transaction to send, if any, and what the decision
+/// changes in the job's own bookkeeping (applied by [`Job::apply_claims`] when the machine
+/// acts on it; an audit that only looks drops it).
+pub(crate) struct ClaimDecision {
+    /// The claim to send.
+    pub(crate) action: Option<Action>,
+    /// The items this instance owns now, ascending.
+    pub(crate) mine: Vec<u32>,
+    /// The trigger run after this decision, and what it takes off the queue.
+    pub(crate) trigger: (Option<TriggerRun>, Dequeue),
+    /// When each failover orphan was first seen (`None`: failover is off, nothing changes).
+    pub(crate) orphans_seen: Option<BTreeMap<u32, u64>>,
+}
+
+impl Job {
+    /// Applies what a claim decision changes in the job's bookkeeping (see [`ClaimDecision`]).
+    pub(crate) fn apply_claims(&mut self, d: &ClaimDecision, now_ms: i64) {
+        let is_mine = |i: &u32| d.mine.binary_search(i).is_ok();
+        self.owned_since.retain(|i, _| is_mine(i));
+        for &i in &d.mine {
+            self.owned_since.entry(i).or_insert(now_ms);
+        }
+        let (run, dequeue) = &d.trigger;
+        match dequeue {
+            Dequeue::Nothing => {}
+            Dequeue::First => {
+                self.triggers.pop_front();
+            }
+            Dequeue::All => self.triggers.clear(),
+        }
+        self.trigger_run.clone_from(run);
+        if let Some(seen) = &d.orphans_seen {
+            self.orphan_seen.clone_from(seen);
+        }
+    }
+}
+
+/// The items of a job as the trigger planner reads them.
+struct Items<'a> {
+    view: &'a JobView,
+    running: &'a BTreeMap<u32, ExecutionId>,
+    me: &'a InstanceId,
+    skip_owner_check: bool,
+}
+
+impl TriggerItems for Items<'_> {
+    fn mine(&self, item: u32) -> bool {
+        self.skip_owner_check
+            || self.view.items.get(&item).and_then(|v| v.owner.as_ref()) == Some(self.me)
+    }
+    fn disabled(&self, item: u32) -> bool {
+        self.view.items.get(&item).is_some_and(|v| v.disabled)
+    }
+    fn running(&self, item: u32) -> bool {
+        self.running.contains_key(&item)
+            || self.view.items.get(&item).is_some_and(|v| v.running.is_some())
+    }
+}
+
+/// The claim decision: own due items (cron, misfire, triggers) and failover orphans, within
+/// the transaction limit, as one transaction. While `held` (see [`hold_for_reshard`]) only
+/// failover is claimed: an orphan's owner is gone, so its item never blocks a move; missed
+/// fires run after the move as misfires. Pure but for `memo`, a cache of the cron's answers;
+/// wake times go to `wake`.
 pub(crate) fn claims(
-    j: &mut Job,
+    j: &Job,
     view: &JobView,
     config: &Arc<JobConfig>,
-    me: &InstanceId,
-    sid: crate::registry::SessionId,
+    cx: &Ctx<'_>,
     held: bool,
-    opts: &MachineOptions,
-    now: Now,
+    memo: &mut FireMemo,
     wake: &mut Vec<u64>,
-) -> Option<Action> {
+) -> ClaimDecision {
+    let (me, opts, now) = (cx.me, cx.opts, cx.now);
     let n = config.sharding_total_count;
     let now_ms = now.wall_ms();
-    let tolerance = i64::try_from(opts.misfire_tolerance.as_millis()).unwrap_or(i64::MAX);
-    let ahead = i64::try_from(opts.claim_ahead.as_millis()).unwrap_or(0);
-    // (fire, kind, counts_as_fire, parameter) → items with their current record.
-    let mut groups: ClaimGroups = BTreeMap::new();
-    let mut trigger_param: Option<String> = None;
-
-    let mine: Vec<u32> = (0..n)
-        .filter(|i| {
-            planted!(opts, SkipOwnerCheck)
-                || view.items.get(i).and_then(|v| v.owner.as_ref()) == Some(me)
-        })
-        .collect();
-    // `mine` is ascending: membership by binary search (jobs can have many items).
-    let is_mine = |i: &u32| mine.binary_search(i).is_ok();
-    j.owned_since.retain(|i, _| is_mine(i));
-    for &i in &mine {
-        j.owned_since.entry(i).or_insert(now_ms);
-    }
-
-    // Manual triggers: all my enabled items, once none of them runs. Before the job has a
-    // plan at all the trigger waits for one, rather than running nothing. A trigger whose
-    // items take several transactions (a transaction limit) is remembered until all of them
-    // are claimed, with one fire time; scheduled fires wait for it meanwhile.
-    let planned = (0..n).any(|i| view.items.get(&i).is_some_and(|v| v.owner.is_some()));
-    let skip_disabled = |i: &u32| {
-        view.items.get(i).is_some_and(|v| v.disabled) && !planted!(opts, RunDisabledItems)
+    let items = Items {
+        view,
+        running: &j.running,
+        me,
+        skip_owner_check: planted!(opts, SkipOwnerCheck),
     };
-    // Items of the trigger being run that moved away or were disabled meanwhile are left out;
-    // a trigger left with nothing to run is over. Done first, so that a trigger ended here
-    // neither blocks the next one nor the scheduled fires below (which set the wake).
-    if let Some(run) = &mut j.trigger_run {
-        run.items.retain(|i| is_mine(i) && !skip_disabled(i));
-        if run.items.is_empty() {
-            j.trigger_run = None;
-        }
-    }
-    if !j.triggers.is_empty() && planned && j.trigger_run.is_none() && !held {
-        let busy = mine.iter().any(|i| {
-            j.running.contains_key(i) || view.items.get(i).is_some_and(|v| v.running.is_some())
-        });
-        if !busy {
-            let items: BTreeSet<u32> = mine.iter().copied().filter(|i| !skip_disabled(i)).collect();
-            if items.is_empty() {
-                // Nothing to run here: every trigger queued is consumed all the same (they
-                // would each find the same nothing).
-                j.triggers.clear();
-            } else if let Some(parameter) = j.triggers.pop_front() {
-                j.trigger_run = Some(TriggerRun {
-                    parameter,
-                    fire: now_ms,
-                    items,
-                });
-            }
-        }
-    }
-    if let Some(run) = &mut j.trigger_run {
-        trigger_param = Some(run.parameter.clone());
-        for &i in &run.items {
-            if held
-                || j.running.contains_key(&i)
-                || view.items.get(&i).is_some_and(|v| v.running.is_some())
-            {
-                continue; // held, or running (another kind of run, or not recorded yet): waits
-            }
+    let mine: Vec<u32> = (0..n).filter(|i| items.mine(*i)).collect();
+    let run_disabled = planted!(opts, RunDisabledItems);
+
+    // (fire, kind) → items with their current record.
+    let mut groups: ClaimGroups = BTreeMap::new();
+
+    // Manual triggers.
+    let planned = (0..n).any(|i| view.items.get(&i).is_some_and(|v| v.owner.is_some()));
+    let trigger = triggers::plan(
+        &mine,
+        j.triggers.front().map(String::as_str),
+        j.trigger_run.as_ref(),
+        &items,
+        planned,
+        held,
+        now_ms,
+        run_disabled,
+    );
+    if let Some(run) = &trigger.run {
+        for &i in &trigger.due {
             let rec = view.items.get(&i).and_then(|v| v.record.clone());
             groups
                 .entry((run.fire, RunKind::Trigger))
@@ -117,191 +157,121 @@ pub(crate) fn claims(
                 .push((i, rec));
         }
     }
+    let trigger_param = trigger.run.as_ref().map(|r| r.parameter.clone());
 
-    // Scheduled fires and misfires of my items. Fires before the cluster's last start (a
-    // registration into an empty `instances/`) were missed while no instance was registered:
-    // only those within the catch-up bound are due (see "Start-up after downtime").
-    let catchup_ms = if planted!(opts, IgnoreCatchUpBound) {
-        0
-    } else {
-        config.misfire_catchup_ms()
-    };
-    let started = view
-        .started
-        .filter(|_| !planted!(opts, CatchUpAfterDowntime));
-    if trigger_param.is_none() && !held {
-        if let Some(cron) = &config.cron {
-            for &i in &mine {
-                if j.running.contains_key(&i) {
-                    continue;
+    // Scheduled fires and misfires of my items; a trigger under way comes first.
+    if trigger.run.is_none() && !held {
+        let rules = FireRules {
+            config,
+            started: view
+                .started
+                .filter(|_| !planted!(opts, CatchUpAfterDowntime)),
+            catchup_ms: if planted!(opts, IgnoreCatchUpBound) {
+                0
+            } else {
+                config.misfire_catchup_ms()
+            },
+            tolerance_ms: i64::try_from(opts.misfire_tolerance.as_millis()).unwrap_or(i64::MAX),
+            ahead_ms: i64::try_from(opts.claim_ahead.as_millis()).unwrap_or(0),
+            drop_misfires: planted!(opts, DropMisfires),
+        };
+        for &i in &mine {
+            if j.running.contains_key(&i) {
+                continue;
+            }
+            let Some(v) = view.items.get(&i) else {
+                continue;
+            };
+            if (v.disabled && !run_disabled) || v.running.is_some() {
+                continue;
+            }
+            let item = ItemFires {
+                record: v.record.as_ref().map(|(r, _)| r),
+                owned_since: j.owned_since.get(&i).copied(),
+                last_end: j.last_end.get(&i).copied(),
+            };
+            match fires::plan_item(item, &rules, now_ms, memo) {
+                FireStep::Claim { fire, kind } => {
+                    groups.entry((fire, kind)).or_default().push((i, v.record.clone()));
                 }
-                let Some(v) = view.items.get(&i) else {
-                    continue;
-                };
-                if (v.disabled && !planted!(opts, RunDisabledItems)) || v.running.is_some() {
-                    continue;
-                }
-                let rec = v.record.clone();
-                let mut done = rec.as_ref().and_then(|(r, _)| r.done);
-                if let Some((r, _)) = &rec {
-                    if let Some(run) = &r.run {
-                        if config.failover {
-                            continue; // an orphan: failover below
-                        }
-                        if run.kind != RunKind::Trigger {
-                            done = Some(done.map_or(run.fire, |d| d.max(run.fire)));
-                        }
-                    }
-                }
-                let mut baseline =
-                    done.unwrap_or_else(|| j.owned_since.get(&i).copied().unwrap_or(now_ms));
-                if let Some(s) = started {
-                    // Fires earlier than `s - catchup_ms` are given up.
-                    baseline = baseline.max(s.saturating_sub(catchup_ms).saturating_sub(1));
-                }
-                let Some(first_ms) = j.fires.next_after(config, baseline) else {
-                    continue;
-                };
-                // Claimed up to `claim_ahead` before the fire, started at the fire.
-                if first_ms > now_ms.saturating_add(ahead) {
-                    wake.push(now.mono_at(first_ms.saturating_sub(ahead)));
-                    continue;
-                }
-                // Latest fire at or before now: several missed fires collapse into one.
-                // Through the memo: the items of a job mostly share their last fire.
-                let mut last = first_ms;
-                for _ in 0..MAX_CATCH_UP_STEPS {
-                    match j.fires.next_after(config, last) {
-                        Some(t) if t <= now_ms => last = t,
-                        _ => break,
-                    }
-                }
-                let late = now_ms - last;
-                // A fire that came while the item ran here is a misfire, however recent.
-                let overlapped = j.last_end.get(&i).is_some_and(|end| last <= *end);
-                let on_time = late <= tolerance && !overlapped;
-                // A fire from before the cluster's start, within the catch-up bound: it runs
-                // once, as a misfire, whatever `misfire` says (catching up is its own opt-in).
-                let caught_up = started.is_some_and(|s| last <= s);
-                let kind = if caught_up {
-                    RunKind::Misfire
-                } else if last == first_ms && on_time {
-                    RunKind::Scheduled
-                } else if config.misfire && !planted!(opts, DropMisfires) {
-                    RunKind::Misfire
-                } else if on_time {
-                    RunKind::Scheduled
-                } else {
-                    // Missed with misfire off: wait for the next fire.
-                    if let Some(next) = cron.next_after(now.wall, &config.time_zone) {
-                        wake.push(now.mono_at(next.timestamp_millis()));
-                    }
-                    continue;
-                };
-                groups.entry((last, kind)).or_default().push((i, rec));
+                FireStep::WakeAt(at) => wake.push(now.mono_at(at)),
+                FireStep::Nothing => {}
             }
         }
     }
 
     // Failover: recorded runs whose marker vanished with their session.
     let mut failover_items: Vec<(u32, RunRecord, CurrentRecord)> = Vec::new();
+    let mut orphans_seen = None;
     if config.failover && config.monitor_execution {
-        let mut orphans: Vec<u32> = Vec::new();
-        for (i, v) in &view.items {
-            if *i >= n || v.running.is_some() || j.running.contains_key(i) {
-                continue;
-            }
-            // A disabled item is not failed over either; its orphaned fire runs once it is
-            // enabled again.
-            if v.disabled && !planted!(opts, RunDisabledItems) {
-                continue;
-            }
-            if let Some((r, _)) = &v.record {
-                let orphan = r.run.is_some() && v.failover.is_none();
-                // Planted bug: a finished item of a dead owner counts as an orphan too.
-                let finished_of_dead = planted!(opts, FailoverFinished)
-                    && r.done.is_some()
-                    && v.owner
-                        .as_ref()
-                        .is_some_and(|o| !view.instances.contains(o));
-                if orphan || finished_of_dead {
-                    orphans.push(*i);
-                }
-            }
-        }
-        j.orphan_seen.retain(|i, _| orphans.contains(i));
-        if !orphans.is_empty() {
+        let orphans = failover::orphans(
+            view,
+            n,
+            |i| j.running.contains_key(&i),
+            run_disabled,
+            planted!(opts, FailoverFinished),
+        );
+        let share = if orphans.is_empty() {
+            BTreeSet::new()
+        } else {
             let candidates = registry_order(view.eligible());
-            let share: BTreeSet<u32> = if candidates.is_empty() {
-                BTreeSet::new()
-            } else {
-                let split = BuiltinStrategy::AverageAllocation.shard(
-                    &candidates,
-                    j.paths.job_name(),
-                    u32::try_from(orphans.len()).unwrap_or(u32::MAX),
-                );
-                split
-                    .items_of(me)
-                    .iter()
-                    .filter_map(|k| orphans.get(*k as usize).copied())
-                    .collect()
+            failover::share(&orphans, &candidates, j.paths.job_name(), me)
+        };
+        let plan = failover::plan(
+            &orphans,
+            &share,
+            &j.orphan_seen,
+            ms(opts.failover_takeover_delay),
+            now.mono,
+        );
+        wake.extend(plan.wake);
+        for i in plan.take {
+            let Some(v) = view.items.get(&i) else {
+                continue;
             };
-            for i in orphans {
-                let seen = *j.orphan_seen.entry(i).or_insert(now.mono);
-                let takeover = seen.saturating_add(ms(opts.failover_takeover_delay));
-                if !share.contains(&i) && now.mono < takeover {
-                    wake.push(takeover);
-                    continue;
-                }
-                let Some(v) = view.items.get(&i) else {
-                    continue;
-                };
-                let Some((r, ver)) = v.record.clone() else {
-                    continue;
-                };
-                let run = match (r.run.clone(), r.done, v.owner.clone()) {
-                    (Some(run), _, _) => run,
-                    (None, Some(done), Some(owner)) if planted!(opts, FailoverFinished) => {
-                        RunRecord {
-                            fire: done,
-                            kind: RunKind::Scheduled,
-                            instance: owner,
-                        }
+            let Some((r, ver)) = v.record.clone() else {
+                continue;
+            };
+            let run = match (r.run.clone(), r.done, v.owner.clone()) {
+                (Some(run), _, _) => run,
+                (None, Some(done), Some(owner)) if planted!(opts, FailoverFinished) => {
+                    RunRecord {
+                        fire: done,
+                        kind: RunKind::Scheduled,
+                        instance: owner,
                     }
-                    _ => continue,
-                };
-                // Our own items of this job may also be due; they are claimed separately.
-                groups.retain(|_, items| {
-                    items.retain(|(it, _)| *it != i);
-                    !items.is_empty()
-                });
-                failover_items.push((i, run, Some((r, ver))));
-            }
+                }
+                _ => continue,
+            };
+            // Our own items of this job may also be due; they are claimed separately.
+            groups.retain(|_, items| {
+                items.retain(|(it, _)| *it != i);
+                !items.is_empty()
+            });
+            failover_items.push((i, run, Some((r, ver))));
         }
+        orphans_seen = Some(plan.seen);
     }
 
-    // Within the transaction limit: the items whose last finished fire is oldest first (so
-    // that no item starves when the parts of a fire take longer than its interval), failover
-    // before own items of the same age. The rest stays due and is claimed by the next
-    // evaluation, once the watch shows this claim.
+    // Within the transaction limit.
     if let Some(limit) = j.txn_limit(opts) {
         let total = groups.values().map(Vec::len).sum::<usize>() + failover_items.len();
         if total > limit {
-            let age = |rec: &CurrentRecord| rec.as_ref().and_then(|(r, _)| r.done);
-            let mut order: Vec<(Option<i64>, bool, u32)> = failover_items
+            let done = |rec: &CurrentRecord| rec.as_ref().and_then(|(r, _)| r.done);
+            let due = failover_items
                 .iter()
-                .map(|(i, _, rec)| (age(rec), false, *i))
-                .chain(
-                    groups
-                        .values()
-                        .flatten()
-                        .map(|(i, rec)| (age(rec), true, *i)),
-                )
+                .map(|(item, _, rec)| limit::Due {
+                    done: done(rec),
+                    own: false,
+                    item: *item,
+                })
+                .chain(groups.values().flatten().map(|(item, rec)| limit::Due {
+                    done: done(rec),
+                    own: true,
+                    item: *item,
+                }))
                 .collect();
-            order.sort_unstable();
-            order.truncate(limit);
-            let own: BTreeSet<u32> = order.iter().filter(|o| o.1).map(|o| o.2).collect();
-            let failover: BTreeSet<u32> = order.iter().filter(|o| !o.1).map(|o| o.2).collect();
+            let (own, failover) = limit::within(limit, due);
             groups.retain(|_, items| {
                 items.retain(|(i, _)| own.contains(i));
                 !items.is_empty()
@@ -310,12 +280,31 @@ pub(crate) fn claims(
         }
     }
 
-    if groups.is_empty() && failover_items.is_empty() {
-        return None;
+    let action = (!groups.is_empty() || !failover_items.is_empty()).then(|| {
+        claim_txn(j, config, cx, groups, trigger_param, failover_items)
+    });
+    ClaimDecision {
+        action,
+        mine,
+        trigger: (trigger.run, trigger.dequeue),
+        orphans_seen,
     }
+}
 
+/// The claim's transaction: its session, this instance's registration, and for each item its
+/// ownership (own items) and that it is not disabled, its session-bound `running` marker and
+/// its record of the run.
+fn claim_txn(
+    j: &Job,
+    config: &JobConfig,
+    cx: &Ctx<'_>,
+    groups: ClaimGroups,
+    trigger_param: Option<String>,
+    failover_items: Vec<(u32, RunRecord, CurrentRecord)>,
+) -> Action {
+    let (me, opts) = (cx.me, cx.opts);
     let p = &j.paths;
-    let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+    let mut ops = vec![TxnOp::Check(Check::Session(cx.sid))];
     // Still registered: an operator's shutdown (the instance node deleted) stops new
     // claims at once, before this instance has seen it.
     ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
@@ -436,7 +425,29 @@ pub(crate) fn claims(
             items,
         });
     }
-    Some(Action::Txn(Purpose::Claim(claims_out), ops))
+    Action::Txn(Purpose::Claim(claims_out), ops)
+}
+
+/// Whether new runs of the job are held because its leader waits to move items
+/// (`necessary`: the `leader/sharding/necessary` flag is set), and since when this instance
+/// saw the flag (`seen`, updated). While the leader waits for runs to end, no new run starts
+/// here, as in ElasticJob: the runs drain and the items move within one run's length, instead
+/// of the wait running out while the owners keep starting fires. The hold ends `wait` ms after
+/// this instance first saw the flag, even if it stays, so a leader that cannot finish the
+/// re-shard never stops the job. Looked at on every decision, whether or not the instance may
+/// claim, so that a flag seen again starts a new hold.
+pub(crate) fn hold_for_reshard(
+    seen: &mut Option<u64>,
+    necessary: bool,
+    wait: u64,
+    now: Now,
+    wake: &mut Vec<u64>,
+) -> bool {
+    if !necessary {
+        *seen = None;
+        return false;
+    }
+    waiting(seen, wait, now, wake)
 }
 
 /// An item's execution record as cached, with its version, if it has one.

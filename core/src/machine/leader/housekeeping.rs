@@ -7,7 +7,8 @@ use crate::machine::*;
 /// most `limit` of them per transaction.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn housekeeping(
-    j: &mut Job,
+    lead: &mut LeaderState,
+    j: &Job,
     view: &JobView,
     config: &JobConfig,
     me: &InstanceId,
@@ -20,7 +21,7 @@ pub(crate) fn housekeeping(
     if interval == 0 {
         return None;
     }
-    let last = *j.last_housekeeping.get_or_insert(now.mono);
+    let last = *lead.last_housekeeping.get_or_insert(now.mono);
     if now.mono < last.saturating_add(interval) {
         wake.push(last.saturating_add(interval));
         return None;
@@ -51,7 +52,7 @@ pub(crate) fn housekeeping(
         }
     }
     if ops.len() == 2 {
-        j.last_housekeeping = Some(now.mono);
+        lead.last_housekeeping = Some(now.mono);
         return None;
     }
     Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))

@@ -7,7 +7,8 @@ use crate::machine::*;
 /// the assignment the strategy gave (the plan then stays as it is).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn reshard(
-    j: &mut Job,
+    lead: &mut LeaderState,
+    j: &Job,
     view: &JobView,
     config: &JobConfig,
     custom: Option<Arc<dyn ShardingStrategy>>,
@@ -25,7 +26,7 @@ pub(crate) fn reshard(
         .items
         .range(n..)
         .any(|(_, v)| v.exists && v.running.is_none());
-    if j.reshard_idle == Some(j.cache.plan_version) && !removable {
+    if lead.idle == Some(j.cache.plan_version) && !removable {
         return Ok(None);
     }
     let candidates = registry_order(view.eligible());
@@ -38,7 +39,7 @@ pub(crate) fn reshard(
         strategy: config.job_sharding_strategy_type.clone(),
         static_sharding: config.static_sharding,
     };
-    if let Some(action) = next_part(j, view, &key, me, sid, opts, now) {
+    if let Some(action) = next_part(lead, j, view, &key, me, sid, opts, now) {
         return Ok(Some(action));
     }
     let candidates = key.candidates.clone();
@@ -54,7 +55,7 @@ pub(crate) fn reshard(
     if let Some(problem) = assignment_problem(&target, &live, n) {
         // A custom strategy broke its contract. Keep the plan; work the assignment out again
         // only when what it depends on changes.
-        j.reshard_idle = Some(j.cache.plan_version);
+        lead.idle = Some(j.cache.plan_version);
         return Err(problem);
     }
     // Each item's target owner, in one pass (a search per item would cost the whole
@@ -89,14 +90,14 @@ pub(crate) fn reshard(
         .map(|(i, _)| *i)
         .collect();
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
-        j.reshard_wanted = None;
-        j.reshard_moved.clear();
-        j.reshard_written = 0;
-        j.reshard_plan = None;
-        j.reshard_idle = Some(j.cache.plan_version);
+        lead.wanted = None;
+        lead.moved.clear();
+        lead.written = 0;
+        lead.plan = None;
+        lead.idle = Some(j.cache.plan_version);
         return Ok(None);
     }
-    if waiting(&mut j.reshard_wanted, ms(opts.reshard_debounce), now, wake) {
+    if waiting(&mut lead.wanted, ms(opts.reshard_debounce), now, wake) {
         return Ok(None);
     }
     // Items that run under a live owner wait for their run to end, up to a deadline. The
@@ -115,7 +116,7 @@ pub(crate) fn reshard(
         .filter(|i| is_running(i) && owner_live(i))
         .collect();
     // The debounce above started `reshard_wanted`: the wait for running items counts from it.
-    let wanted = j.reshard_wanted.unwrap_or(now.mono);
+    let wanted = lead.wanted.unwrap_or(now.mono);
     let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
     let p = &j.paths;
     let mut ops = vec![
@@ -161,7 +162,7 @@ pub(crate) fn reshard(
     // A re-shard of more parts to come, with nothing that holds it (runs, items to remove, the
     // flag): the parts after this one are taken from the plan as worked out now (see
     // [`next_part`]), not by working the whole plan out again for each.
-    j.reshard_plan = (!last && removed.is_empty() && view.running == 0 && view.necessary.is_none())
+    lead.plan = (!last && removed.is_empty() && view.running == 0 && view.necessary.is_none())
         .then(|| {
             Box::new(ReshardPlan {
                 key,
@@ -329,7 +330,8 @@ pub(crate) struct ReshardPlan {
 /// part's worth of items left (the last part is worked out in full, which also finds what
 /// changed meanwhile behind the plan's back).
 pub(crate) fn next_part(
-    j: &mut Job,
+    lead: &mut LeaderState,
+    j: &Job,
     view: &JobView,
     key: &PlanKey,
     me: &InstanceId,
@@ -337,19 +339,19 @@ pub(crate) fn next_part(
     opts: &MachineOptions,
     now: Now,
 ) -> Option<Action> {
-    let debounced = j
-        .reshard_wanted
+    let debounced = lead
+        .wanted
         .is_some_and(|w| now.mono >= w.saturating_add(ms(opts.reshard_debounce)));
     let plain = debounced
         && view.running == 0
         && view.necessary.is_none()
         && view.items.range(key.total..).next().is_none();
-    if !plain || j.reshard_plan.as_ref().is_none_or(|plan| plan.key != *key) {
-        j.reshard_plan = None;
+    if !plain || lead.plan.as_ref().is_none_or(|plan| plan.key != *key) {
+        lead.plan = None;
         return None;
     }
     let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
-    let plan = j.reshard_plan.as_mut()?;
+    let plan = lead.plan.as_mut()?;
     // The first `limit` items the plan still changes; one more shows there is another part.
     // Those before the cursor are written (the parts that wrote them succeeded), even if the
     // view does not show it yet: ZooKeeper's watch can report the nodes of one transaction in
@@ -369,7 +371,7 @@ pub(crate) fn next_part(
         k += 1;
     }
     if part.len() <= limit {
-        j.reshard_plan = None;
+        lead.plan = None;
         return None;
     }
     part.truncate(limit);
