@@ -77,10 +77,7 @@ impl Machine {
             // Something under way decides on the job again soon: looked at again next time,
             // in case it does not.
             if j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
-                || j.busy.is_some()
-                || j.loading.is_some()
-                || j.sync.is_some()
-                || j.retry_at.is_some()
+                || j.wait != Wait::Idle
                 || self.sess.waiters.contains(name)
             {
                 mark.recheck.insert(name.clone());

@@ -8,7 +8,9 @@
 //! outside the items) are not kept at all. Debug builds also keep every node and check now
 //! and then that the facts kept event by event equal those loaded from scratch.
 
-use std::collections::{BTreeMap, BTreeSet};
+#[cfg(any(test, debug_assertions, feature = "self-check"))]
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::instance::InstanceId;

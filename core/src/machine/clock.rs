@@ -37,6 +37,7 @@ impl Machine {
         if stepped {
             self.evaluate_all(now);
         }
+        self.debug_check();
         out
     }
 

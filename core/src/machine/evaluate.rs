@@ -50,7 +50,7 @@ impl Machine {
     /// the one taken before, and counts as a change (see [`Machine::late_wakes`]) only if it
     /// is not.
     pub(crate) fn evaluate_swept(&mut self, name: &str, now: Now) {
-        let state = |m: &Self| m.jobs.get(name).map(|j| (j.wake, j.busy, j.loading));
+        let state = |m: &Self| m.jobs.get(name).map(|j| (j.wake, j.wait));
         let before = state(self);
         self.evaluate_job(name, now);
         self.index_wake(name);
@@ -97,7 +97,7 @@ impl Machine {
             return;
         };
         j.wake = None;
-        if j.leaving.is_some() && matches!(j.phase, Phase::Waiting | Phase::Loading) {
+        if j.leaving.is_some() && j.phase == Phase::Waiting {
             // A job never loaded has written nothing; past the shutdown's grace, the session's
             // close takes this instance's nodes with it. Either way the leave does not wait
             // for a load that may never succeed (an ACL that denies reads, a name the
@@ -108,45 +108,41 @@ impl Machine {
                 return;
             }
         }
-        if j.phase == Phase::Waiting {
-            if matches!(self.sess.state, Session::Live(_)) && j.retry_at.is_none_or(|t| now.mono >= t)
-            {
-                j.retry_at = None;
-                self.start_load(name, now);
-            } else {
+        let live = matches!(self.sess.state, Session::Live(_));
+        match j.wait {
+            Wait::Load(_) | Wait::Txn(_) => return,
+            Wait::Backoff { until } if now.mono < until => {
                 // Without a session the connection brings every job back; a retry time
                 // already past would only wake the job again and again meanwhile.
-                j.wake = j.retry_at.filter(|t| *t > now.mono);
-            }
-            return;
-        }
-        if j.busy.is_some() || j.phase == Phase::Loading {
-            return;
-        }
-        if let Some(t) = j.retry_at {
-            if now.mono < t {
-                j.wake = Some(t);
+                j.wake = Some(until);
                 return;
             }
-            j.retry_at = None;
-        }
-        if let Some((rev, deadline)) = j.sync {
-            if j.cache.seen.is_some_and(|s| s >= rev) {
-                j.sync = None;
-            } else if now.mono >= deadline {
-                j.sync = None;
+            Wait::Backoff { .. } => j.wait = Wait::Idle,
+            Wait::Sync { revision, .. } if j.cache.seen.is_some_and(|s| s >= revision) => {
+                j.wait = Wait::Idle;
+            }
+            Wait::Sync { deadline, .. } if now.mono >= deadline => {
+                j.wait = Wait::Idle;
                 self.start_load(name, now);
                 return;
-            } else {
+            }
+            Wait::Sync { deadline, .. } => {
                 j.wake = Some(deadline);
                 return;
             }
+            Wait::Idle => {}
+        }
+        if j.phase == Phase::Waiting {
+            if live {
+                self.start_load(name, now);
+            }
+            return;
         }
         let action = self.decide(name, now);
         if let Action::Txn(purpose, ops) = action {
             let id = self.request(Some(name), purpose, RegistryOp::Transact(ops), now);
             if let Some(j) = self.jobs.get_mut(name) {
-                j.busy = Some(id);
+                j.wait = Wait::Txn(id);
             }
         }
     }

@@ -3,12 +3,12 @@
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
+/// Where a hosted job is in its setup on this instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
-    /// No session yet.
+    /// Its subtree is not loaded: the job waits for a session, for a backoff, or for the
+    /// load in flight ([`Wait::Load`]).
     Waiting,
-    /// Loading the subtree.
-    Loading,
     /// Loaded; setup (configuration, skeleton, registration) not done.
     Loaded,
     /// Registered; runs.
@@ -35,9 +35,8 @@ pub(crate) struct Job {
     pub(crate) phase: Phase,
     pub(crate) cache: Cache,
     pub(crate) buffer: Vec<crate::registry::WatchEvent>,
-    pub(crate) busy: Option<RequestId>,
-    pub(crate) sync: Option<(Revision, u64)>,
-    pub(crate) retry_at: Option<u64>,
+    /// What the job waits for before its next decision.
+    pub(crate) wait: Wait,
     pub(crate) backoff: u32,
     /// A write of the job ended without a known outcome (a timeout, a lost connection) since
     /// its tree was last loaded: the registry may hold nodes of this session that the view
@@ -80,12 +79,35 @@ pub(crate) struct Job {
     pub(crate) wake: Option<u64>,
     /// The `wake` entered in `Machine::wakes`.
     pub(crate) wake_indexed: Option<u64>,
-    /// The load in flight, if any.
-    pub(crate) loading: Option<RequestId>,
     /// Next fires already computed.
     pub(crate) fires: FireMemo,
     /// [`Machine::changes`] at the last change to the job's view or decision on it.
     pub(crate) changed: u64,
+}
+
+/// What a job waits for before its next decision: decisions are made one at a time, each on
+/// a view that shows the job's own earlier writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Nothing: the job is decided on when its wake comes or its view changes.
+    Idle,
+    /// The read of its subtree (in [`Phase::Waiting`]); watch events are buffered meanwhile.
+    Load(RequestId),
+    /// Its transaction in flight.
+    Txn(RequestId),
+    /// The watch to show its own last write, at this revision, up to a deadline (monotonic
+    /// ms), after which the subtree is read again.
+    Sync {
+        /// The revision of the write.
+        revision: Revision,
+        /// When to stop waiting and read the subtree again.
+        deadline: u64,
+    },
+    /// A backoff after a failure, until then (monotonic ms).
+    Backoff {
+        /// Its end.
+        until: u64,
+    },
 }
 
 /// A job this instance leaves: its runs finish (or are cancelled at the grace's end), are
@@ -156,8 +178,29 @@ impl Job {
     /// After a committed transaction of ours: hold decisions until the watch shows its last
     /// write (or reload after `timeout_ms`), so they are not made on a view without it.
     pub(crate) fn await_own_writes(&mut self, results: &[TxnOpResult], now: Now, timeout_ms: u64) {
-        if let Some(rev) = last_revision(results) {
-            self.sync = Some((rev, now.mono.saturating_add(timeout_ms)));
+        // A load or a transaction in flight, or a backoff, comes first: their own end decides
+        // again (the conditional writes keep a decision on a view without these writes safe);
+        // a job whose subtree is not loaded reads it all anyway.
+        let waits = matches!(self.wait, Wait::Idle | Wait::Sync { .. });
+        if let (Some(revision), true, true) =
+            (last_revision(results), waits, self.phase != Phase::Waiting)
+        {
+            self.wait = Wait::Sync {
+                revision,
+                deadline: now.mono.saturating_add(timeout_ms),
+            };
+        }
+    }
+
+    /// Whether the read of its subtree is in flight.
+    pub(crate) fn loading(&self) -> bool {
+        matches!(self.wait, Wait::Load(_))
+    }
+
+    /// Backs off until `until` (monotonic ms), unless a load is in flight: its reply decides.
+    pub(crate) fn back_off(&mut self, until: u64) {
+        if !self.loading() {
+            self.wait = Wait::Backoff { until };
         }
     }
 

@@ -8,14 +8,12 @@ impl Machine {
         let Some(job) = self.jobs.get_mut(name) else {
             return;
         };
-        job.phase = Phase::Loading;
+        job.phase = Phase::Waiting;
         job.buffer.clear();
-        job.sync = None;
         let root = job.paths.root().clone();
         let id = self.request(Some(name), Purpose::Load, RegistryOp::GetTree(root), now);
         if let Some(job) = self.jobs.get_mut(name) {
-            job.busy = Some(id);
-            job.loading = Some(id);
+            job.wait = Wait::Load(id);
         }
     }
 
@@ -38,12 +36,12 @@ impl Machine {
                 j.note_own_node(&node.stat);
             }
         }
-        if j.loading != Some(id) {
+        if j.wait != Wait::Load(id) {
             // A later load replaced this one: its snapshot and the events buffered since do
             // not fit together.
             return;
         }
-        j.loading = None;
+        j.wait = Wait::Idle;
         match reply {
             RegistryReply::Tree(tree) => {
                 let me = &self.opts.instance_id;
@@ -72,7 +70,7 @@ impl Machine {
                 let backoff = self.backoff_of(&name, now);
                 if let Some(j) = self.jobs.get_mut(&name) {
                     j.phase = Phase::Waiting;
-                    j.retry_at = Some(backoff);
+                    j.wait = Wait::Backoff { until: backoff };
                 }
             }
             _ => {}
@@ -84,7 +82,7 @@ impl Machine {
         let Some(j) = self.jobs.get_mut(name) else {
             return;
         };
-        if matches!(j.phase, Phase::Waiting | Phase::Loading) {
+        if j.phase == Phase::Waiting {
             return;
         }
         let Some(data) = j.cache.config() else {

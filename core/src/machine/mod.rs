@@ -196,7 +196,6 @@ mod leave;
 mod load;
 mod replies;
 mod requests;
-#[cfg(feature = "self-check")]
 mod selfcheck;
 mod session;
 mod setup;
@@ -252,6 +251,9 @@ pub struct Machine {
     /// every applied event that [`cache::bears_on_disabled`], and on every load from scratch.
     /// A start skips the disabled check when this has not moved since its claim.
     pub(crate) disables: u64,
+    /// Inputs handled so far (debug builds check the invariants every so many).
+    #[cfg(debug_assertions)]
+    pub(crate) inputs: u64,
 }
 
 impl Machine {
@@ -272,6 +274,8 @@ impl Machine {
             stopped: false,
             changes: 0,
             disables: 0,
+            #[cfg(debug_assertions)]
+            inputs: 0,
         }
     }
 
@@ -385,9 +389,7 @@ impl Machine {
             phase: Phase::Waiting,
             cache: Cache::default(),
             buffer: Vec::new(),
-            busy: None,
-            sync: None,
-            retry_at: None,
+            wait: Wait::Idle,
             backoff: 0,
             unsure: false,
             owned_since: BTreeMap::new(),
@@ -406,7 +408,6 @@ impl Machine {
             last_config_error: None,
             load_error: None,
             last_reload: None,
-            loading: None,
             wake: None,
             wake_indexed: None,
             fires: FireMemo::default(),
@@ -416,6 +417,7 @@ impl Machine {
         if matches!(self.sess.state, Session::Live(_)) {
             self.start_load(&name, now);
         }
+        self.debug_check();
         Ok(())
     }
 
@@ -476,6 +478,7 @@ impl Machine {
         // Every job is decided on below: a step is acted on by that alone.
         self.observe_clock(now);
         self.evaluate_all(now);
+        self.debug_check();
     }
 
     /// The next command for the driver.

@@ -159,7 +159,7 @@ impl Machine {
                 // and reload if it does not within a backoff.
                 let t = self.backoff_of(name, now);
                 if let Some(j) = self.jobs.get_mut(name) {
-                    j.retry_at = Some(t);
+                    j.back_off(t);
                     if j.backoff > 3 {
                         j.backoff = 0;
                         self.start_load(name, now);
@@ -169,7 +169,7 @@ impl Machine {
             ErrorClass::Transient | ErrorClass::Fatal => {
                 let t = self.backoff_of(name, now);
                 if let Some(j) = self.jobs.get_mut(name) {
-                    j.retry_at = Some(t);
+                    j.back_off(t);
                 }
             }
             ErrorClass::LostSession => {}
@@ -204,8 +204,8 @@ impl Machine {
         }
         if let Some(job) = &p.job {
             if let Some(j) = self.jobs.get_mut(job) {
-                if j.busy == Some(id) {
-                    j.busy = None;
+                if j.wait == Wait::Txn(id) {
+                    j.wait = Wait::Idle;
                 }
             }
         }

@@ -101,8 +101,7 @@ impl Machine {
         }
         for job in self.jobs.values_mut() {
             job.phase = Phase::Waiting;
-            job.busy = None;
-            job.sync = None;
+            job.wait = Wait::Idle;
             job.buffer.clear();
             job.leader = None;
             // The nodes of the lost session are gone with it.

@@ -138,12 +138,16 @@ impl Machine {
             self.timers.sweep.at = None;
             self.timers.sweep.left = 0;
             self.evaluate_all(now);
-            return;
-        }
-        if stepped {
+        } else if stepped {
             self.evaluate_all(now);
-            return;
+        } else {
+            self.evaluate_due(started, now);
         }
+        self.debug_check();
+    }
+
+    /// The jobs whose wake came, and a slice of the safety sweep.
+    fn evaluate_due(&mut self, started: bool, now: Now) {
         let due: Vec<String> = self
             .timers
             .wakes

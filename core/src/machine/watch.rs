@@ -64,8 +64,7 @@ impl Machine {
         let view = j.cache.view();
         if j.phase != Phase::Active
             || j.leaving.is_some()
-            || j.sync
-                .is_some_and(|(rev, _)| j.cache.seen.is_some_and(|s| s >= rev))
+            || matches!(j.wait, Wait::Sync { revision, .. } if j.cache.seen.is_some_and(|s| s >= revision))
             || !j.orphan_seen.is_empty()
             || j.running.contains_key(&i)
             || self.shutdown.is_some()
@@ -118,13 +117,12 @@ impl Machine {
                 j.note_own_node(stat);
             }
         }
-        match j.phase {
-            Phase::Waiting => return,
-            Phase::Loading => {
+        if j.phase == Phase::Waiting {
+            // Buffered while the subtree is read; without a load, the next one reads it all.
+            if j.loading() {
                 j.buffer.push(ev);
-                return;
             }
-            _ => {}
+            return;
         }
         // Older than the snapshot the cache was loaded from: nothing changes.
         if j.cache.is_stale(&ev) {
