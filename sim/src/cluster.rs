@@ -50,6 +50,11 @@ use shardjob_core::{InstanceId, JobConfig, ShardingStrategy};
 /// spin ([`Cluster`]'s timeouts): at a step of a millisecond, a simulated second.
 const BUSY_TIMER_STEPS: u32 = 1_000;
 
+/// The most timeouts a machine may take within one simulated second with no other input
+/// between them before it is taken to wake for nothing (see [`crate::checkers::wake_rate`],
+/// which says why this many).
+pub const QUIET_WAKES_PER_S: usize = 100;
+
 /// Why the cluster refused a node or an operator's write. Nothing is changed when it does.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ClusterError {
@@ -131,6 +136,8 @@ pub struct RunRecord {
     pub fire: i64,
     /// Why it ran.
     pub kind: RunKind,
+    /// The job parameter it was given: a manual trigger's own, or the job's `jobParameter`.
+    pub job_parameter: String,
     /// Its fencing token.
     pub token: u64,
     /// Virtual ms it started, in true time. A node fires by its own clock, so with a skewed
@@ -289,6 +296,13 @@ pub struct Cluster {
     pub wake_audit: bool,
     /// Jobs whose wake came later than their decision wanted: (virtual time, node, finding).
     pub late_wakes: Vec<(u64, usize, LateWake)>,
+    /// Nodes that took more than [`QUIET_WAKES_PER_S`] timeouts within a simulated second
+    /// with no other input between them: (virtual time, node, timeouts in that second), the
+    /// first time for each node.
+    pub wake_storms: Vec<(u64, usize, usize)>,
+    /// The most timeouts any node took within a simulated second with no other input between
+    /// them (a statistic of the world).
+    pub quiet_wake_peak: usize,
     next_audit: u64,
     operator: Option<SessionId>,
     /// The wire when the world races ([`Cluster::set_races`]).
@@ -343,6 +357,8 @@ impl Cluster {
             prepared: (0, 0),
             wake_audit: true,
             late_wakes: Vec::new(),
+            wake_storms: Vec::new(),
+            quiet_wake_peak: 0,
             next_audit: 0,
             operator: None,
             network: Network::new(Races::NONE, 0),
@@ -693,9 +709,19 @@ impl Cluster {
 
     /// Operator command on a node's machine.
     pub fn trigger(&mut self, n: usize, job: &str) {
+        self.trigger_with(n, job, None);
+    }
+
+    /// A manual trigger of `job` on node `n` with a parameter that replaces the job's
+    /// `jobParameter` for its runs (none, or an empty one: the job's own).
+    pub fn trigger_with(&mut self, n: usize, job: &str, parameter: Option<&str>) {
         let t = self.time_of(n);
-        self.note(("trigger", n, job), || format!("node {n}: trigger {job}"));
-        if let Err(e) = self.nodes[n].machine.trigger(job, None, t) {
+        self.note(("trigger", n, job), || match parameter {
+            Some(p) => format!("node {n}: trigger {job} with parameter {p:?}"),
+            None => format!("node {n}: trigger {job}"),
+        });
+        let parameter = parameter.map(str::to_owned);
+        if let Err(e) = self.nodes[n].machine.trigger(job, parameter, t) {
             self.note(("trigger-refused", n), || {
                 format!("node {n}: trigger refused: {e}")
             });
@@ -754,6 +780,7 @@ impl Cluster {
     /// Carries out a node's commands until it has none.
     fn pump(&mut self, n: usize) {
         let origin = self.wall_origin.timestamp_millis();
+        self.nodes[n].inputs += 1;
         self.nodes[n].timer = None;
         // After every input: the machine's invariants and its cache's self-check.
         for found in self.nodes[n].machine.self_check() {
@@ -949,6 +976,7 @@ impl Cluster {
                 item: item.item,
                 fire: exec.fire_time.timestamp_millis(),
                 kind: exec.kind,
+                job_parameter: exec.job_parameter.clone(),
                 token: item.fencing_token.0,
                 start: self.now,
                 wall_start: self.time_of(n).wall.timestamp_millis(),
@@ -1295,8 +1323,11 @@ impl Cluster {
             .is_some_and(|t| t <= now)
         {
             let t = self.time_of(n);
+            let quiet = self.nodes[n].inputs == self.nodes[n].inputs_after_wake;
+            let runs = self.runs.len();
             self.nodes[n].machine.handle_timeout(t);
             self.pump(n);
+            self.count_quiet_wake(n, quiet, self.runs.len() > runs);
             // A timeout that stays due is handled again at the next step of time, not now. One
             // that stays due step after step is a machine spinning (a driver would run it in a
             // busy loop): after a simulated second of it, that is a violation, said once.
@@ -1322,6 +1353,39 @@ impl Cluster {
             }
         }
         progressed
+    }
+
+    /// Counts a timeout of node `n` among those of the last simulated second that came with
+    /// no other input between them (`quiet`: none since its previous timeout), and notes the
+    /// node when they are more than [`QUIET_WAKES_PER_S`]. A timeout that started runs had
+    /// work to do and is not counted (a fire of many runs starts them in chunks, a
+    /// millisecond apart); while the machine's session is suspended nothing is counted (it
+    /// then retries each completion it could not send every `retry_backoff`, which grows with
+    /// the runs, not with time). Only looks: the trace is the same.
+    fn count_quiet_wake(&mut self, n: usize, quiet: bool, started: bool) {
+        let now = self.now;
+        let node = &mut self.nodes[n];
+        node.inputs_after_wake = node.inputs;
+        if !quiet || node.suspended {
+            node.quiet_wakes.clear();
+        }
+        if started || node.suspended {
+            return;
+        }
+        node.quiet_wakes.push_back(now);
+        while node
+            .quiet_wakes
+            .front()
+            .is_some_and(|t| t.saturating_add(1_000) <= now)
+        {
+            node.quiet_wakes.pop_front();
+        }
+        let count = node.quiet_wakes.len();
+        self.quiet_wake_peak = self.quiet_wake_peak.max(count);
+        if count > QUIET_WAKES_PER_S && !node.wake_storm {
+            node.wake_storm = true;
+            self.wake_storms.push((now, n, count));
+        }
     }
 
     /// etcd's watch is a stream of its own, not bound to the lease: an instance may see its
@@ -1430,6 +1494,7 @@ impl Cluster {
                     self.note(("session", n, format!("{s:?}")), || {
                         format!("node {n}: {}", timeline::session(&s))
                     });
+                    self.nodes[n].suspended = matches!(s, SessionEvent::Suspended(_));
                     let t = self.time_of(n);
                     self.nodes[n]
                         .machine

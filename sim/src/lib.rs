@@ -23,7 +23,9 @@
 //! (and, after the heal, the fires within it that no run had finished run), a plan that
 //! covers every item with live owners and one leader, and the same trace for the same seed.
 //! Throughout the run, every job's wake must come no later than its own decision wants it
-//! (audited once a simulated second on every node, safety sweep or not).
+//! (audited once a simulated second on every node, safety sweep or not), and no machine may
+//! wake far more often than it has reason to (more than 100 timeouts in a simulated second with
+//! no other input between them; see [`checkers::wake_rate`]).
 //!
 //! Seeds also draw richer shapes ([`world::Shape`]), each from a stream of its own so that a
 //! seed that draws none keeps the world it had: operators' edits timed inside runs (a total

@@ -58,6 +58,19 @@ pub struct Node {
     pub(crate) timer: Option<Option<u64>>,
     /// How many timeouts in a row left its timer still due (a spinning machine).
     pub(crate) due_streak: u32,
+    /// How many inputs the machine has been handed (each is followed by the cluster reading
+    /// its commands), timeouts included.
+    pub(crate) inputs: u64,
+    /// [`Node::inputs`] right after its last timeout: equal still at the next timeout if no
+    /// other input came between the two.
+    pub(crate) inputs_after_wake: u64,
+    /// The virtual times of its timeouts within the last simulated second that came with no
+    /// other input between them (see [`crate::checkers::wake_rate`]).
+    pub(crate) quiet_wakes: VecDeque<u64>,
+    /// Whether its wakes were already found too many (reported once).
+    pub(crate) wake_storm: bool,
+    /// Whether the last session event handed to its machine was a suspension.
+    pub(crate) suspended: bool,
     /// Its live session, if any.
     pub session: Option<SessionId>,
     pub(crate) watch: Option<WatchId>,
@@ -123,6 +136,11 @@ impl Node {
             machine,
             timer: None,
             due_streak: 0,
+            inputs: 0,
+            inputs_after_wake: 0,
+            quiet_wakes: VecDeque::new(),
+            wake_storm: false,
+            suspended: false,
             session: None,
             watch: None,
             process: Process::Up,

@@ -197,6 +197,9 @@ pub struct SeedReport {
     pub fenced_after_pause: usize,
     /// Item runs started.
     pub runs: usize,
+    /// The most timeouts a node took within a simulated second with no other input between
+    /// them (see [`checkers::wake_rate`]).
+    pub quiet_wake_peak: usize,
     /// Every item run, in the order they started (empty if the world did not run): what a
     /// user checks their own rules on, beyond the checkers'.
     pub records: Vec<RunRecord>,
@@ -239,6 +242,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 ignored_cancel: 0,
                 fenced_after_pause: 0,
                 runs: 0,
+                quiet_wake_peak: 0,
                 records: Vec::new(),
                 instances: Vec::new(),
                 wall_origin: crate::cluster::wall_origin(),
@@ -456,6 +460,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     violations.extend(checkers::disabled::check(&c));
     violations.extend(checkers::shutdown::check(&c));
     violations.extend(checkers::wake::check(&c));
+    violations.extend(checkers::wake_rate::check(&c));
     // Whatever the registry's limit, every transaction is split until it fits; a user's
     // sharding strategy that breaks its contract is reported once per job.
     violations.extend(checkers::refused::check(&c));
@@ -472,6 +477,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         ignored_cancel: overlaps.ignored_cancel,
         fenced_after_pause: overlaps.fenced_after_pause,
         runs: c.runs.len(),
+        quiet_wake_peak: c.quiet_wake_peak,
         records: std::mem::take(&mut c.runs),
         instances: c.nodes.iter().map(|n| n.id.clone()).collect(),
         wall_origin: c.wall_origin,

@@ -198,6 +198,22 @@ fn a_lease_timer_kept_after_the_runs_ended_is_caught_spinning() {
     );
 }
 
+/// The planted bug `endless-sweep` keeps the rolling safety sweep going for ever: every
+/// decision stays right, but each machine wakes every millisecond with nothing new to act on.
+/// The cluster counts the timeouts a node takes in a simulated second with no other input
+/// between them (`checkers::wake_rate`).
+#[cfg(feature = "plant")]
+#[test]
+fn an_endless_sweep_is_caught_waking_every_millisecond() {
+    use shardjob_core::machine::plant::Plant;
+    let found = planted(Plant::EndlessSweep, small(0));
+    assert!(found.iter().any(|v| v.checker == "wake-rate"), "{found:#?}");
+    assert!(
+        found.iter().all(|v| v.checker == "wake-rate"),
+        "only the wake rate sees it: {found:#?}"
+    );
+}
+
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     for seed in [1, 17, 99] {

@@ -217,7 +217,6 @@ use session::*;
 use setup::*;
 use timer::*;
 
-
 /// A re-shard written in parts reports its progress ([`MachineEvent::ReshardProgress`]) each
 /// time this many more of its items are written: a job of the documented maximum of 100,000
 /// items on a registry that limits transactions takes thousands of parts.
@@ -486,8 +485,6 @@ impl Machine {
         self.out.pop_front()
     }
 
-
-
     /// A registry event from the watch on `/`, or a session change.
     pub fn handle_registry_event(&mut self, event: RegistryEvent, now: Now) {
         self.handle_registry_events(std::iter::once(event), now);
@@ -503,7 +500,6 @@ impl Machine {
     ) {
         self.noticing_clock(now, |m| m.apply_registry_events(events, now));
     }
-
 
     /// An execution ended: every item's outcome.
     pub fn handle_execution_finished(

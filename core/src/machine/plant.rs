@@ -83,11 +83,15 @@ pub enum Plant {
     /// as a trigger) leaves it behind, and while the session lives the item is never failed
     /// over again.
     AdoptDropsTriggerFailover,
+    /// Divide the rolling sweep's count of jobs left by its chunk instead of taking the chunk
+    /// off: the count stays at one, the sweep never ends, and the machine wakes every
+    /// millisecond to evaluate one job again (right decisions, a thousand wakes a second).
+    EndlessSweep,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 27] = [
+    pub const ALL: [Plant; 28] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -115,6 +119,7 @@ impl Plant {
         Plant::StaleEventAfterReload,
         Plant::LeaseTimerAfterEnd,
         Plant::AdoptDropsTriggerFailover,
+        Plant::EndlessSweep,
     ];
 
     /// The name used on the command line.
@@ -147,6 +152,7 @@ impl Plant {
             Plant::StaleEventAfterReload => "stale-event-after-reload",
             Plant::LeaseTimerAfterEnd => "lease-timer-after-end",
             Plant::AdoptDropsTriggerFailover => "adopt-drops-trigger-failover",
+            Plant::EndlessSweep => "endless-sweep",
         }
     }
 }

@@ -204,7 +204,11 @@ impl Machine {
             return Vec::new();
         }
         let chunk = sweep.left.min(SWEEP_CHUNK);
-        sweep.left -= chunk;
+        if planted!(self.opts, EndlessSweep) {
+            sweep.left /= chunk.max(1);
+        } else {
+            sweep.left -= chunk;
+        }
         sweep.at = (sweep.left > 0).then(|| now.mono.saturating_add(1));
         let after = sweep.cursor.take();
         let mut next: Vec<String> = match &after {

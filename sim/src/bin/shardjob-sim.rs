@@ -114,6 +114,7 @@ fn main() -> ExitCode {
     let mut sim_ms = 0u64;
     let mut ran = 0u64;
     let (mut retries, mut ignored, mut fenced, mut runs) = (0, 0, 0, 0);
+    let mut quiet_wakes = 0;
     for seed in from..from.saturating_add(count) {
         let mut cfg = base.clone();
         cfg.seed = seed;
@@ -125,6 +126,7 @@ fn main() -> ExitCode {
         ignored += report.ignored_cancel;
         fenced += report.fenced_after_pause;
         runs += report.runs;
+        quiet_wakes = quiet_wakes.max(report.quiet_wake_peak);
         if args.hashes {
             say!("seed {seed} trace {:#018x}", report.trace_hash);
         }
@@ -167,7 +169,7 @@ fn main() -> ExitCode {
     );
     // What a simulated hour costs depends mostly on how many item runs the seeds drew.
     say!(
-        "(item_runs={runs} retries={retries} overlaps_of_jobs_ignoring_cancel={ignored} fenced_after_pause={fenced})"
+        "(item_runs={runs} retries={retries} overlaps_of_jobs_ignoring_cancel={ignored} fenced_after_pause={fenced} quiet_wakes_per_s_peak={quiet_wakes})"
     );
     if args.plant.is_some() {
         return if violations > 0 {

@@ -15,6 +15,7 @@ pub mod readable;
 pub mod refused;
 pub mod shutdown;
 pub mod wake;
+pub mod wake_rate;
 
 /// One broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,6 +39,7 @@ pub(crate) fn test_run(start: u64) -> crate::cluster::RunRecord {
         item: 0,
         fire: crate::cluster::wall_origin().timestamp_millis(),
         kind: shardjob_core::machine::record::RunKind::Scheduled,
+        job_parameter: String::new(),
         token: 1,
         start,
         wall_start: crate::cluster::wall_origin().timestamp_millis() + start as i64,
