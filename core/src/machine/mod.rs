@@ -184,6 +184,7 @@ macro_rules! planted {
 }
 
 // After `planted!`, which they use.
+#[cfg(feature = "audit")]
 mod audit;
 mod claim;
 mod clock;
@@ -202,6 +203,7 @@ mod setup;
 mod timer;
 mod watch;
 
+#[cfg(feature = "audit")]
 pub use audit::{AuditMark, LateWake};
 use claim::*;
 use clock::*;

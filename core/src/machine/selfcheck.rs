@@ -20,7 +20,7 @@ impl Machine {
     ///   waits for a retry has its retry there;
     /// - a job waiting for a load or a transaction has that request in flight (of this
     ///   session's epoch), and a job being loaded is not set up.
-    #[cfg(any(debug_assertions, feature = "self-check"))]
+    #[cfg(any(debug_assertions, feature = "audit"))]
     pub(crate) fn invariants(&self) -> Vec<String> {
         let mut out = Vec::new();
         for (name, j) in &self.jobs {
@@ -97,11 +97,12 @@ impl Machine {
     }
 
     /// What is wrong with the machine's state now: its [invariants](Machine::invariants),
-    /// and the first drift of each job's cached view from a fresh load since the last call.
-    /// Empty when all holds.
-    #[cfg(feature = "self-check")]
+    /// and, with the `self-check` feature, the first drift of each job's cached view from a
+    /// fresh load since the last call. Empty when all holds.
+    #[cfg(feature = "audit")]
     pub fn self_check(&mut self) -> Vec<String> {
         let mut out = Vec::new();
+        #[cfg(feature = "self-check")]
         for (name, j) in &mut self.jobs {
             if let Some(d) = j.cache.take_drift() {
                 out.push(format!("{name}: {d}"));
