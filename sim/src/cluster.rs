@@ -305,6 +305,8 @@ pub struct Cluster {
     pub quiet_wake_peak: usize,
     next_audit: u64,
     operator: Option<SessionId>,
+    /// The nodes whose watch [`Cluster::slow_watch`] slowed.
+    slowed: BTreeSet<usize>,
     /// The wire when the world races ([`Cluster::set_races`]).
     network: Network,
 }
@@ -361,6 +363,7 @@ impl Cluster {
             quiet_wake_peak: 0,
             next_audit: 0,
             operator: None,
+            slowed: BTreeSet::new(),
             network: Network::new(Races::NONE, 0),
         }
     }
@@ -666,8 +669,62 @@ impl Cluster {
         self.nodes[n].set_reply_loss(per_mille);
     }
 
+    /// Makes node `n` lose the reply to its next failover claim of an item of `job`, or, with
+    /// `None`, no longer (see [`Node::loses_failover_reply`]).
+    pub fn lose_failover_reply(&mut self, n: usize, job: Option<&str>) {
+        if self.nodes[n].loses_failover_reply() == job {
+            return;
+        }
+        self.note(("lose-failover-reply", n, job), || match job {
+            Some(job) => {
+                format!("node {n} will lose the reply to its next failover claim of {job}")
+            }
+            None => format!("node {n} no longer loses the reply to a failover claim"),
+        });
+        self.nodes[n].set_lose_failover_reply(job.map(str::to_owned));
+    }
+
+    /// Makes node `n`'s watch deliver each event `ms` after it happened, from now on (a
+    /// watch that lags behind the registry's reads, as from a server catching up); the
+    /// node's events already on their way keep their times. [`Cluster::restore_watches`]
+    /// ends it.
+    pub fn slow_watch(&mut self, n: usize, ms: u64) {
+        let Some(w) = self.nodes[n].watch else {
+            return;
+        };
+        self.note(("slow-watch", n, ms), || {
+            format!("node {n}'s watch delivers {ms} ms late")
+        });
+        self.store.set_watch_latency(w, Duration::from_millis(ms));
+        self.slowed.insert(n);
+    }
+
+    /// Brings every watch slowed by [`Cluster::slow_watch`] back to
+    /// [`Cluster::watch_delay`].
+    pub fn restore_watches(&mut self) {
+        for n in std::mem::take(&mut self.slowed) {
+            self.restore_watch(n);
+        }
+    }
+
+    /// Brings node `n`'s watch back to [`Cluster::watch_delay`], if it was slowed.
+    pub fn restore_watch(&mut self, n: usize) {
+        if !self.slowed.remove(&n) {
+            return;
+        }
+        let delay = self.watch_delay;
+        self.note(("restore-watch", n), || {
+            format!("node {n}'s watch delivers on time again")
+        });
+        if let Some(w) = self.nodes[n].watch {
+            self.store
+                .set_watch_latency(w, Duration::from_millis(delay));
+        }
+    }
+
     /// The heal's end of lost replies: none drawn any more ([`Races::reply_loss`]), none on
-    /// any node ([`Cluster::lose_replies`], [`Cluster::set_reply_loss`]). The other races go
+    /// any node ([`Cluster::lose_replies`], [`Cluster::set_reply_loss`],
+    /// [`Cluster::lose_failover_reply`]). The other races go
     /// on: they slow the world down, they do not stop it.
     pub fn calm(&mut self) {
         if self.network.races.reply_loss > 0 {
@@ -677,6 +734,7 @@ impl Cluster {
         for node in &mut self.nodes {
             node.set_lose_replies(0);
             node.set_reply_loss(0);
+            node.set_lose_failover_reply(None);
         }
     }
 
@@ -894,7 +952,8 @@ impl Cluster {
     /// takes another leg (never before an earlier answer). A deaf node, or a lost reply, hears
     /// a timeout after [`Cluster::request_timeout`] instead, although the request applies.
     fn send(&mut self, n: usize, id: RequestId, op: RegistryOp) {
-        let counted = self.nodes[n].take_lost_reply();
+        let counted =
+            self.nodes[n].take_lost_reply() || self.nodes[n].take_lost_failover_reply(&op);
         let per_mille = self.nodes[n].reply_loss();
         let lost = counted || self.network.loses(per_mille);
         let answered = !(self.nodes[n].deaf() || lost);

@@ -21,6 +21,7 @@ impl Nemesis<'_> {
         self.timed_until(c, heal_at);
         c.run_until(heal_at);
         c.calm();
+        c.restore_watches();
         for n in 0..c.nodes.len() {
             c.unpause(n);
             c.heal(n);

@@ -1,12 +1,15 @@
 //! The nemesis: what goes wrong in a world during its chaos, one method per fault (see
 //! [`Fault`]), with the restarts and undos it owes, the deploys and the outage it plans, and
-//! the timed steps of the richer shapes ([`Shape::Edits`], [`Shape::LeaderClocks`]).
+//! the timed steps of the richer shapes ([`Shape::Edits`], [`Shape::LeaderClocks`],
+//! [`Shape::Flaps`], [`Shape::TriggerFailover`]).
 //!
 //! Each kind of draw comes from its own stream of the swarm ([`Swarm`]), so that a seed that
 //! does not draw a shape keeps what it did before.
 //!
 //! [`Shape::Edits`]: crate::swarm::Shape::Edits
 //! [`Shape::LeaderClocks`]: crate::swarm::Shape::LeaderClocks
+//! [`Shape::Flaps`]: crate::swarm::Shape::Flaps
+//! [`Shape::TriggerFailover`]: crate::swarm::Shape::TriggerFailover
 
 use std::collections::BTreeSet;
 
@@ -45,6 +48,50 @@ pub(crate) enum Timed {
     Edit(Edit),
     /// A leader's clock lags or steps.
     LeaderClock,
+    /// A session flap begins ([`Shape::Flaps`]), or is tried again `tries` more times, a
+    /// second apart, while too few processes are connected.
+    FlapStarts { tries: u32 },
+    /// A later step of one.
+    Flap(FlapStep),
+    /// An operator triggers a job whose runs are then failed over ([`Shape::TriggerFailover`]),
+    /// or tries again `tries` more times, a second apart, while no job can be.
+    TriggerStarts { tries: u32 },
+    /// A later step of one.
+    Trigger(TriggerStep),
+}
+
+/// A later step of a session flap ([`Shape::Flaps`]).
+#[derive(Debug, Clone)]
+pub(crate) enum FlapStep {
+    /// A process loses its link to the registry.
+    Cut(usize),
+    /// A process the flap cut off is reconnected.
+    Back(usize),
+    /// A process the flap cut off is reconnected, its watch slowed by this many ms.
+    BackSlow(usize, u64),
+    /// A watch the flap slowed delivers on time again.
+    Restore(usize),
+}
+
+/// A later step of a failed-over trigger ([`Shape::TriggerFailover`]).
+#[derive(Debug, Clone)]
+pub(crate) enum TriggerStep {
+    /// An instance running the trigger's run of `job` crashes (looked for `tries` more times,
+    /// a few ms apart, until one runs).
+    CrashRunner { job: String, tries: u32 },
+    /// An instance running one of `items` of `job` crashes: one that took none of the
+    /// trigger's runs over since the first crash (in the world's runs from index `since` on),
+    /// running an item that one of those whose failover claim lost its reply took over
+    /// (looked for `tries` more times). `flagged`: the processes set to lose that reply;
+    /// `lossy`: those whose loss was used up, once the step first looked.
+    CrashAgain {
+        job: String,
+        items: BTreeSet<u32>,
+        since: usize,
+        tries: u32,
+        flagged: BTreeSet<usize>,
+        lossy: Option<BTreeSet<usize>>,
+    },
 }
 
 /// The nemesis of one world.
@@ -75,6 +122,17 @@ pub(crate) struct Nemesis<'a> {
     timed: Vec<(u64, Timed)>,
     edits_rng: Rng,
     clocks_rng: Rng,
+    flaps_rng: Rng,
+    /// Until when a session flap goes on: the nemesis's other acts wait (they would move its
+    /// timing: a registry restart, say, lengthens the sessions it means to expire).
+    flap_until: u64,
+    trigger_rng: Rng,
+    /// Whether a failed-over trigger goes on: another waits for its end, and so do the
+    /// nemesis's other acts (which would crash or cut off the processes it is about).
+    trigger_busy: bool,
+    /// Whether a failed-over trigger got as far as its later crash: no other begins then, and
+    /// the nemesis's other acts are over.
+    trigger_done: bool,
     /// What the cluster refused to do, as violations (none, as the choices were checked
     /// before the world ran).
     pub(crate) refusals: Vec<Violation>,
@@ -99,6 +157,8 @@ impl<'a> Nemesis<'a> {
             mut outage_rng,
             mut edits_rng,
             mut clocks_rng,
+            mut flaps_rng,
+            mut trigger_rng,
         } = streams;
         let slots = swarm.skews.len();
         let heal_at = swarm.heal_at;
@@ -159,6 +219,24 @@ impl<'a> Nemesis<'a> {
                 timed.push((at, Timed::LeaderClock));
             }
         }
+        // A flap spans a session timeout and a few seconds; a failed-over trigger two session
+        // timeouts and some 20 s (the later crash, and the fires it loses when the machine is
+        // wrong): both begin early enough to end before the heal.
+        let timeout = swarm.session_timeout.as_millis() as u64;
+        if swarm.shapes.contains(&Shape::Flaps) {
+            let last = heal_at.saturating_sub(timeout + 5_000);
+            for _ in 0..flaps_rng.between(1, most).min(60) {
+                let at = flaps_rng.between(mean_gap / 4, last.max(mean_gap / 4));
+                timed.push((at, Timed::FlapStarts { tries: 60 }));
+            }
+        }
+        if swarm.shapes.contains(&Shape::TriggerFailover) {
+            let last = heal_at.saturating_sub(2 * timeout + 25_000);
+            for _ in 0..trigger_rng.between(1, most).min(60) {
+                let at = trigger_rng.between(mean_gap / 4, last.max(mean_gap / 4));
+                timed.push((at, Timed::TriggerStarts { tries: 60 }));
+            }
+        }
         Nemesis {
             stage: Stage {
                 jobs: &swarm.jobs,
@@ -193,6 +271,11 @@ impl<'a> Nemesis<'a> {
             timed,
             edits_rng,
             clocks_rng,
+            flaps_rng,
+            flap_until: 0,
+            trigger_rng,
+            trigger_busy: false,
+            trigger_done: false,
             refusals: Vec::new(),
             disruptions: Vec::new(),
         }
@@ -245,6 +328,15 @@ impl<'a> Nemesis<'a> {
                 .filter(|n| c.nodes[*n].paused().is_none())
                 .collect();
             let fault = *self.rng.pick(&self.kinds).unwrap_or(&Fault::Deploy);
+            // While a session flap or a failed-over trigger goes on, it is the act of the
+            // moment; once a failed-over trigger got as far as its later crash, the chaos is
+            // over but for deploys and an outage (a crash of a process that took a run over
+            // would end its session, and with it whatever its claim left in the registry).
+            let fault = if c.now < self.flap_until || self.trigger_busy || self.trigger_done {
+                Fault::Deploy
+            } else {
+                fault
+            };
             match fault {
                 Fault::Crash if up.len() > 1 => self.crash(c, &up),
                 Fault::Partition | Fault::Deaf | Fault::Pause if !up.is_empty() => {
@@ -405,9 +497,367 @@ impl<'a> Nemesis<'a> {
                     self.step_leader_clock(c);
                     Vec::new()
                 }
+                Timed::FlapStarts { tries } => {
+                    match self.flap(c) {
+                        Some(steps) => self
+                            .timed
+                            .extend(steps.into_iter().map(|(at, f)| (at, Timed::Flap(f)))),
+                        None if tries > 0 => self
+                            .timed
+                            .push((c.now + 1_000, Timed::FlapStarts { tries: tries - 1 })),
+                        None => {}
+                    }
+                    Vec::new()
+                }
+                Timed::Flap(step) => {
+                    self.flap_step(c, step);
+                    Vec::new()
+                }
+                Timed::TriggerStarts { tries } => {
+                    match self.trigger_to_fail_over(c) {
+                        Some(steps) => self
+                            .timed
+                            .extend(steps.into_iter().map(|(at, t)| (at, Timed::Trigger(t)))),
+                        None if tries > 0 => self
+                            .timed
+                            .push((c.now + 1_000, Timed::TriggerStarts { tries: tries - 1 })),
+                        None => {}
+                    }
+                    Vec::new()
+                }
+                Timed::Trigger(step) => {
+                    let steps = self.trigger_step(c, step);
+                    // No step left: the episode is over.
+                    self.trigger_busy = !steps.is_empty();
+                    self.timed
+                        .extend(steps.into_iter().map(|(at, t)| (at, Timed::Trigger(t))));
+                    Vec::new()
+                }
             };
             self.timed
                 .extend(next.into_iter().map(|(at, e)| (at, Timed::Edit(e))));
+        }
+    }
+
+    /// The processes that run and hear the registry, and are not cut off, deaf or paused.
+    fn connected(c: &Cluster) -> Vec<usize> {
+        (0..c.nodes.len())
+            .filter(|n| {
+                let node = &c.nodes[*n];
+                node.active()
+                    && !node.partitioned()
+                    && !node.deaf()
+                    && !node.machine.is_stopped()
+                    && node.session.is_some()
+            })
+            .collect()
+    }
+
+    /// Whether a process other than `n` runs (paused or cut off, maybe), so that a crash of
+    /// `n` leaves the world one.
+    fn others_up(c: &Cluster, n: usize) -> bool {
+        (0..c.nodes.len()).any(|m| m != n && c.nodes[m].up() && !c.nodes[m].machine.is_stopped())
+    }
+
+    /// The first step of a session flap ([`Shape::Flaps`]): the registry becomes unreachable
+    /// from every connected process for just past the session timeout, and they come back one
+    /// after another. The first to lose its link (the observer) is back first, its session
+    /// expired: it opens a new one, and its watch, slowed by `lag` ms, hands it the new
+    /// session (and so its reload of every job) `lag` ms later. One process (the flapper) lost
+    /// its link `skew` ms after the others, so that its session expires a moment after the
+    /// observer's new session began: the deletion of its instance nodes reaches the observer
+    /// through the slowed watch as the observer's reload comes back. The flapper is back
+    /// `back` ms after its expiry and registers anew at once, which that reload already reads;
+    /// the others are back once the observer registered. `None` if fewer than two processes
+    /// are connected now, or while an earlier flap goes on.
+    fn flap(&mut self, c: &mut Cluster) -> Option<Vec<(u64, FlapStep)>> {
+        let connected = Self::connected(c);
+        if connected.len() < 2 || c.now < self.flap_until {
+            return None;
+        }
+        let &flapper = self.flaps_rng.pick(&connected)?;
+        let others: Vec<usize> = connected
+            .iter()
+            .copied()
+            .filter(|n| *n != flapper)
+            .collect();
+        let &observer = self.flaps_rng.pick(&others)?;
+        let timeout = c.session_timeout.as_millis() as u64;
+        // What the flapper's registration takes once it is back: its new session through its
+        // own watch, and a few round trips.
+        let registration = 4 * c.latency_bound() + c.watch_delay_bound();
+        let lag = registration + self.flaps_rng.between(300, 2_500);
+        let back = self.flaps_rng.between(1, (lag - registration) / 2);
+        let skew = self.flaps_rng.between(2, 500);
+        let expiry = c.now + skew + timeout;
+        let observer_back = expiry - 1;
+        let rest_back = observer_back + lag + self.flaps_rng.between(300, 3_000);
+        self.flap_until = rest_back + 1_000;
+        c.note(("flap", flapper, observer, lag, back, skew), || {
+            format!(
+                "sessions flap: the registry is unreachable from every instance for just past \
+                 the session timeout; node {observer} is back first, its watch {lag} ms late, \
+                 node {flapper} (cut off {skew} ms after the others) {back} ms after its \
+                 session expires, the others {} ms later",
+                rest_back - observer_back
+            )
+        });
+        let mut steps = vec![
+            (c.now + skew, FlapStep::Cut(flapper)),
+            (expiry + back, FlapStep::Back(flapper)),
+            (observer_back, FlapStep::BackSlow(observer, lag)),
+            (rest_back + lag, FlapStep::Restore(observer)),
+        ];
+        for n in others {
+            c.partition(n);
+            if n != observer {
+                steps.push((rest_back, FlapStep::Back(n)));
+            }
+        }
+        Some(steps)
+    }
+
+    /// Carries out a later step of a session flap.
+    fn flap_step(&mut self, c: &mut Cluster, step: FlapStep) {
+        match step {
+            FlapStep::Cut(n) => {
+                if c.nodes[n].active() && !c.nodes[n].partitioned() {
+                    c.partition(n);
+                }
+            }
+            FlapStep::BackSlow(n, lag) => {
+                if c.nodes[n].up() && c.nodes[n].partitioned() {
+                    c.slow_watch(n, c.watch_delay + lag);
+                    c.heal(n);
+                }
+            }
+            FlapStep::Back(n) => {
+                if c.nodes[n].up() && c.nodes[n].partitioned() {
+                    c.heal(n);
+                }
+            }
+            FlapStep::Restore(n) => c.restore_watch(n),
+        }
+    }
+
+    /// The first step of a failed-over trigger ([`Shape::TriggerFailover`]): an operator
+    /// triggers a job whose failover is on, on every connected process that hosts it (as
+    /// ElasticJob's trigger API does), if two or more do; `None` if no job can be now, or
+    /// while an earlier one goes on.
+    fn trigger_to_fail_over(&mut self, c: &mut Cluster) -> Option<Vec<(u64, TriggerStep)>> {
+        if self.trigger_busy {
+            return None;
+        }
+        // One episode that got as far as its later crash is enough: another would crash
+        // processes again, among them, maybe, those holding what the first is about.
+        if self.trigger_done {
+            return Some(Vec::new());
+        }
+        let connected = Self::connected(c);
+        // Jobs whose failover is on, hosted by two connected processes or more; of those, the
+        // ones that fire every 15 s or more often, and of those the ones of two items or more,
+        // if there are any (a later owner's crash in the middle of a run, and the fires after
+        // it, are then soon, and the items' later owners are not always those that took their
+        // runs over).
+        let mut candidates: Vec<(String, u8)> = Vec::new();
+        for j in self.jobs {
+            let Some(config) = c.config_of(&j.job_name).filter(|cfg| cfg.failover) else {
+                continue;
+            };
+            let hosts = connected
+                .iter()
+                .filter(|n| c.nodes[**n].jobs.contains(&j.job_name))
+                .count();
+            if hosts < 2 {
+                continue;
+            }
+            let often = config.cron.as_ref().is_some_and(|cron| {
+                let now = c.time().wall;
+                let next = cron.next_after(now, &config.time_zone);
+                let after = next.and_then(|t| cron.next_after(t, &config.time_zone));
+                next.zip(after)
+                    .is_some_and(|(a, b)| (b - a).num_milliseconds() <= 15_000)
+            });
+            let many = config.sharding_total_count >= 2;
+            candidates.push((j.job_name.clone(), u8::from(often) * (1 + u8::from(many))));
+        }
+        let best = candidates.iter().map(|(_, rank)| *rank).max().unwrap_or(0);
+        candidates.retain(|(_, rank)| *rank == best);
+        let (job, _) = self.trigger_rng.pick(&candidates).cloned()?;
+        c.note(("trigger-failover", &job), || {
+            format!(
+                "an operator triggers {job}; a process will crash in the middle of its run, \
+                 and the replies to the failover claims will be lost"
+            )
+        });
+        let ids: Vec<String> = connected
+            .iter()
+            .filter(|n| c.nodes[**n].jobs.contains(&job))
+            .map(|n| c.nodes[*n].id.to_string())
+            .collect();
+        for id in ids {
+            crate::operator::write(c, &format!("/{job}/trigger/{id}"), b"", &mut self.refusals);
+        }
+        self.trigger_busy = true;
+        Some(vec![(
+            c.now + 10,
+            TriggerStep::CrashRunner { job, tries: 500 },
+        )])
+    }
+
+    /// Carries out a later step of a failed-over trigger; returns the steps it leads to.
+    fn trigger_step(&mut self, c: &mut Cluster, step: TriggerStep) -> Vec<(u64, TriggerStep)> {
+        use shardjob_core::machine::record::RunKind;
+        let connected = Self::connected(c);
+        // The connected processes running items of `job`, with those items, of the runs
+        // `wanted` (from what each process runs now, not from every run of the world).
+        let running =
+            |c: &Cluster, job: &str, wanted: &dyn Fn(&crate::cluster::RunRecord) -> bool| {
+                let mut by_node: Vec<(usize, BTreeSet<u32>)> = Vec::new();
+                for &n in &connected {
+                    let items: BTreeSet<u32> = c.nodes[n]
+                        .running
+                        .values()
+                        .flat_map(|r| r.runs.iter())
+                        .filter_map(|i| c.runs.get(*i))
+                        .filter(|r| r.end.is_none() && r.job == job && wanted(r))
+                        .map(|r| r.item)
+                        .collect();
+                    if !items.is_empty() {
+                        by_node.push((n, items));
+                    }
+                }
+                by_node
+            };
+        match step {
+            TriggerStep::CrashRunner { job, tries } => {
+                let runners = running(c, &job, &|r| r.kind == RunKind::Trigger);
+                let Some((n, items)) = self.trigger_rng.pick(&runners).cloned() else {
+                    return if tries > 0 {
+                        vec![(
+                            c.now + 10,
+                            TriggerStep::CrashRunner {
+                                job,
+                                tries: tries - 1,
+                            },
+                        )]
+                    } else {
+                        Vec::new()
+                    };
+                };
+                if !Self::others_up(c, n) {
+                    return Vec::new();
+                }
+                c.note(("crash-runner", n, &job), || {
+                    let list: Vec<String> = items.iter().map(u32::to_string).collect();
+                    format!(
+                        "node {n} crashes in the middle of the trigger's run of {job}/{}",
+                        list.join(", ")
+                    )
+                });
+                c.crash(n);
+                let ip = c.nodes[n].id.server_ip().to_owned();
+                self.restarts
+                    .push((c.now + self.trigger_rng.between(1_000, 60_000), ip));
+                // Every other process, connected now or not, loses the reply to its next
+                // failover claim of the job.
+                let flagged: BTreeSet<usize> = (0..c.nodes.len())
+                    .filter(|m| *m != n && c.nodes[*m].up() && !c.nodes[*m].machine.is_stopped())
+                    .collect();
+                for &m in &flagged {
+                    c.lose_failover_reply(m, Some(&job));
+                }
+                let timeout = c.session_timeout.as_millis() as u64;
+                let later =
+                    c.now + timeout + c.request_timeout + self.trigger_rng.between(1_000, 8_000);
+                vec![(
+                    later,
+                    TriggerStep::CrashAgain {
+                        job,
+                        items,
+                        since: c.runs.len(),
+                        tries: 300,
+                        flagged,
+                        lossy: None,
+                    },
+                )]
+            }
+            TriggerStep::CrashAgain {
+                job,
+                items,
+                since,
+                tries,
+                flagged,
+                lossy,
+            } => {
+                // Those whose failover claim lost its reply: flagged at the first crash, and
+                // the loss used up since.
+                let lossy = lossy.unwrap_or_else(|| {
+                    let used: BTreeSet<usize> = flagged
+                        .iter()
+                        .copied()
+                        .filter(|m| c.nodes[*m].loses_failover_reply().is_none())
+                        .collect();
+                    for n in 0..c.nodes.len() {
+                        c.lose_failover_reply(n, None);
+                    }
+                    used
+                });
+                // Who took each item's trigger run over since the first crash.
+                let takers: BTreeSet<(u32, usize)> = c
+                    .runs
+                    .get(since..)
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|r| {
+                        r.job == job && r.kind == RunKind::Trigger && items.contains(&r.item)
+                    })
+                    .map(|r| (r.item, r.node))
+                    .collect();
+                // A process running an item that one whose claim lost its reply took over, and
+                // that took none over itself: its crash leaves the takers' sessions as they
+                // were, and with them whatever their claims left in the registry.
+                let took_any: BTreeSet<usize> = takers.iter().map(|(_, n)| *n).collect();
+                let runners = running(c, &job, &|r| {
+                    !took_any.contains(&r.node)
+                        && takers
+                            .iter()
+                            .any(|(i, m)| *i == r.item && lossy.contains(m))
+                });
+                let Some((n, running_items)) = self.trigger_rng.pick(&runners).cloned() else {
+                    return if tries > 0 && !lossy.is_empty() {
+                        vec![(
+                            c.now + 50,
+                            TriggerStep::CrashAgain {
+                                job,
+                                items,
+                                since,
+                                tries: tries - 1,
+                                flagged,
+                                lossy: Some(lossy),
+                            },
+                        )]
+                    } else {
+                        Vec::new()
+                    };
+                };
+                if !Self::others_up(c, n) {
+                    return Vec::new();
+                }
+                self.trigger_done = true;
+                c.note(("crash-again", n, &job), || {
+                    let list: Vec<String> = running_items.iter().map(u32::to_string).collect();
+                    format!(
+                        "node {n}, running {job}/{} (failed over before), crashes too",
+                        list.join(", ")
+                    )
+                });
+                c.crash(n);
+                let ip = c.nodes[n].id.server_ip().to_owned();
+                self.restarts
+                    .push((c.now + self.trigger_rng.between(1_000, 60_000), ip));
+                Vec::new()
+            }
         }
     }
 

@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use shardjob_backend_mem::WatchId;
 use shardjob_core::InstanceId;
 use shardjob_core::machine::{AuditMark, Execution, ExecutionId, Machine, MachineEvent};
-use shardjob_core::registry::{RegistryEvent, RegistryReply, RequestId, SessionId};
+use shardjob_core::registry::{
+    RegistryEvent, RegistryOp, RegistryReply, RequestId, SessionId, TxnOp,
+};
 
 /// What a node's process is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +83,9 @@ pub struct Node {
     /// The chance, per mille, that a request of it loses its reply (see
     /// [`Node::reply_loss`]).
     reply_loss: u32,
+    /// The job whose next failover claim loses its reply, if any (see
+    /// [`Node::loses_failover_reply`]).
+    lose_failover_reply: Option<String>,
     /// Milliseconds its wall clock is ahead of true time (negative: behind).
     pub skew: i64,
     /// Whether a graceful shutdown was asked for.
@@ -147,6 +152,7 @@ impl Node {
             link: Link::Connected,
             lose_replies: 0,
             reply_loss: 0,
+            lose_failover_reply: None,
             skew: 0,
             shutdown_requested: false,
             jobs,
@@ -218,6 +224,35 @@ impl Node {
     /// [`crate::cluster::Cluster::set_reply_loss`].
     pub fn reply_loss(&self) -> u32 {
         self.reply_loss
+    }
+
+    /// The job whose next failover claim (a transaction that creates one of the job's items'
+    /// `failover` nodes) loses its reply as [`Node::lose_replies`] describes, if any: its
+    /// connection drops just as it claims a failed-over run. Set with
+    /// [`crate::cluster::Cluster::lose_failover_reply`].
+    pub fn loses_failover_reply(&self) -> Option<&str> {
+        self.lose_failover_reply.as_deref()
+    }
+
+    pub(crate) fn set_lose_failover_reply(&mut self, job: Option<String>) {
+        self.lose_failover_reply = job;
+    }
+
+    /// Whether the reply to `op` is lost because it is the failover claim whose reply the node
+    /// was set to lose ([`Node::loses_failover_reply`]); that loss is then used up.
+    pub(crate) fn take_lost_failover_reply(&mut self, op: &RegistryOp) -> bool {
+        let Some(job) = &self.lose_failover_reply else {
+            return false;
+        };
+        let items = format!("/{job}/sharding/");
+        let claims_failover = matches!(op, RegistryOp::Transact(ops) if ops.iter().any(|o| {
+            matches!(o, TxnOp::Create { path, .. }
+                if path.as_str().starts_with(&items) && path.as_str().ends_with("/failover"))
+        }));
+        if claims_failover {
+            self.lose_failover_reply = None;
+        }
+        claims_failover
     }
 
     pub(crate) fn set_process(&mut self, process: Process) {
@@ -302,5 +337,26 @@ mod tests {
         assert_eq!(n.lose_replies(), 0);
         n.set_reply_loss(5_000);
         assert_eq!(n.reply_loss(), 1_000);
+    }
+
+    #[test]
+    fn the_reply_lost_is_that_of_the_next_failover_claim_of_the_job_only() {
+        use shardjob_core::registry::NodePath;
+        let claim = |path: &str| {
+            let path = NodePath::new(path).expect("a valid path");
+            RegistryOp::Transact(vec![TxnOp::create_ephemeral(path, "10.0.0.1@-@1")])
+        };
+        let mut n = node();
+        assert!(!n.take_lost_failover_reply(&claim("/j/sharding/0/failover")));
+        n.set_lose_failover_reply(Some("j".to_owned()));
+        // Another job's failover claim, and a claim of the job's that is no failover, keep
+        // their replies.
+        assert!(!n.take_lost_failover_reply(&claim("/k/sharding/0/failover")));
+        assert!(!n.take_lost_failover_reply(&claim("/j/sharding/0/running")));
+        assert_eq!(n.loses_failover_reply(), Some("j"));
+        // The job's failover claim loses it, once.
+        assert!(n.take_lost_failover_reply(&claim("/j/sharding/3/failover")));
+        assert_eq!(n.loses_failover_reply(), None);
+        assert!(!n.take_lost_failover_reply(&claim("/j/sharding/3/failover")));
     }
 }

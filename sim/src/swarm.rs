@@ -74,9 +74,11 @@ pub(crate) fn mix(a: u64, b: u64) -> u64 {
 }
 
 /// The richer shapes of a world, each drawn by a seed from a stream of its own: a seed that
-/// draws none of them keeps the world it had before they existed. The first two are acts of
-/// the nemesis, in any world; the others change the drawn jobs and sessions, in worlds of
-/// drawn jobs only (a user's jobs and session timeout are as the user gave them).
+/// draws none of them keeps the world it had before they existed. [`Shape::Edits`],
+/// [`Shape::LeaderClocks`], [`Shape::Flaps`] and [`Shape::TriggerFailover`] are acts of the
+/// nemesis, in any world (with the fault they build on); the others change the drawn jobs and
+/// sessions, in worlds of drawn jobs only (a user's jobs and session timeout are as the user
+/// gave them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Shape {
     /// Operators edit jobs inside their runs: a job's item count shrinks while a run of an item
@@ -99,26 +101,50 @@ pub enum Shape {
     /// The session timeout is 100 ms to 60 s, rather than 2 to 6 s (in worlds of drawn jobs
     /// whose session timeout is not given).
     Sessions,
+    /// Sessions flap: the registry is unreachable from every connected instance for just past
+    /// the session timeout (a network partition between the instances and the registry), and
+    /// the instances come back one after another, each opening a new session and registering
+    /// anew. The first back has a watch that lags behind its reads (as from a registry server
+    /// catching up), and one instance lost its link a moment after the others: its session
+    /// expires once the first is back, and it is back and registered before the first's
+    /// reload reads the registry, so that this read shows its new instance node while the
+    /// deletion of its old one is still on its way (the case a cache that applied events from
+    /// before its snapshot got wrong, seed 6852 of CI's world). Drawn only by seeds whose
+    /// faults include [`Fault::Partition`], in worlds of two instances or more; the nemesis's
+    /// other acts wait while a flap goes on.
+    Flaps,
+    /// An operator triggers a job whose failover is on; an instance crashes in the middle of
+    /// the trigger's run, and the connection of each other instance drops as it claims the
+    /// run's failover (the claim applies, its reply is lost: the instance adopts the run from
+    /// its own markers); later an instance running one of those items crashes too, other than
+    /// those that took the trigger's runs over (the case an adoption that left the failover
+    /// node behind got wrong, seed 77786 of CI's world). Drawn only by seeds whose faults
+    /// include [`Fault::Crash`], in worlds of two instances or more.
+    TriggerFailover,
 }
 
 impl Shape {
     /// Every shape.
-    pub const ALL: [Shape; 5] = [
+    pub const ALL: [Shape; 7] = [
         Shape::Edits,
         Shape::LeaderClocks,
         Shape::LargeJob,
         Shape::LongRuns,
         Shape::Sessions,
+        Shape::Flaps,
+        Shape::TriggerFailover,
     ];
 
     /// The tag of the shape's own stream.
     fn tag(self) -> u64 {
         match self {
-            Shape::Edits => 0x0065_6469_7473,         // "edits"
-            Shape::LeaderClocks => 0x636c_6f63_6b73,  // "clocks"
-            Shape::LargeJob => 0x006c_6172_6765,      // "large"
-            Shape::LongRuns => 0x006c_6f6e_6773,      // "longs"
-            Shape::Sessions => 0x7365_7373_696f_6e73, // "sessions"
+            Shape::Edits => 0x0065_6469_7473,           // "edits"
+            Shape::LeaderClocks => 0x636c_6f63_6b73,    // "clocks"
+            Shape::LargeJob => 0x006c_6172_6765,        // "large"
+            Shape::LongRuns => 0x006c_6f6e_6773,        // "longs"
+            Shape::Sessions => 0x7365_7373_696f_6e73,   // "sessions"
+            Shape::Flaps => 0x0066_6c61_7073,           // "flaps"
+            Shape::TriggerFailover => 0x7472_6967_666f, // "trigfo"
         }
     }
 
@@ -130,6 +156,8 @@ impl Shape {
             Shape::LargeJob => 8,
             Shape::LongRuns => 20,
             Shape::Sessions => 15,
+            Shape::Flaps => 30,
+            Shape::TriggerFailover => 40,
         }
     }
 
@@ -141,6 +169,10 @@ impl Shape {
             Shape::LargeJob => "a job of many items",
             Shape::LongRuns => "runs over many fires",
             Shape::Sessions => "a session timeout of 100 ms to 60 s",
+            Shape::Flaps => "sessions flap, back one by one, one watch lagging",
+            Shape::TriggerFailover => {
+                "a trigger's run crashes, its failover's reply is lost, a later owner crashes"
+            }
         }
     }
 }
@@ -215,6 +247,10 @@ pub(crate) struct Streams {
     pub edits_rng: Rng,
     /// The leaders' clocks' stream ([`Shape::LeaderClocks`]).
     pub clocks_rng: Rng,
+    /// The session flaps' stream ([`Shape::Flaps`]).
+    pub flaps_rng: Rng,
+    /// The failed-over triggers' stream ([`Shape::TriggerFailover`]).
+    pub trigger_rng: Rng,
 }
 
 /// Changes the options every node gets (the defaults if none are set yet).
@@ -296,6 +332,8 @@ impl Swarm {
                     Shape::LargeJob => drawn_jobs && cfg.job_count >= 2,
                     Shape::LongRuns => drawn_jobs,
                     Shape::Sessions => drawn_jobs && cfg.session_timeout.is_none(),
+                    Shape::Flaps => faults.contains(&Fault::Partition) && cfg.instances >= 2,
+                    Shape::TriggerFailover => faults.contains(&Fault::Crash) && cfg.instances >= 2,
                 };
             if srng.chance(shape.percent()) && can {
                 shapes.insert(*shape);
@@ -511,6 +549,8 @@ impl Swarm {
             outage_rng,
             edits_rng: shape_rng(Shape::Edits),
             clocks_rng: shape_rng(Shape::LeaderClocks),
+            flaps_rng: shape_rng(Shape::Flaps),
+            trigger_rng: shape_rng(Shape::TriggerFailover),
         };
         let swarm = Swarm {
             faults,

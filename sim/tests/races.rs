@@ -79,8 +79,10 @@ fn a_stale_view_of_the_instances_never_restarts_the_cluster() {
 /// snapshot) is caught in the CI-sized world with the plant's options: in seed 6852 a fire of
 /// two items of a job is lost (`lost`: a later fire ran, that one never did). The bug needs an
 /// instance node deleted and created again within a watch delay, then a reload, which few
-/// worlds draw (about one seed in several thousand), so `.ci/run` looks for this plant among
-/// 8,000 seeds of the CI-sized world; `core/tests/stale_events.rs` builds the case by hand.
+/// worlds drew by chance (about one seed in several thousand): the session flaps
+/// (`Shape::Flaps`, `tests/shapes.rs`) draw it on purpose, and `.ci/run` looks for this plant
+/// among the first 1,000 seeds of its plant world; `core/tests/stale_events.rs` builds the case
+/// by hand. This seed (which draws no flap) found it first, by chance.
 #[cfg(feature = "plant")]
 #[test]
 fn the_stale_event_plant_is_caught() {

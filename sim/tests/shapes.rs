@@ -55,6 +55,13 @@ fn each_shape_is_drawn_by_some_seeds_and_not_others() {
         if r.shapes.contains(&Shape::LeaderClocks) {
             assert!(r.faults.contains(&Fault::Clock), "seed {}", r.seed);
         }
+        // Session flaps cut instances off, failed-over triggers crash them.
+        if r.shapes.contains(&Shape::Flaps) {
+            assert!(r.faults.contains(&Fault::Partition), "seed {}", r.seed);
+        }
+        if r.shapes.contains(&Shape::TriggerFailover) {
+            assert!(r.faults.contains(&Fault::Crash), "seed {}", r.seed);
+        }
         let ms = r.session_timeout.as_millis();
         if r.shapes.contains(&Shape::Sessions) {
             assert!((100..=60_000).contains(&ms), "seed {}: {ms} ms", r.seed);
@@ -195,6 +202,68 @@ fn operators_edit_inside_runs_and_hold() {
 }
 
 #[test]
+fn sessions_flap_one_by_one_under_a_lagging_watch_and_hold() {
+    let (mut flaps, mut renewed) = (0, 0);
+    for seed in seeds_drawing(Shape::Flaps, small, 4).iter().map(|r| r.seed) {
+        let report = world::run(&WorldConfig {
+            shapes: [Shape::Flaps].into(),
+            keep_log: true,
+            ..small(seed)
+        });
+        let log = |text: &str| report.log.iter().filter(|l| l.contains(text)).count();
+        flaps += log("sessions flap: the registry is unreachable");
+        // The first back has its watch slowed, and it is set right again.
+        assert_eq!(
+            log("watch delivers") > 0,
+            log("watch delivers on time again") > 0,
+            "seed {seed}"
+        );
+        renewed += log("session lost: registering again");
+    }
+    assert!(flaps > 0, "no session flapped");
+    assert!(renewed > 0, "no flap expired a session");
+}
+
+#[test]
+fn a_triggers_run_failed_over_with_its_reply_lost_holds() {
+    let (mut crashed, mut lost) = (0, 0);
+    for seed in seeds_drawing(Shape::TriggerFailover, small, 6)
+        .iter()
+        .map(|r| r.seed)
+    {
+        let report = world::run(&WorldConfig {
+            shapes: [Shape::TriggerFailover].into(),
+            keep_log: true,
+            ..small(seed)
+        });
+        // The runs of the trigger that moved: those of a crashed instance, started again.
+        let moved = report
+            .records
+            .iter()
+            .filter(|r| r.kind == shardjob_core::machine::record::RunKind::Trigger)
+            .filter(|r| {
+                report.records.iter().any(|d| {
+                    d.crashed
+                        && d.kind == r.kind
+                        && d.job == r.job
+                        && d.item == r.item
+                        && d.fire == r.fire
+                        && d.start < r.start
+                })
+            })
+            .count();
+        crashed += moved;
+        lost += report
+            .log
+            .iter()
+            .filter(|l| l.contains("will lose the reply to its next failover claim"))
+            .count();
+    }
+    assert!(crashed > 0, "no trigger's run was failed over");
+    assert!(lost > 0, "no failover claim was set to lose its reply");
+}
+
+#[test]
 fn a_replay_reads_as_words_not_debug_dumps() {
     for seed in 0..12 {
         let report = world::run(&WorldConfig {
@@ -222,4 +291,60 @@ fn a_replay_reads_as_words_not_debug_dumps() {
             }
         }
     }
+}
+
+/// A planted bug that needs a rare sequence of faults is caught by the shape that draws it, at
+/// `seed` of CI's world (`.ci/run` looks for it among the first 1,000 seeds of its plant world),
+/// and the same world without the bug holds.
+#[cfg(feature = "plant")]
+fn caught_by(plant: shardjob_core::machine::plant::Plant, shape: Shape, seed: u64) {
+    use shardjob_core::machine::MachineOptions;
+    let options = || MachineOptions::new("0.0.0.0@-@0".parse().expect("an instance id"));
+    let mut planted = options();
+    planted.plants.insert(plant);
+    let report = world::run(&WorldConfig {
+        options: Some(planted),
+        ..small(seed)
+    });
+    assert!(
+        report.shapes.contains(&shape),
+        "seed {seed} draws no {shape:?}"
+    );
+    assert!(
+        !report.violations.is_empty(),
+        "seed {seed}: {plant} not caught (replay: shardjob-sim --seed {seed} --instances 3 --jobs 4 --hours 0.03 --plant {plant})"
+    );
+    holds(&WorldConfig {
+        options: Some(options()),
+        ..small(seed)
+    });
+}
+
+/// Session flaps catch `stale-event-after-reload` (a reload that applies the events from
+/// before its snapshot): the first instance back reloads with its watch lagging, reads the
+/// new registration of one back after it, and the deletion of that one's old node, delivered
+/// later, hides it; the first then registers as a start of the job's cluster, and the fires
+/// since the real start are lost.
+#[cfg(feature = "plant")]
+#[test]
+fn session_flaps_catch_the_stale_event_plant() {
+    caught_by(
+        shardjob_core::machine::plant::Plant::StaleEventAfterReload,
+        Shape::Flaps,
+        129,
+    );
+}
+
+/// Failed-over triggers catch `adopt-drops-trigger-failover` (an adopted failover of a manual
+/// trigger's run that leaves its `failover` node behind): once a later owner of the item
+/// crashes in the middle of a run, the node of the live session keeps the item from being
+/// failed over, and its fires are lost.
+#[cfg(feature = "plant")]
+#[test]
+fn failed_over_triggers_catch_the_adopt_plant() {
+    caught_by(
+        shardjob_core::machine::plant::Plant::AdoptDropsTriggerFailover,
+        Shape::TriggerFailover,
+        5,
+    );
 }
