@@ -32,7 +32,9 @@ impl Machine {
                 j.backoff = 0;
                 j.await_own_writes(&results, now, timeout);
                 match purpose {
-                    Purpose::Setup => {
+                    // Unless the subtree is being read again meanwhile: the load's snapshot
+                    // decides, and events are buffered for it until then.
+                    Purpose::Setup if j.phase != Phase::Waiting => {
                         j.phase = Phase::Active;
                         self.out
                             .push_back(Command::Event(MachineEvent::JobActive { job: name }));
