@@ -29,7 +29,7 @@ pub struct AuditMark {
     /// The wall clock's offset at the machine's last input before the last audit.
     pub(crate) clock: Option<i64>,
     /// Jobs the last audit passed over while something was under way for them.
-    pub(crate) recheck: std::collections::BTreeSet<String>,
+    pub(super) recheck: std::collections::BTreeSet<super::job::JobId>,
 }
 
 impl Machine {
@@ -70,17 +70,17 @@ impl Machine {
         // (under a step) against the monotonic one between the decision and this check.
         let slack = CLOCK_STEP_MS.unsigned_abs() + 500;
         let me = self.opts.instance_id.clone();
-        for (name, j) in &mut self.jobs {
-            if j.changed <= since && !recheck.contains(name) {
+        for (id, j) in self.jobs.iter_mut() {
+            if j.changed <= since && !recheck.contains(&id) {
                 continue;
             }
             // Something under way decides on the job again soon: looked at again next time,
             // in case it does not.
             if j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
                 || j.wait != Wait::Idle
-                || self.sess.waiters.contains(name)
+                || self.sess.waiters.contains(&id)
             {
-                mark.recheck.insert(name.clone());
+                mark.recheck.insert(id);
                 continue;
             }
             if j.phase != Phase::Active || j.leaving.is_some() {
@@ -121,7 +121,7 @@ impl Machine {
                     .is_none_or(|w| w > wanted.max(now.mono).saturating_add(slack))
                 {
                     late.push(LateWake {
-                        job: name.clone(),
+                        job: j.name().to_owned(),
                         wake: j.wake,
                         wanted,
                     });

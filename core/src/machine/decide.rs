@@ -5,19 +5,19 @@ use super::*;
 
 impl Machine {
 
-    pub(crate) fn decide(&mut self, name: &str, now: Now) -> Action {
-        let Some(j) = self.jobs.get_mut(name) else {
+    pub(crate) fn decide(&mut self, job: JobId, now: Now) -> Action {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         // The view is kept in step with the cache; it is lent to the decision.
         let view = Arc::clone(j.cache.view());
-        self.decide_with(name, &view, now)
+        self.decide_with(job, &view, now)
     }
 
-    pub(crate) fn decide_with(&mut self, name: &str, view: &JobView, now: Now) -> Action {
+    pub(crate) fn decide_with(&mut self, job: JobId, view: &JobView, now: Now) -> Action {
         let me = self.opts.instance_id.clone();
         let session = self.session_id();
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         for (path, error) in &view.corrupt {
@@ -31,13 +31,13 @@ impl Machine {
                     }));
             }
         }
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
 
         // Leaving: wait for local runs (the grace deadline cancels them), then leave.
         if let Some(leaving) = j.leaving {
-            return self.decide_leave(name, leaving, view, now);
+            return self.decide_leave(job, leaving, view, now);
         }
 
         let Some(sid) = session else {
@@ -54,9 +54,9 @@ impl Machine {
             // next session. Nothing is decided meanwhile (no registration, no claim).
             let marker = *j.node_gone.get_or_insert(self.requests.next);
             if self.sess.probe_ok > marker || planted!(self.opts, ShutdownWithoutProbe) {
-                return self.operator_shutdown(name, now);
+                return self.operator_shutdown(job, now);
             }
-            self.sess.waiters.insert(name.to_owned());
+            self.sess.waiters.insert(job);
             self.probe_now(now);
             return Action::Nothing;
         }
@@ -65,10 +65,10 @@ impl Machine {
             return match setup_ops(j, view, &me, sid, now.wall_ms()) {
                 Ok(ops) if ops.len() <= 1 => {
                     j.phase = Phase::Active;
-                    let job = name.to_owned();
+                    let name = j.name().to_owned();
                     self.out
-                        .push_back(Command::Event(MachineEvent::JobActive { job }));
-                    self.decide_with(name, view, now)
+                        .push_back(Command::Event(MachineEvent::JobActive { job: name }));
+                    self.decide_with(job, view, now)
                 }
                 Ok(ops) => Action::Txn(Purpose::Setup, ops),
                 Err(event) => {
@@ -103,7 +103,7 @@ impl Machine {
             j.leader = Some(Box::default());
             self.out
                 .push_back(Command::Event(MachineEvent::BecameLeader {
-                    job: name.to_owned(),
+                    job: j.name().to_owned(),
                 }));
         } else if !i_lead {
             j.leader = None;
@@ -149,7 +149,7 @@ impl Machine {
             if let Some(last) = j.last_reload {
                 let due = last.saturating_add(interval);
                 if now.mono >= due {
-                    self.start_load(name, now);
+                    self.start_load(job, now);
                     return Action::Nothing;
                 }
                 wake.push(due);
@@ -162,7 +162,7 @@ impl Machine {
                 .strategies
                 .get(&config.job_sharding_strategy_type)
                 .cloned();
-            let Some(j) = self.jobs.get_mut(name) else {
+            let Some(j) = self.jobs.get_mut(&job) else {
                 return Action::Nothing;
             };
             let mut lead = j.leader.take().unwrap_or_default();
@@ -183,7 +183,7 @@ impl Machine {
                 Err(problem) => self
                     .out
                     .push_back(Command::Event(MachineEvent::PlanRefused {
-                        job: name.to_owned(),
+                        job: j.name().to_owned(),
                         strategy: config.job_sharding_strategy_type.clone(),
                         problem,
                     })),
@@ -196,22 +196,22 @@ impl Machine {
         // Markers of this session that no local execution holds: a claim whose reply was lost
         // (a timeout with unknown outcome) did apply. Adopt them: start what was claimed.
         if self.lease_valid(now) {
-            if let Some(action) = self.adopt(name, view, &me, sid) {
+            if let Some(action) = self.adopt(job, view, &me, sid) {
                 return action;
             }
         } else if self
             .jobs
-            .get(name)
+            .get(&job)
             .is_some_and(|j| adoptable(view, &me, sid, &j.running))
         {
             // Confirm the session first; the probe's reply evaluates the job again.
-            self.sess.waiters.insert(name.to_owned());
+            self.sess.waiters.insert(job);
             self.probe_now(now);
         }
 
         // Claims: own due items, triggers, failover.
         let can_claim = matches!(self.sess.state, Session::Live(_)) && self.shutdown.is_none();
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         let necessary = view.necessary.is_some();

@@ -5,9 +5,9 @@ use super::*;
 
 impl Machine {
 
-    pub(crate) fn backoff_of(&mut self, name: &str, now: Now) -> u64 {
+    pub(crate) fn backoff_of(&mut self, job: JobId, now: Now) -> u64 {
         let base = ms(self.opts.retry_backoff).max(1);
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return now.mono + base;
         };
         let delay = base << j.backoff.min(4);
@@ -15,15 +15,11 @@ impl Machine {
         now.mono.saturating_add(delay)
     }
 
-    pub(crate) fn failed(
-        &mut self,
-        job: Option<&str>,
-        purpose: &'static str,
-        error: RegistryError,
-    ) {
+    pub(crate) fn failed(&mut self, job: Option<JobId>, purpose: &'static str, error: RegistryError) {
+        let job = job.and_then(|id| self.jobs.get(&id)).map(|j| j.name().to_owned());
         self.out
             .push_back(Command::Event(MachineEvent::RegistryFailed {
-                job: job.map(str::to_owned),
+                job,
                 purpose,
                 error,
             }));
@@ -32,68 +28,67 @@ impl Machine {
     // ----- evaluation -----
 
     pub(crate) fn evaluate_all(&mut self, now: Now) {
-        let names: Vec<String> = self.jobs.keys().cloned().collect();
-        for name in names {
-            self.evaluate(&name, now);
+        for id in self.jobs.ids() {
+            self.evaluate(id, now);
         }
         self.maybe_probe(now);
         self.finish_shutdown_if_done();
     }
 
-    pub(crate) fn evaluate(&mut self, name: &str, now: Now) {
-        self.evaluate_job(name, now);
-        self.index_wake(name);
-        self.note_change(name);
+    pub(crate) fn evaluate(&mut self, job: JobId, now: Now) {
+        self.evaluate_job(job, now);
+        self.index_wake(job);
+        self.note_change(job);
     }
 
     /// An evaluation by the safety sweep of a job that is not due: its decision should be
     /// the one taken before, and counts as a change (see [`Machine::late_wakes`]) only if it
     /// is not.
-    pub(crate) fn evaluate_swept(&mut self, name: &str, now: Now) {
-        let state = |m: &Self| m.jobs.get(name).map(|j| (j.wake, j.wait));
+    pub(crate) fn evaluate_swept(&mut self, job: JobId, now: Now) {
+        let state = |m: &Self| m.jobs.get(&job).map(|j| (j.wake, j.wait));
         let before = state(self);
-        self.evaluate_job(name, now);
-        self.index_wake(name);
+        self.evaluate_job(job, now);
+        self.index_wake(job);
         if state(self) != before {
-            self.note_change(name);
+            self.note_change(job);
         }
     }
 
     /// Counts a change to the job's view or decision (see [`Machine::changes`]).
-    pub(crate) fn note_change(&mut self, name: &str) {
+    pub(crate) fn note_change(&mut self, job: JobId) {
         self.changes += 1;
-        if let Some(j) = self.jobs.get_mut(name) {
+        if let Some(j) = self.jobs.get_mut(&job) {
             j.changed = self.changes;
         }
     }
 
     /// Enters the job's `wake` in the ordered index (and drops a job that is gone).
-    pub(crate) fn index_wake(&mut self, name: &str) {
-        let Some(j) = self.jobs.get_mut(name) else {
+    pub(crate) fn index_wake(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
         if j.wake != j.wake_indexed {
             if let Some(t) = j.wake_indexed {
-                self.timers.wakes.remove(&(t, name.to_owned()));
+                self.timers.wakes.remove(&(t, job));
             }
             if let Some(t) = j.wake {
-                self.timers.wakes.insert((t, name.to_owned()));
+                self.timers.wakes.insert((t, job));
             }
             j.wake_indexed = j.wake;
         }
     }
 
     /// Stops hosting a job: drops it and its entry in the wake index.
-    pub(crate) fn forget_job(&mut self, name: &str) {
-        if let Some(j) = self.jobs.remove(name) {
+    pub(crate) fn forget_job(&mut self, job: JobId) {
+        if let Some(j) = self.jobs.remove(&job) {
             if let Some(t) = j.wake_indexed {
-                self.timers.wakes.remove(&(t, name.to_owned()));
+                self.timers.wakes.remove(&(t, job));
             }
         }
     }
 
-    pub(crate) fn evaluate_job(&mut self, name: &str, now: Now) {
-        let Some(j) = self.jobs.get_mut(name) else {
+    pub(crate) fn evaluate_job(&mut self, job: JobId, now: Now) {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
         j.wake = None;
@@ -104,7 +99,7 @@ impl Machine {
             // registry refuses).
             let grace_over = self.shutdown.is_some_and(|d| now.mono >= d);
             if j.last_reload.is_none() || grace_over {
-                self.leave_unloaded(name, now);
+                self.leave_unloaded(job, now);
                 return;
             }
         }
@@ -123,7 +118,7 @@ impl Machine {
             }
             Wait::Sync { deadline, .. } if now.mono >= deadline => {
                 j.wait = Wait::Idle;
-                self.start_load(name, now);
+                self.start_load(job, now);
                 return;
             }
             Wait::Sync { deadline, .. } => {
@@ -134,14 +129,14 @@ impl Machine {
         }
         if j.phase == Phase::Waiting {
             if live {
-                self.start_load(name, now);
+                self.start_load(job, now);
             }
             return;
         }
-        let action = self.decide(name, now);
+        let action = self.decide(job, now);
         if let Action::Txn(purpose, ops) = action {
-            let id = self.request(Some(name), purpose, RegistryOp::Transact(ops), now);
-            if let Some(j) = self.jobs.get_mut(name) {
+            let id = self.request(Some(job), purpose, RegistryOp::Transact(ops), now);
+            if let Some(j) = self.jobs.get_mut(&job) {
                 j.wait = Wait::Txn(id);
             }
         }

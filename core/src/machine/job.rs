@@ -225,3 +225,122 @@ impl Job {
         limit.map(|k| k.max(1))
     }
 }
+
+/// A hosted job's id: given when the job is added, never given again, so a reply or a timer
+/// of a job that left cannot reach one added later under the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct JobId(u32);
+
+/// The hosted jobs, each by its id, and their ids by name. Jobs are visited in the order
+/// they were added.
+#[derive(Debug, Default)]
+pub(crate) struct Jobs {
+    /// Boxed: a map node holds room for eleven entries, and a `Job` is large.
+    by_id: BTreeMap<JobId, Box<Job>>,
+    ids: BTreeMap<String, JobId>,
+    next: u32,
+}
+
+impl Jobs {
+    /// The job of this id, if it is hosted.
+    pub(crate) fn get(&self, id: &JobId) -> Option<&Job> {
+        self.by_id.get(id).map(|j| &**j)
+    }
+
+    /// The job of this id, if it is hosted.
+    pub(crate) fn get_mut(&mut self, id: &JobId) -> Option<&mut Job> {
+        self.by_id.get_mut(id).map(|j| &mut **j)
+    }
+
+    /// The id of the job of this name, if it is hosted.
+    pub(crate) fn id(&self, name: &str) -> Option<JobId> {
+        self.ids.get(name).copied()
+    }
+
+    /// The job of this name, if it is hosted.
+    pub(crate) fn named(&self, name: &str) -> Option<&Job> {
+        self.id(name).and_then(|id| self.get(&id))
+    }
+
+    /// The job of this name, if it is hosted.
+    pub(crate) fn named_mut(&mut self, name: &str) -> Option<(JobId, &mut Job)> {
+        let id = self.id(name)?;
+        self.get_mut(&id).map(|j| (id, j))
+    }
+
+    /// Hosts a job under a new id.
+    pub(crate) fn insert(&mut self, job: Job) -> JobId {
+        self.next += 1;
+        let id = JobId(self.next);
+        self.ids.insert(job.name().to_owned(), id);
+        self.by_id.insert(id, Box::new(job));
+        id
+    }
+
+    /// Stops hosting a job.
+    pub(crate) fn remove(&mut self, id: &JobId) -> Option<Box<Job>> {
+        let job = self.by_id.remove(id)?;
+        self.ids.remove(job.name());
+        Some(job)
+    }
+
+    /// Every hosted job's id, in the order they were added.
+    pub(crate) fn ids(&self) -> Vec<JobId> {
+        self.by_id.keys().copied().collect()
+    }
+
+    /// Every hosted job, in the order they were added.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (JobId, &Job)> {
+        self.by_id.iter().map(|(id, j)| (*id, &**j))
+    }
+
+    /// Every hosted job, in the order they were added.
+    #[cfg(feature = "audit")]
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = (JobId, &mut Job)> {
+        self.by_id.iter_mut().map(|(id, j)| (*id, &mut **j))
+    }
+
+    /// Every hosted job, in the order they were added.
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Job> {
+        self.by_id.values_mut().map(|j| &mut **j)
+    }
+
+    /// The ids of up to `n` jobs after `after` (from the first when `None`), wrapping around.
+    pub(crate) fn after(&self, after: Option<JobId>, n: usize) -> Vec<JobId> {
+        let mut next: Vec<JobId> = match after {
+            Some(c) => self
+                .by_id
+                .range((std::ops::Bound::Excluded(c), std::ops::Bound::Unbounded))
+                .map(|(id, _)| *id)
+                .take(n)
+                .collect(),
+            None => Vec::new(),
+        };
+        if next.len() < n {
+            let more = n - next.len();
+            next.extend(self.by_id.keys().take(more).copied());
+        }
+        next
+    }
+
+    /// Every hosted job's name, in name order.
+    pub(crate) fn names(&self) -> impl Iterator<Item = &str> {
+        self.ids.keys().map(String::as_str)
+    }
+
+    /// How many jobs are hosted.
+    pub(crate) fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    /// Whether no job is hosted.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    /// Drops every job.
+    pub(crate) fn clear(&mut self) {
+        self.by_id.clear();
+        self.ids.clear();
+    }
+}

@@ -70,14 +70,14 @@ impl Machine {
     /// (or more, under a transaction limit), after which the job is forgotten.
     pub(crate) fn decide_leave(
         &mut self,
-        name: &str,
+        job: JobId,
         leaving: Leaving,
         view: &JobView,
         now: Now,
     ) -> Action {
         let me = self.opts.instance_id.clone();
         let session = self.session_id();
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         let deadline = leaving.deadline.or(self.shutdown);
@@ -95,7 +95,7 @@ impl Machine {
             }
             return Action::Nothing;
         }
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         if !local.is_empty() && !planted!(self.opts, LeaveWhileRunning) {
@@ -130,7 +130,7 @@ impl Machine {
         // The view may miss nodes a write of unknown outcome created (a registration whose
         // reply was lost, say): read the tree again first, or they would outlive the leave.
         if j.unsure && session.is_some() && self.shutdown.is_none() {
-            self.start_load(name, now);
+            self.start_load(job, now);
             return Action::Nothing;
         }
         let limit = j.txn_limit(&self.opts);
@@ -138,8 +138,8 @@ impl Machine {
             .map(|sid| leave_ops(j, view, &me, sid, limit))
             .unwrap_or_default();
         if ops.len() <= 1 {
-            let name = name.to_owned();
-            self.forget_job(&name);
+            let name = j.name().to_owned();
+            self.forget_job(job);
             self.out
                 .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
             return Action::Nothing;
@@ -149,8 +149,8 @@ impl Machine {
 
     /// An operator shut the job down here (see [`MachineEvent::OperatorShutdown`]): leave it
     /// at once, cancelling its running items so that they move without waiting for a grace.
-    pub(crate) fn operator_shutdown(&mut self, name: &str, now: Now) -> Action {
-        let Some(j) = self.jobs.get_mut(name) else {
+    pub(crate) fn operator_shutdown(&mut self, job: JobId, now: Now) -> Action {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         j.leaving = Some(Leaving {
@@ -161,16 +161,16 @@ impl Machine {
         j.trigger_run = None;
         self.out
             .push_back(Command::Event(MachineEvent::OperatorShutdown {
-                job: name.to_owned(),
+                job: j.name().to_owned(),
             }));
-        self.decide(name, now)
+        self.decide(job, now)
     }
 
     /// Leaves a job whose subtree is not loaded, without a transaction: once its local runs
     /// have ended (a shutdown cancels them at its grace deadline), it is dropped, and
     /// [`MachineEvent::LeftUnloaded`] says why before [`MachineEvent::JobLeft`].
-    pub(crate) fn leave_unloaded(&mut self, name: &str, now: Now) {
-        let Some(j) = self.jobs.get_mut(name) else {
+    pub(crate) fn leave_unloaded(&mut self, job: JobId, now: Now) {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
         if !j.running.is_empty() {
@@ -188,8 +188,8 @@ impl Machine {
                     .to_owned()
             }
         };
-        let name = name.to_owned();
-        self.forget_job(&name);
+        let name = j.name().to_owned();
+        self.forget_job(job);
         self.out
             .push_back(Command::Event(MachineEvent::LeftUnloaded {
                 job: name.clone(),

@@ -4,28 +4,28 @@
 use super::*;
 
 impl Machine {
-    pub(crate) fn start_load(&mut self, name: &str, now: Now) {
-        let Some(job) = self.jobs.get_mut(name) else {
+    pub(crate) fn start_load(&mut self, job: JobId, now: Now) {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
-        job.phase = Phase::Waiting;
-        job.buffer.clear();
-        let root = job.paths.root().clone();
-        let id = self.request(Some(name), Purpose::Load, RegistryOp::GetTree(root), now);
-        if let Some(job) = self.jobs.get_mut(name) {
-            job.wait = Wait::Load(id);
+        j.phase = Phase::Waiting;
+        j.buffer.clear();
+        let root = j.paths.root().clone();
+        let id = self.request(Some(job), Purpose::Load, RegistryOp::GetTree(root), now);
+        if let Some(j) = self.jobs.get_mut(&job) {
+            j.wait = Wait::Load(id);
         }
     }
 
     pub(crate) fn on_load(
         &mut self,
         id: RequestId,
-        job: Option<String>,
+        job: Option<JobId>,
         reply: RegistryReply,
         now: Now,
     ) {
-        let Some(name) = job else { return };
-        let Some(j) = self.jobs.get_mut(&name) else {
+        let Some(job) = job else { return };
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
         if let RegistryReply::Tree(tree) = &reply {
@@ -62,13 +62,13 @@ impl Machine {
                 j.unsure = false;
                 j.load_error = None;
                 j.last_reload = Some(now.mono);
-                self.refresh_config(&name);
+                self.refresh_config(job);
             }
             RegistryReply::Failed(error) => {
                 j.load_error = Some(error.to_string());
-                self.failed(Some(&name), "load", error.clone());
-                let backoff = self.backoff_of(&name, now);
-                if let Some(j) = self.jobs.get_mut(&name) {
+                self.failed(Some(job), "load", error.clone());
+                let backoff = self.backoff_of(job, now);
+                if let Some(j) = self.jobs.get_mut(&job) {
                     j.phase = Phase::Waiting;
                     j.wait = Wait::Backoff { until: backoff };
                 }
@@ -78,8 +78,8 @@ impl Machine {
     }
 
     /// Reads the registry's configuration of a job into `config` (or reports it unusable).
-    pub(crate) fn refresh_config(&mut self, name: &str) {
-        let Some(j) = self.jobs.get_mut(name) else {
+    pub(crate) fn refresh_config(&mut self, job: JobId) {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
         if j.phase == Phase::Waiting {
@@ -113,7 +113,7 @@ impl Machine {
                         .map_err(|e| e.to_string())
                 })
                 .and_then(|c| {
-                    if c.job_name == name {
+                    if c.job_name == j.name() {
                         Ok(c)
                     } else {
                         Err(format!("the config node names job {:?}", c.job_name))
@@ -140,7 +140,7 @@ impl Machine {
                     j.last_config_error = Some(error.clone());
                     self.out
                         .push_back(Command::Event(MachineEvent::ConfigInvalid {
-                            job: name.to_owned(),
+                            job: j.name().to_owned(),
                             error,
                         }));
                 }

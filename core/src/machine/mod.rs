@@ -233,8 +233,8 @@ pub struct Machine {
     pub(crate) sess: SessionState,
     /// The wall clock against the monotonic one.
     pub(crate) clock: ClockWatch,
-    /// Boxed: a map node holds room for eleven entries, and a `Job` is large.
-    pub(crate) jobs: BTreeMap<String, Box<Job>>,
+    /// The hosted jobs.
+    pub(crate) jobs: Jobs,
     /// When the machine wants to be woken, and for what.
     pub(crate) timers: Timers,
     /// The registry requests in flight.
@@ -265,7 +265,7 @@ impl Machine {
             strategies: BTreeMap::new(),
             sess: SessionState::default(),
             clock: ClockWatch::default(),
-            jobs: BTreeMap::new(),
+            jobs: Jobs::default(),
             timers: Timers::default(),
             requests: Requests::default(),
             executions: BTreeMap::new(),
@@ -318,44 +318,44 @@ impl Machine {
 
     /// The names of the hosted jobs.
     pub fn job_names(&self) -> impl Iterator<Item = &str> {
-        self.jobs.keys().map(String::as_str)
+        self.jobs.names()
     }
 
     /// Whether this instance is the job's leader, as far as it knows.
     pub fn is_leader(&self, job: &str) -> bool {
-        self.jobs.get(job).is_some_and(|j| j.leader.is_some())
+        self.jobs.named(job).is_some_and(|j| j.leader.is_some())
     }
 
     /// The items of a job running here now.
     pub fn running_items(&self, job: &str) -> Vec<u32> {
         self.jobs
-            .get(job)
+            .named(job)
             .map(|j| j.running.keys().copied().collect())
             .unwrap_or_default()
     }
 
     /// The job's effective configuration: the registry's copy once it is loaded.
     pub fn config(&self, job: &str) -> Option<&JobConfig> {
-        self.jobs.get(job).and_then(|j| j.config.as_deref())
+        self.jobs.named(job).and_then(|j| j.config.as_deref())
     }
 
     /// The job's effective configuration, shared: the same `Arc` until the configuration
     /// changes, so a caller can tell a change with [`Arc::ptr_eq`].
     pub fn shared_config(&self, job: &str) -> Option<Arc<JobConfig>> {
-        self.jobs.get(job).and_then(|j| j.config.clone())
+        self.jobs.named(job).and_then(|j| j.config.clone())
     }
 
     /// Whether the job's leader has a re-shard pending (`leader/sharding/necessary`), as far
     /// as this instance's cache shows.
     pub fn resharding_pending(&self, job: &str) -> bool {
         self.jobs
-            .get(job)
+            .named(job)
             .is_some_and(|j| j.cache.view().necessary.is_some())
     }
 
     /// Whether the job is registered and runs here.
     pub fn is_active(&self, job: &str) -> bool {
-        self.jobs.get(job).is_some_and(|j| j.phase == Phase::Active)
+        self.jobs.named(job).is_some_and(|j| j.phase == Phase::Active)
     }
 
     /// Starts hosting a job. Its configuration is validated first.
@@ -370,7 +370,7 @@ impl Machine {
                 job: name.clone(),
                 error: e.to_string(),
             })?;
-        match self.jobs.get(&name) {
+        match self.jobs.named(&name) {
             Some(j) if j.leaving.is_some() => return Err(MachineError::JobLeaving(name)),
             Some(_) => return Err(MachineError::DuplicateJob(name)),
             None => {}
@@ -414,9 +414,9 @@ impl Machine {
             fires: FireMemo::default(),
             changed: 0,
         };
-        self.jobs.insert(name.clone(), Box::new(job));
+        let id = self.jobs.insert(job);
         if matches!(self.sess.state, Session::Live(_)) {
-            self.start_load(&name, now);
+            self.start_load(id, now);
         }
         self.debug_check();
         Ok(())
@@ -428,9 +428,9 @@ impl Machine {
     /// suspended it waits for it to come back or to be found expired. Removing a job that is
     /// leaving already changes nothing.
     pub fn remove_job(&mut self, job: &str, now: Now) -> Result<(), MachineError> {
-        let j = self
+        let (id, j) = self
             .jobs
-            .get_mut(job)
+            .named_mut(job)
             .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
         // Removing a job that is leaving already changes nothing: its grace is not extended.
         if j.leaving.is_none() {
@@ -438,7 +438,7 @@ impl Machine {
                 cause: LeaveCause::Removed,
                 deadline: Some(now.mono.saturating_add(ms(self.opts.shutdown_grace))),
             });
-            self.noticing_clock(now, |m| m.evaluate(job, now));
+            self.noticing_clock(now, |m| m.evaluate(id, now));
         }
         Ok(())
     }
@@ -454,12 +454,12 @@ impl Machine {
         if self.shutdown.is_some() {
             return Err(MachineError::ShuttingDown);
         }
-        let j = self
+        let (id, j) = self
             .jobs
-            .get_mut(job)
+            .named_mut(job)
             .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
         j.triggers.push_back(parameter.unwrap_or_default());
-        self.noticing_clock(now, |m| m.evaluate(job, now));
+        self.noticing_clock(now, |m| m.evaluate(id, now));
         Ok(())
     }
 

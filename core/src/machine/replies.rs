@@ -6,12 +6,12 @@ use super::*;
 impl Machine {
     pub(crate) fn on_txn(
         &mut self,
-        job: Option<String>,
+        job: Option<JobId>,
         purpose: Purpose,
         reply: RegistryReply,
         now: Now,
     ) {
-        let Some(name) = job else { return };
+        let Some(job) = job else { return };
         let what = match &purpose {
             Purpose::Setup => "setup",
             Purpose::Elect => "election",
@@ -26,11 +26,12 @@ impl Machine {
         match reply {
             RegistryReply::Transacted(results) => {
                 let timeout = ms(self.opts.sync_timeout);
-                let Some(j) = self.jobs.get_mut(&name) else {
+                let Some(j) = self.jobs.get_mut(&job) else {
                     return;
                 };
                 j.backoff = 0;
                 j.await_own_writes(&results, now, timeout);
+                let name = j.name().to_owned();
                 match purpose {
                     // Unless the subtree is being read again meanwhile: the load's snapshot
                     // decides, and events are buffered for it until then.
@@ -88,7 +89,7 @@ impl Machine {
                     }
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
-                        self.forget_job(&name);
+                        self.forget_job(job);
                         self.out
                             .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
                         self.finish_shutdown_if_done();
@@ -101,7 +102,7 @@ impl Machine {
                     Purpose::Reshard { units, .. } | Purpose::Housekeeping { units, .. } => *units,
                     _ => 0,
                 };
-                if self.split_on_too_large(&name, &error, units) {
+                if self.split_on_too_large(job, &error, units) {
                     return;
                 }
                 let class = error.class();
@@ -109,20 +110,20 @@ impl Machine {
                 let quiet = class == ErrorClass::Conflict
                     && matches!(purpose, Purpose::Elect | Purpose::ConsumeTrigger { .. });
                 if !quiet {
-                    self.failed(Some(&name), what, error.clone());
+                    self.failed(Some(job), what, error.clone());
                 }
                 if let Purpose::Housekeeping { .. } = purpose {
-                    if let Some(lead) = self.jobs.get_mut(&name).and_then(|j| j.leader.as_mut()) {
+                    if let Some(lead) = self.jobs.get_mut(&job).and_then(|j| j.leader.as_mut()) {
                         lead.last_housekeeping = Some(now.mono);
                     }
                 }
                 // The registry is not as the plan expected: work it out again.
                 if let Purpose::Reshard { .. } = purpose {
-                    if let Some(lead) = self.jobs.get_mut(&name).and_then(|j| j.leader.as_mut()) {
+                    if let Some(lead) = self.jobs.get_mut(&job).and_then(|j| j.leader.as_mut()) {
                         lead.plan = None;
                     }
                 }
-                self.after_failure(&name, class, now);
+                self.after_failure(job, class, now);
             }
             _ => {}
         }
@@ -134,43 +135,43 @@ impl Machine {
     /// split and fails as usual.
     pub(crate) fn split_on_too_large(
         &mut self,
-        name: &str,
+        job: JobId,
         error: &RegistryError,
         units: usize,
     ) -> bool {
         if !matches!(error.root_cause(), RegistryError::TooLarge(_)) || units <= 1 {
             return false;
         }
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return false;
         };
         let half = units / 2;
         let items = j.txn_items.map_or(half, |k| k.min(half)).max(1);
         j.txn_items = Some(items);
         self.out.push_back(Command::Event(MachineEvent::TxnSplit {
-            job: name.to_owned(),
+            job: j.name().to_owned(),
             items,
         }));
         true
     }
 
-    pub(crate) fn after_failure(&mut self, name: &str, class: ErrorClass, now: Now) {
+    pub(crate) fn after_failure(&mut self, job: JobId, class: ErrorClass, now: Now) {
         match class {
             ErrorClass::Conflict => {
                 // The cache was stale or someone raced us: wait for the watch to catch up,
                 // and reload if it does not within a backoff.
-                let t = self.backoff_of(name, now);
-                if let Some(j) = self.jobs.get_mut(name) {
+                let t = self.backoff_of(job, now);
+                if let Some(j) = self.jobs.get_mut(&job) {
                     j.back_off(t);
                     if j.backoff > 3 {
                         j.backoff = 0;
-                        self.start_load(name, now);
+                        self.start_load(job, now);
                     }
                 }
             }
             ErrorClass::Transient | ErrorClass::Fatal => {
-                let t = self.backoff_of(name, now);
-                if let Some(j) = self.jobs.get_mut(name) {
+                let t = self.backoff_of(job, now);
+                if let Some(j) = self.jobs.get_mut(&job) {
                     j.back_off(t);
                 }
             }
@@ -220,8 +221,8 @@ impl Machine {
             self.evaluate_all(now);
             return;
         }
-        let p_job = p.job.clone().or_else(|| match &p.purpose {
-            Purpose::Complete(exec) => self.executions.get(exec).map(|e| e.job.clone()),
+        let p_job = p.job.or_else(|| match &p.purpose {
+            Purpose::Complete(exec) => self.executions.get(exec).map(|e| e.job),
             _ => None,
         });
         let probe = matches!(p.purpose, Purpose::Probe);
@@ -238,42 +239,7 @@ impl Machine {
             Purpose::Probe => {}
             Purpose::Complete(exec) => self.on_complete(exec, reply, now),
             Purpose::Claim(claims) => self.on_claim(p.job, claims, reply, now),
-            Purpose::Adopt(groups) => {
-                let name = p.job.clone().unwrap_or_default();
-                match reply {
-                    RegistryReply::Transacted(_) if self.lease_valid(now) => {
-                        let total = self
-                            .jobs
-                            .get(&name)
-                            .and_then(|j| j.config.as_ref())
-                            .map(|c| c.sharding_total_count);
-                        for ((fire, kind), items) in groups {
-                            // Claimed before the count shrank under it: not started now (the
-                            // item's work belongs to others by the new count), but recorded
-                            // as ended, so that its marker goes and the item can be removed.
-                            let (gone, items): (Vec<_>, Vec<_>) = items
-                                .into_iter()
-                                .partition(|(it, _)| total.is_some_and(|n| it.item >= n));
-                            if !gone.is_empty() {
-                                let gone = gone.into_iter().map(|(it, _)| it).collect();
-                                let id = self.insert_execution(&name, fire, false, gone, Life::NEVER_STARTED);
-                                self.send_completion(id, now);
-                            }
-                            if !items.is_empty() {
-                                let counts = kind != RunKind::Trigger;
-                                self.start_execution(&name, fire, kind, counts, None, items, now);
-                            }
-                        }
-                    }
-                    RegistryReply::Failed(error) => {
-                        let units = groups.iter().map(|(_, items)| items.len()).sum();
-                        if !self.split_on_too_large(&name, &error, units) {
-                            self.after_failure(&name, error.class(), now);
-                        }
-                    }
-                    _ => {}
-                }
-            }
+            Purpose::Adopt(groups) => self.on_adopt(p.job, groups, reply, now),
             purpose => self.on_txn(p.job, purpose, reply, now),
         }
         // The jobs that wait for a confirmed session, once a reply confirms it: a probe's, or
@@ -281,13 +247,13 @@ impl Machine {
         // confirm the session, no probe is due at all). Only those jobs: evaluating every job
         // on each confirmation would cost O(jobs) every quarter timeout while anything runs.
         if ok && !self.sess.waiters.is_empty() && (probe || self.lease_valid(now)) {
-            for name in std::mem::take(&mut self.sess.waiters) {
-                self.evaluate(&name, now);
+            for job in std::mem::take(&mut self.sess.waiters) {
+                self.evaluate(job, now);
             }
         }
         if doubt_before != self.sess.in_doubt {
             self.evaluate_all(now);
-        } else if let Some(job) = &p_job {
+        } else if let Some(job) = p_job {
             self.evaluate(job, now);
             self.maybe_probe(now);
             self.finish_shutdown_if_done();

@@ -16,7 +16,7 @@ pub(crate) struct Requests {
 pub(crate) struct Pending {
     pub(crate) epoch: u64,
     pub(crate) sent: u64,
-    pub(crate) job: Option<String>,
+    pub(crate) job: Option<JobId>,
     pub(crate) purpose: Purpose,
 }
 
@@ -114,7 +114,7 @@ mod tests {
 impl Machine {
     pub(crate) fn request(
         &mut self,
-        job: Option<&str>,
+        job: Option<JobId>,
         purpose: Purpose,
         op: RegistryOp,
         now: Now,
@@ -126,7 +126,7 @@ impl Machine {
             Pending {
                 epoch: self.sess.epoch,
                 sent: now.mono,
-                job: job.map(str::to_owned),
+                job,
                 purpose,
             },
         );

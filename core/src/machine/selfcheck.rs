@@ -23,7 +23,8 @@ impl Machine {
     #[cfg(any(debug_assertions, feature = "audit"))]
     pub(crate) fn invariants(&self) -> Vec<String> {
         let mut out = Vec::new();
-        for (name, j) in &self.jobs {
+        for (job, j) in self.jobs.iter() {
+            let name = j.name();
             if j.wake != j.wake_indexed {
                 out.push(format!(
                     "{name}: wake {:?} is not the one indexed ({:?})",
@@ -31,7 +32,7 @@ impl Machine {
                 ));
             }
             if let Some(t) = j.wake_indexed {
-                if !self.timers.wakes.contains(&(t, name.clone())) {
+                if !self.timers.wakes.contains(&(t, job)) {
                     out.push(format!("{name}: wake {t} is missing from the index"));
                 }
             }
@@ -39,7 +40,7 @@ impl Machine {
                 let held = self
                     .executions
                     .get(id)
-                    .is_some_and(|e| e.job == *name && e.items.iter().any(|it| it.item == *item));
+                    .is_some_and(|e| e.job == job && e.items.iter().any(|it| it.item == *item));
                 if !held {
                     out.push(format!(
                         "{name}/{item}: running as {id:?}, which is no execution of it"
@@ -60,13 +61,13 @@ impl Machine {
                 out.push(format!("{name}: loads its subtree in phase {:?}", j.phase));
             }
         }
-        for (t, name) in &self.timers.wakes {
+        for (t, id) in &self.timers.wakes {
             if self
                 .jobs
-                .get(name)
+                .get(id)
                 .is_none_or(|j| j.wake_indexed != Some(*t))
             {
-                out.push(format!("{name}: a stale wake {t} in the index"));
+                out.push(format!("{id:?}: a stale wake {t} in the index"));
             }
         }
         for (id, e) in &self.executions {
@@ -75,7 +76,8 @@ impl Machine {
                     if j.running.get(&it.item) != Some(id) {
                         out.push(format!(
                             "{}/{}: an item of {id:?} that the job does not hold",
-                            e.job, it.item
+                            j.name(),
+                            it.item
                         ));
                     }
                 }
@@ -103,9 +105,9 @@ impl Machine {
     pub fn self_check(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         #[cfg(feature = "self-check")]
-        for (name, j) in &mut self.jobs {
+        for (_, j) in self.jobs.iter_mut() {
             if let Some(d) = j.cache.take_drift() {
-                out.push(format!("{name}: {d}"));
+                out.push(format!("{}: {d}", j.name()));
             }
         }
         out.extend(self.invariants());

@@ -20,7 +20,7 @@ pub(crate) struct SessionState {
     /// The number of the latest probe of the current session that succeeded (0: none).
     pub(crate) probe_ok: u64,
     /// Jobs to evaluate again once a probe confirms the session.
-    pub(crate) waiters: BTreeSet<String>,
+    pub(crate) waiters: BTreeSet<JobId>,
 }
 
 impl Machine {
@@ -32,9 +32,8 @@ impl Machine {
                 self.sess.confirmed = Some(now.mono);
                 self.sess.in_doubt = false;
                 self.sess.last_probe = now.mono;
-                let names: Vec<String> = self.jobs.keys().cloned().collect();
-                for name in names {
-                    self.start_load(&name, now);
+                for job in self.jobs.ids() {
+                    self.start_load(job, now);
                 }
             }
             SessionEvent::Suspended(id) => {
@@ -49,9 +48,8 @@ impl Machine {
                     if info.id == id {
                         self.sess.state = Session::Live(info);
                         // Replies of this session may have been lost; the epoch stays.
-                        let names: Vec<String> = self.jobs.keys().cloned().collect();
-                        for name in names {
-                            self.start_load(&name, now);
+                        for job in self.jobs.ids() {
+                            self.start_load(job, now);
                         }
                         self.probe_now(now);
                     }
@@ -111,14 +109,14 @@ impl Machine {
             .retain(|_, p| matches!(p.purpose, Purpose::Complete(_)));
         if self.shutdown.is_some() {
             // Nothing left to leave: the session took the instance nodes with it.
-            let idle: Vec<String> = self
+            let idle: Vec<JobId> = self
                 .jobs
                 .iter()
                 .filter(|(_, j)| j.running.is_empty())
-                .map(|(name, _)| name.clone())
+                .map(|(id, _)| id)
                 .collect();
-            for name in idle {
-                self.forget_job(&name);
+            for job in idle {
+                self.forget_job(job);
             }
             self.finish_shutdown_if_done();
         }

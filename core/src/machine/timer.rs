@@ -42,7 +42,7 @@ pub(crate) enum Timer {
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
     /// Every job's `wake`, ordered, so the next timeout is found without visiting each job.
-    pub(crate) wakes: BTreeSet<(u64, String)>,
+    pub(crate) wakes: BTreeSet<(u64, JobId)>,
     /// Executions whose completion is retried at a time (entries may be stale: checked).
     pub(crate) retries: BTreeSet<(u64, ExecutionId)>,
     /// Executions claimed ahead, by the monotonic time of their fire (entries may be stale).
@@ -57,7 +57,7 @@ pub(crate) struct Sweep {
     /// When the last slice began (monotonic ms).
     pub(crate) last: u64,
     /// The last job the sweep evaluated.
-    pub(crate) cursor: Option<String>,
+    pub(crate) cursor: Option<JobId>,
     /// Jobs of the current slice not evaluated yet.
     pub(crate) left: usize,
     /// When the rest of the slice is evaluated (set while `left > 0`).
@@ -148,21 +148,21 @@ impl Machine {
 
     /// The jobs whose wake came, and a slice of the safety sweep.
     fn evaluate_due(&mut self, started: bool, now: Now) {
-        let due: Vec<String> = self
+        let due: Vec<JobId> = self
             .timers
             .wakes
             .iter()
             .take_while(|(t, _)| *t <= now.mono)
-            .map(|(_, name)| name.clone())
+            .map(|(_, job)| *job)
             .collect();
         let mut swept = self.sweep_slice(started, now);
         // A job both due and swept is evaluated once.
         swept.retain(|n| !due.contains(n));
-        for name in due {
-            self.evaluate(&name, now);
+        for job in due {
+            self.evaluate(job, now);
         }
-        for name in swept {
-            self.evaluate_swept(&name, now);
+        for job in swept {
+            self.evaluate_swept(job, now);
         }
         self.maybe_probe(now);
         self.finish_shutdown_if_done();
@@ -189,7 +189,7 @@ impl Machine {
     /// The jobs the safety sweep evaluates now: a slice of a tenth of them every
     /// [`SWEEP_MS`]` / 10`, [`SWEEP_CHUNK`] at a time, from where the last one left off.
     /// When runs were just handed out (`started`), the slice waits a millisecond.
-    fn sweep_slice(&mut self, started: bool, now: Now) -> Vec<String> {
+    fn sweep_slice(&mut self, started: bool, now: Now) -> Vec<JobId> {
         let sweep = &mut self.timers.sweep;
         if self.opts.safety_sweep && now.mono >= sweep.last.saturating_add(SWEEP_MS / 10) {
             sweep.last = now.mono;
@@ -211,23 +211,8 @@ impl Machine {
         }
         sweep.at = (sweep.left > 0).then(|| now.mono.saturating_add(1));
         let after = sweep.cursor.take();
-        let mut next: Vec<String> = match &after {
-            Some(c) => self
-                .jobs
-                .range::<str, _>((
-                    std::ops::Bound::Excluded(c.as_str()),
-                    std::ops::Bound::Unbounded,
-                ))
-                .map(|(n, _)| n.clone())
-                .take(chunk)
-                .collect(),
-            None => Vec::new(),
-        };
-        if next.len() < chunk {
-            let more = chunk - next.len();
-            next.extend(self.jobs.keys().take(more).cloned());
-        }
-        self.timers.sweep.cursor = next.last().cloned();
+        let next = self.jobs.after(after, chunk);
+        self.timers.sweep.cursor = next.last().copied();
         next
     }
 }

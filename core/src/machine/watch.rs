@@ -5,7 +5,7 @@ use super::*;
 
 /// A job changed by a batch of node events.
 pub(crate) struct Touched {
-    pub(crate) job: String,
+    pub(crate) job: JobId,
     /// Changed by anything but the run markers and records of its items.
     pub(crate) others: bool,
     /// The items whose run marker or record changed.
@@ -36,16 +36,16 @@ impl Machine {
     /// decides (see [`Machine::bears_on_me`]). With every instance watching every job, each
     /// run of an item is seen by all of them; only a few have anything to decide about it.
     pub(crate) fn evaluate_touched(&mut self, mut touched: Vec<Touched>, now: Now) {
-        // In the order of the jobs' names, as everywhere else.
-        touched.sort_unstable_by(|a, b| a.job.cmp(&b.job));
+        // In the order the jobs were added, as everywhere else.
+        touched.sort_unstable_by_key(|t| t.job);
         for t in touched {
-            if t.others || t.items.iter().any(|i| self.bears_on_me(&t.job, *i)) {
-                self.evaluate(&t.job, now);
+            if t.others || t.items.iter().any(|i| self.bears_on_me(t.job, *i)) {
+                self.evaluate(t.job, now);
                 if planted!(self.opts, ForgetWakes) {
                     if let Some(j) = self.jobs.get_mut(&t.job) {
                         j.wake = None;
                     }
-                    self.index_wake(&t.job);
+                    self.index_wake(t.job);
                 }
             }
         }
@@ -56,8 +56,8 @@ impl Machine {
     /// nothing of ours waits on the registry or on an orphan, and the item is neither ours
     /// (owned, run or recorded as run here) nor an orphan, nor, for the leader, beyond the count:
     /// a decision on it would be the one taken before, and the wake it set still stands.
-    pub(crate) fn bears_on_me(&self, name: &str, i: u32) -> bool {
-        let Some(j) = self.jobs.get(name) else {
+    pub(crate) fn bears_on_me(&self, job: JobId, i: u32) -> bool {
+        let Some(j) = self.jobs.get(&job) else {
             return false;
         };
         let me = &self.opts.instance_id;
@@ -106,10 +106,10 @@ impl Machine {
         ev: crate::registry::WatchEvent,
         touched: &mut Vec<Touched>,
     ) {
-        let Some((job, node)) = JobNode::parse(&ev.path) else {
+        let Some((name, node)) = JobNode::parse(&ev.path) else {
             return;
         };
-        let Some(j) = self.jobs.get_mut(job) else {
+        let Some((job, j)) = self.jobs.named_mut(name) else {
             return;
         };
         if let (JobNode::Instance(id), Some(stat)) = (&node, &ev.stat) {
@@ -146,7 +146,7 @@ impl Machine {
             Some(k) => k,
             None => {
                 touched.push(Touched {
-                    job: job.to_owned(),
+                    job,
                     others: false,
                     items: Vec::new(),
                 });
@@ -165,8 +165,7 @@ impl Machine {
         self.changes += 1;
         j.changed = self.changes;
         if config {
-            let name = touched[k].job.clone();
-            self.refresh_config(&name);
+            self.refresh_config(job);
         }
     }
 }

@@ -31,12 +31,12 @@ impl Machine {
     /// for (their claim's reply was lost).
     pub(crate) fn adopt(
         &mut self,
-        name: &str,
+        job: JobId,
         view: &JobView,
         me: &InstanceId,
         sid: crate::registry::SessionId,
     ) -> Option<Action> {
-        let j = self.jobs.get(name)?;
+        let j = self.jobs.get(&job)?;
         let mut groups: BTreeMap<RunKey, Vec<(ExecItem, Revision)>> = BTreeMap::new();
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
         ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
@@ -121,5 +121,51 @@ impl Machine {
             Purpose::Adopt(groups.into_iter().collect()),
             ops,
         ))
+    }
+
+    /// The reply to an adoption: the markers the registry confirmed are this session's start
+    /// as executions (those of items beyond a count that shrank meanwhile are only recorded as
+    /// ended).
+    pub(crate) fn on_adopt(
+        &mut self,
+        job: Option<JobId>,
+        groups: Vec<(RunKey, Vec<(ExecItem, Revision)>)>,
+        reply: RegistryReply,
+        now: Now,
+    ) {
+        let Some(job) = job else { return };
+        match reply {
+            RegistryReply::Transacted(_) if self.lease_valid(now) => {
+                let total = self
+                    .jobs
+                    .get(&job)
+                    .and_then(|j| j.config.as_ref())
+                    .map(|c| c.sharding_total_count);
+                for ((fire, kind), items) in groups {
+                    // Claimed before the count shrank under it: not started now (the
+                    // item's work belongs to others by the new count), but recorded
+                    // as ended, so that its marker goes and the item can be removed.
+                    let (gone, items): (Vec<_>, Vec<_>) = items
+                        .into_iter()
+                        .partition(|(it, _)| total.is_some_and(|n| it.item >= n));
+                    if !gone.is_empty() {
+                        let gone = gone.into_iter().map(|(it, _)| it).collect();
+                        let id = self.insert_execution(job, fire, false, gone, Life::NEVER_STARTED);
+                        self.send_completion(id, now);
+                    }
+                    if !items.is_empty() {
+                        let counts = kind != RunKind::Trigger;
+                        self.start_execution(job, fire, kind, counts, None, items, now);
+                    }
+                }
+            }
+            RegistryReply::Failed(error) => {
+                let units = groups.iter().map(|(_, items)| items.len()).sum();
+                if !self.split_on_too_large(job, &error, units) {
+                    self.after_failure(job, error.class(), now);
+                }
+            }
+            _ => {}
+        }
     }
 }

@@ -20,13 +20,13 @@ impl Machine {
         if exec.sending().is_some() {
             return;
         }
-        let Some(job) = self.jobs.get(&exec.job) else {
+        let Some(j) = self.jobs.get(&exec.job) else {
             self.executions.remove(&id);
             return;
         };
         // With a transaction limit the end is recorded in parts, the first items first: each
         // part removes only its own items' markers and records only their fire.
-        let take = job
+        let take = j
             .txn_limit(&self.opts)
             .map_or(exec.items.len(), |k| k.min(exec.items.len()));
         exec.set_recording(Recording::Sending { items: take });
@@ -34,12 +34,12 @@ impl Machine {
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
         for it in part {
             ops.push(TxnOp::Delete {
-                path: job.paths.item_running(it.item),
+                path: j.paths.item_running(it.item),
                 expected: Some(it.running_version),
             });
             if let Some(v) = it.failover {
                 ops.push(TxnOp::Delete {
-                    path: job.paths.item_failover(it.item),
+                    path: j.paths.item_failover(it.item),
                     expected: Some(v),
                 });
             }
@@ -52,14 +52,14 @@ impl Machine {
             };
             let record = ItemRecord { done, run: None };
             ops.push(TxnOp::Set {
-                path: job.paths.item_execution(it.item),
+                path: j.paths.item_execution(it.item),
                 data: record.to_bytes(),
                 expected: Some(it.record_version),
             });
         }
-        let name = exec.job.clone();
+        let job = exec.job;
         self.request(
-            Some(&name),
+            Some(job),
             Purpose::Complete(id),
             RegistryOp::Transact(ops),
             now,
@@ -74,7 +74,7 @@ impl Machine {
                 };
                 let take = exec.sending().unwrap_or(0).min(exec.items.len());
                 let recorded: Vec<ExecItem> = exec.items.drain(..take).collect();
-                let (job, started) = (exec.job.clone(), exec.was_started());
+                let (job, started) = (exec.job, exec.was_started());
                 if planted!(self.opts, SplitCompletionDropsParts) {
                     exec.items.clear();
                 }
@@ -85,10 +85,10 @@ impl Machine {
                 } else {
                     self.executions.remove(&id);
                 }
-                if started {
+                if let (true, Some(j)) = (started, self.jobs.get(&job)) {
                     self.out
                         .push_back(Command::Event(MachineEvent::RunRecorded {
-                            job: job.clone(),
+                            job: j.name().to_owned(),
                             items: recorded.iter().map(|i| i.item).collect(),
                         }));
                 }
@@ -108,9 +108,9 @@ impl Machine {
             }
             RegistryReply::Failed(error) => {
                 let class = error.class();
-                let sent = self.executions.get(&id).map(|e| (e.job.clone(), e.sending().unwrap_or(0)));
+                let sent = self.executions.get(&id).map(|e| (e.job, e.sending().unwrap_or(0)));
                 if let Some((job, units)) = sent {
-                    if self.split_on_too_large(&job, &error, units) {
+                    if self.split_on_too_large(job, &error, units) {
                         if let Some(e) = self.executions.get_mut(&id) {
                             e.set_recording(Recording::Unsent);
                         }
@@ -130,8 +130,8 @@ impl Machine {
                     }
                     class
                     @ (ErrorClass::LostSession | ErrorClass::Conflict | ErrorClass::Fatal) => {
-                        let job = self.executions.get(&id).map(|e| e.job.clone());
-                        self.failed(job.as_deref(), "completion", error);
+                        let job = self.executions.get(&id).map(|e| e.job);
+                        self.failed(job, "completion", error);
                         if class == ErrorClass::LostSession {
                             self.complete_lost(id);
                         } else {
@@ -162,21 +162,29 @@ impl Machine {
         let lost: Vec<ExecItem> = exec.items.drain(..take).collect();
         exec.set_recording(Recording::Unsent);
         exec.backoff = 0;
-        let (job, started) = (exec.job.clone(), exec.was_started());
+        let (job, started) = (exec.job, exec.was_started());
         self.give_up_items(job, id, &lost, started);
         self.send_completion(id, now);
     }
 
     /// Takes `items` of execution `id` out of the job's `running`, and, if the run started,
     /// says their end was not recorded ([`MachineEvent::CompletionLost`]).
-    pub(crate) fn give_up_items(&mut self, job: String, id: ExecutionId, items: &[ExecItem], started: bool) {
-        if let Some(j) = self.jobs.get_mut(&job) {
-            for it in items {
-                if j.running.get(&it.item) == Some(&id) {
-                    j.running.remove(&it.item);
-                }
+    pub(crate) fn give_up_items(
+        &mut self,
+        job: JobId,
+        id: ExecutionId,
+        items: &[ExecItem],
+        started: bool,
+    ) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        for it in items {
+            if j.running.get(&it.item) == Some(&id) {
+                j.running.remove(&it.item);
             }
         }
+        let job = j.name().to_owned();
         if started {
             self.out
                 .push_back(Command::Event(MachineEvent::CompletionLost {

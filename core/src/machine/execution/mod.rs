@@ -11,7 +11,7 @@ pub(crate) mod start;
 /// their end.
 #[derive(Debug)]
 pub(crate) struct Exec {
-    pub(crate) job: String,
+    pub(crate) job: JobId,
     /// The session epoch it was claimed in: its markers are that session's.
     pub(crate) epoch: u64,
     /// The fire it runs (epoch ms).
@@ -153,7 +153,7 @@ impl Machine {
     /// all (its end is recorded at once).
     pub(crate) fn insert_execution(
         &mut self,
-        name: &str,
+        job: JobId,
         fire: i64,
         counts_as_fire: bool,
         items: Vec<ExecItem>,
@@ -161,13 +161,13 @@ impl Machine {
     ) -> ExecutionId {
         self.next_execution += 1;
         let id = ExecutionId(self.next_execution);
-        if let Some(j) = self.jobs.get_mut(name) {
+        if let Some(j) = self.jobs.get_mut(&job) {
             for it in &items {
                 j.running.insert(it.item, id);
             }
         }
         let exec = Exec {
-            job: name.to_owned(),
+            job,
             epoch: self.sess.epoch,
             fire,
             counts_as_fire,
@@ -202,13 +202,13 @@ impl Machine {
             return;
         };
         exec.end();
-        let job = exec.job.clone();
+        let job = exec.job;
         if exec.epoch != self.sess.epoch || self.sess.state == Session::None {
             self.complete_lost(id);
         } else {
             self.send_completion(id, now);
         }
-        self.evaluate(&job, now);
+        self.evaluate(job, now);
         self.maybe_probe(now);
         self.finish_shutdown_if_done();
     }

@@ -16,24 +16,24 @@ pub(crate) const FRESH_VIEW_MS: u64 = 500;
 impl Machine {
     pub(crate) fn on_claim(
         &mut self,
-        job: Option<String>,
+        job: Option<JobId>,
         claims: Vec<Claim>,
         reply: RegistryReply,
         now: Now,
     ) {
-        let Some(name) = job else { return };
+        let Some(job) = job else { return };
         let results = match reply {
             RegistryReply::Transacted(results) => results,
             RegistryReply::Failed(error) => {
                 let class = error.class();
                 let units = claims.iter().map(|c| c.items.len()).sum();
-                if self.split_on_too_large(&name, &error, units) {
+                if self.split_on_too_large(job, &error, units) {
                     // Nothing was claimed; the next evaluation claims fewer items at a time.
                 } else {
                     if class != ErrorClass::Conflict {
-                        self.failed(Some(&name), "claim", error);
+                        self.failed(Some(job), "claim", error);
                     }
-                    self.after_failure(&name, class, now);
+                    self.after_failure(job, class, now);
                 }
                 if planted!(self.opts, IgnoreFailedClaim) {
                     for claim in claims {
@@ -53,7 +53,7 @@ impl Machine {
                             .collect();
                         let (fire, kind, counts) = (claim.fire, claim.kind, claim.counts_as_fire);
                         let param = claim.parameter;
-                        self.start_execution(&name, fire, kind, counts, param, items, now);
+                        self.start_execution(job, fire, kind, counts, param, items, now);
                     }
                 }
                 return;
@@ -64,7 +64,7 @@ impl Machine {
         let epoch = self.sess.epoch;
         let session = self.session_id();
         let timeout = ms(self.opts.sync_timeout);
-        let Some(j) = self.jobs.get_mut(&name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return;
         };
         j.backoff = 0;
@@ -107,12 +107,11 @@ impl Machine {
                 // The claim succeeded, but too late to be sure of the session for long
                 // enough: do not start; record the end at once so the markers go.
                 let exec_items = items.into_iter().map(|(i, _)| i).collect();
-                let id = self.insert_execution(&name, claim.fire, false, exec_items, Life::NEVER_STARTED);
+                let id = self.insert_execution(job, claim.fire, false, exec_items, Life::NEVER_STARTED);
                 self.send_completion(id, now);
                 continue;
             }
-            self.start_execution(
-                &name,
+            self.start_execution(job,
                 claim.fire,
                 claim.kind,
                 claim.counts_as_fire,
@@ -127,7 +126,7 @@ impl Machine {
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn start_execution(
         &mut self,
-        name: &str,
+        job: JobId,
         fire: i64,
         kind: RunKind,
         counts_as_fire: bool,
@@ -135,7 +134,9 @@ impl Machine {
         items: Vec<(ExecItem, Revision)>,
         now: Now,
     ) -> Option<ExecutionId> {
-        let config = self.jobs.get(name)?.config.clone()?;
+        let j = self.jobs.get(&job)?;
+        let config = j.config.clone()?;
+        let name = j.name().to_owned();
         let runs: Vec<ItemRun> = items
             .iter()
             .map(|(it, token)| ItemRun {
@@ -146,7 +147,7 @@ impl Machine {
             .collect();
         let item_list: Vec<String> = runs.iter().map(|r| r.item.to_string()).collect();
         let exec_items = items.into_iter().map(|(it, _)| it).collect();
-        let id = self.insert_execution(name, fire, counts_as_fire, exec_items, Life::Running);
+        let id = self.insert_execution(job, fire, counts_as_fire, exec_items, Life::Running);
         let job_parameter = match (&kind, &parameter) {
             (RunKind::Trigger, Some(p)) if !p.is_empty() => p.clone(),
             _ => config.job_parameter.clone(),
@@ -158,7 +159,7 @@ impl Machine {
         );
         let execution = Execution {
             id,
-            job_name: name.to_owned(),
+            job_name: name,
             task_id,
             sharding_total_count: config.sharding_total_count,
             job_parameter,
