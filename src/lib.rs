@@ -3,8 +3,9 @@
 //!
 //! A job is cut into items `0..n-1`; the live instances of a service share the items through a
 //! registry (ZooKeeper, etcd, or the in-process store); when instances come, go, crash or are
-//! disabled, items move. This crate is what applications embed and the `shardjob` command line.
-//! The sans-IO core lives in [`shardjob_core`] (re-exported as [`core`]).
+//! disabled, items move. This crate is what applications embed; the `shardjob` command line is
+//! the `shardjob-cli` crate, built on this one. The sans-IO core lives in [`shardjob_core`]
+//! (re-exported as [`core`]).
 //!
 //! # Quick start
 //!
@@ -89,7 +90,7 @@
 //! ```
 //!
 //! `examples/axum_service.rs` embeds a scheduler in an axum service with a status and a
-//! trigger endpoint; `shardjob demo` shows a crash and its failover.
+//! trigger endpoint; `shardjob demo` (the `shardjob-cli` crate) shows a crash and its failover.
 //!
 //! # Modules
 //!
@@ -102,9 +103,8 @@
 //! - [`metrics`]: Prometheus metrics of a scheduler (`/metrics`, or the application's registry);
 //! - [`registry_url`]: registries by URL (`mem://`; `zk://` with the `zk` feature; `etcd://`
 //!   with the `etcd` feature);
-//! - [`cli`]: the `shardjob` command line (`demo`, `run`, `plan`, `cron next`, `config check`).
-//! - [`ops_cli`]: its operating commands (`jobs`, `status`, `trigger`, `config set`, ...) on
-//!   [`shardjob_ops`].
+//! - [`notify`]: the notifier error handlers (`EMAIL`, `WECHAT`, `DINGTALK`);
+//! - `history`: the job history (with the `history` feature).
 #![warn(missing_docs)]
 
 pub use shardjob_core as core;
@@ -112,17 +112,11 @@ pub use shardjob_core as core;
 #[cfg(feature = "mem")]
 pub use shardjob_backend_mem as mem;
 
-pub mod cli;
-#[cfg(feature = "mem")]
-pub mod demo;
 #[cfg(feature = "history")]
 pub mod history;
-pub mod history_cli;
-pub mod jobfile;
 pub mod jobs;
 pub mod listeners;
 pub mod metrics;
 pub mod notify;
-pub mod ops_cli;
 pub mod registry_url;
 pub mod runtime;

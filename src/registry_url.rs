@@ -47,6 +47,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::Registry;
 #[cfg(any(feature = "zk", feature = "etcd"))]
 use shardjob_core::registry::RegistryError;
@@ -248,12 +249,8 @@ impl ConnectOptions {
     /// The pause before retry number `retry` (from 1): `base_sleep` doubled each time, at most
     /// `max_sleep`.
     pub fn pause(&self, retry: u32) -> Duration {
-        let factor = 1u32
-            .checked_shl(retry.saturating_sub(1))
-            .unwrap_or(u32::MAX);
-        self.base_sleep
-            .saturating_mul(factor)
-            .min(self.max_sleep)
+        Backoff::new(self.base_sleep, self.max_sleep)
+            .pause(retry)
             .max(Duration::from_millis(1))
     }
 }
@@ -527,10 +524,15 @@ impl RegistryUrl {
         }
     }
 
+    #[cfg_attr(
+        not(any(feature = "mem", feature = "zk", feature = "etcd")),
+        allow(unused_variables)
+    )]
     async fn connect_once(
         &self,
         options: &ConnectOptions,
     ) -> Result<Arc<dyn Registry>, RegistryUrlError> {
+        #[cfg(any(feature = "mem", feature = "zk", feature = "etcd"))]
         let session_timeout = self.session_timeout().unwrap_or(options.session_timeout);
         #[cfg(any(feature = "zk", feature = "etcd"))]
         let probe_timeout = options.connection_timeout.unwrap_or(Duration::from_secs(2));

@@ -4,7 +4,6 @@
 //! failures folded into one message per window, and a hanging endpoint that delays no run.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -295,52 +294,6 @@ async fn bad_notifier_props_are_refused_at_build() {
             .contains("props dingtalk.webhook: is required by the DINGTALK error handler"),
         "{err}"
     );
-}
-
-/// `shardjob run` with a job file whose job has `jobErrorHandlerType: EMAIL` mails its
-/// failures.
-#[test]
-fn a_job_file_with_email_sends_mail_from_shardjob_run() {
-    let smtp = SmtpServer::start("robot", "s3cret").unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("jobs.yaml");
-    let yaml = format!(
-        "elasticjob:\n  jobs:\n    nightly:\n      elasticJobType: SCRIPT\n      \
-         cron: '* * * * * ?'\n      shardingTotalCount: 1\n      \
-         jobErrorHandlerType: EMAIL\n      props:\n        \
-         script.command.line: 'false'\n        email.host: 127.0.0.1\n        \
-         email.port: {}\n        email.username: robot\n        email.password: s3cret\n        \
-         email.useSsl: false\n        email.subject: nightly failed\n        \
-         email.from: robot@example.com\n        email.to: ops@example.com\n",
-        smtp.port()
-    );
-    std::fs::write(&file, yaml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
-        .args(["run", file.to_str().unwrap(), "--registry", "mem://"])
-        .args(["--exit-after", "3"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{:?}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mails = smtp.wait_for(1, WAIT).unwrap();
-    let first = &mails[0];
-    assert_eq!(header(first, "Subject"), Some("nightly failed"));
-    assert_eq!(first.rcpt_to, ["ops@example.com"]);
-    let body = html_part(first);
-    assert!(
-        body.starts_with(
-            "<pre>Job 'nightly' exception occur in job processing, caused by item 0 of the run \
-             fired at "
-        ),
-        "{body}"
-    );
-    // At most one mail for the window (a minute by default), and one at exit for the rest.
-    assert!(mails.len() <= 2, "{mails:#?}");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -23,8 +23,9 @@
 //! The instance's registry client is wrapped in a counter of the calls the runtime makes
 //! through the `Registry` trait (transactions, reads), so the report tells the core's
 //! requests from what a backend adds on its own (ZooKeeper: the read before a transaction
-//! with value checks, and one multi-read per burst of created or changed nodes a watch
-//! reports, because ZooKeeper's notifications carry no data).
+//! with value checks, and one multi-read per burst of nodes created or changed by other
+//! clients that a watch reports, because ZooKeeper's notifications carry no data; the
+//! client's own writes it takes from its journal).
 //!
 //! etcd refuses a transaction with more than `--max-txn-ops` (default 128) compares or
 //! writes. A claim of `n` items needs `6n + 1` compares and re-sharding a job of `n` items
@@ -442,6 +443,192 @@ async fn requests_per_instance_per_fire() {
             w.reads as f64 / fires,
             w.server.stream_total(),
             w.server.stream,
+        ));
+    }
+    for line in &report {
+        println!("{line}");
+    }
+}
+
+/// Items of the side-by-side job.
+const PAIR_ITEMS: u32 = 10;
+
+/// Item executions: fire and item.
+type Executions = Arc<Mutex<Vec<(DateTime<Utc>, u32)>>>;
+
+/// What one window of [`measure_pair`] measured.
+struct PairWindow {
+    /// Server-side counter differences.
+    server: Counters,
+    /// Item executions whose fire is in the window, both instances together.
+    executions: u64,
+    /// Transactions and reads the two runtimes asked for.
+    transactions: u64,
+    failed: u64,
+    reads: u64,
+}
+
+/// One window of two instances (two clients, two sessions, in this process) sharing one job
+/// of [`PAIR_ITEMS`] items that fires every second.
+async fn measure_pair(kind: Kind, cluster: &Cluster, run: u32) -> PairWindow {
+    let tag = match kind {
+        Kind::Zk => "zk",
+        Kind::Etcd => "etcd",
+    };
+    let namespace = format!("rpx-{tag}-{run}");
+    let executions: Executions = Arc::default();
+    let mut handles = Vec::new();
+    let mut calls = Vec::new();
+    for n in 1..=2 {
+        let counted = Arc::new(Calls::default());
+        let registry: Arc<dyn Registry> = Arc::new(Counted {
+            inner: connect(
+                kind,
+                cluster,
+                &namespace,
+                shardjob_backend_etcd::ETCD_MAX_TXN_OPS,
+            )
+            .await,
+            calls: Arc::clone(&counted),
+        });
+        calls.push(counted);
+        let config =
+            JobConfig::new("bench", PAIR_ITEMS).with_cron(CronExpr::parse("* * * * * ?").unwrap());
+        let handle = Scheduler::builder()
+            .registry(registry)
+            .instance_id(InstanceId::new(format!("127.0.0.1@-@{n}")).unwrap())
+            .job(config, Record(Arc::clone(&executions)))
+            .build()
+            .await
+            .unwrap();
+        handles.push(handle);
+    }
+    let sum = |calls: &[Arc<Calls>]| -> (u64, u64, u64) {
+        calls.iter().fold((0, 0, 0), |(t, f, r), c| {
+            (
+                t + c.transactions.load(Ordering::Relaxed),
+                f + c.failed.load(Ordering::Relaxed),
+                r + c.reads.load(Ordering::Relaxed),
+            )
+        })
+    };
+    // Warm up: both instances join, the leader shards, fires run on both.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    align(500).await;
+    let start = Utc::now();
+    let before = read_counters(kind, cluster);
+    let (t0, f0, r0) = sum(&calls);
+    tokio::time::sleep(Duration::from_secs(u64::from(WINDOW))).await;
+    let after = read_counters(kind, cluster);
+    let (t1, f1, r1) = sum(&calls);
+    let end = Utc::now();
+    for handle in handles {
+        handle.shutdown().await.unwrap();
+    }
+    let executions = executions
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(fire, _)| *fire >= start && *fire < end)
+        .count() as u64;
+    PairWindow {
+        server: after.minus(&before),
+        executions,
+        transactions: t1 - t0,
+        failed: f1 - f0,
+        reads: r1 - r0,
+    }
+}
+
+/// A job that records each item execution (fire and item) and takes [`BODY`].
+struct Record(Executions);
+
+#[async_trait]
+impl SimpleJob for Record {
+    async fn execute(&self, ctx: &ShardingContext) -> Result<(), JobError> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((ctx.fire_time, ctx.sharding_item));
+        tokio::time::sleep(BODY).await;
+        Ok(())
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    if n == 0 {
+        return f64::NAN;
+    }
+    if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    }
+}
+
+/// Registry requests per item execution, counted by the server, with two instances side by
+/// side sharing one job of 10 items that fires every second (a benchmark, `#[ignore]`d;
+/// about 25 s per window):
+///
+/// ```sh
+/// cargo test --release --features zk,etcd --test requests_per_fire \
+///     requests_per_item_execution_side_by_side -- --ignored --nocapture
+/// SHARDJOB_RPF_ONLY=zk SHARDJOB_RPF_RUNS=7 cargo test ...   # ZooKeeper only, 7 windows
+/// ```
+///
+/// Each window starts two fresh instances (two clients, two sessions) in a namespace of its
+/// own, warms up for 5 s, and counts the server's requests (as [`requests_per_instance_per_fire`]
+/// does, session pings included) over [`WINDOW`] fires, divided by the item executions whose
+/// fire is in the window. The median of the windows is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: cargo test --release --features zk,etcd --test requests_per_fire -- --ignored --nocapture"]
+async fn requests_per_item_execution_side_by_side() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_test_writer()
+        .try_init();
+    let only = std::env::var("SHARDJOB_RPF_ONLY").unwrap_or_default();
+    let runs: u32 = std::env::var("SHARDJOB_RPF_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let mut report = Vec::new();
+    for (kind, tag) in [(Kind::Zk, "zk"), (Kind::Etcd, "etcd")] {
+        if !tag.starts_with(only.as_str()) {
+            continue;
+        }
+        let cluster = tokio::task::spawn_blocking(move || match kind {
+            Kind::Zk => Cluster::zookeeper(1),
+            Kind::Etcd => Cluster::etcd(1),
+        })
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut per_execution = Vec::new();
+        for run in 0..runs {
+            let w = measure_pair(kind, &cluster, run).await;
+            let executions = w.executions.max(1) as f64;
+            let ratio = w.server.total() as f64 / executions;
+            per_execution.push(ratio);
+            report.push(format!(
+                "{tag:>5} run {run}: {} item executions; server requests {} = {ratio:.3} per item \
+                 execution {:?}; runtime calls {:.3} transactions ({} failed) + {:.3} reads per \
+                 item execution; stream messages {} {:?}",
+                w.executions,
+                w.server.total(),
+                w.server.requests,
+                w.transactions as f64 / executions,
+                w.failed,
+                w.reads as f64 / executions,
+                w.server.stream_total(),
+                w.server.stream,
+            ));
+        }
+        report.push(format!(
+            "{tag:>5} median of {runs}: {:.3} server requests per item execution",
+            median(&mut per_execution)
         ));
     }
     for line in &report {

@@ -1,18 +1,14 @@
-//! The dump port (ElasticJob's snapshot protocol) served by an instance: read by a raw TCP
-//! client and by `shardjob dump JOB --instance HOST:PORT`, over the in-memory registry and a
-//! real ZooKeeper; its bounds (a silent client, too many clients, a bad request); and the
-//! job file's `elasticjob.dump` keys, as `shardjob run` and `config check` read them.
+//! The dump port (ElasticJob's snapshot protocol) served by an instance, read by a raw TCP
+//! client over the in-memory registry; its bounds (a silent client, too many clients, a bad
+//! request). (`shardjob dump JOB --instance HOST:PORT`, a real ZooKeeper, and the job file's
+//! `elasticjob.dump` keys: the cli crate's `tests/dump.rs`.)
 
-use std::io::{BufRead, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use chrono::Utc;
-use clap::Parser;
-use shardjob::cli::{Cli, run};
 use shardjob::core::registry::{CreateMode, NodePath, Registry};
 use shardjob::core::{CronExpr, InstanceId, JobConfig};
 use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
@@ -84,23 +80,6 @@ async fn ask_async(addr: SocketAddr, request: &'static [u8]) -> String {
         .unwrap()
 }
 
-fn cli_args(args: &[&str]) -> Cli {
-    Cli::try_parse_from(std::iter::once("shardjob").chain(args.iter().copied()))
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-/// Runs the CLI in a blocking thread (it has a runtime of its own).
-async fn cli(args: Vec<String>) -> (ExitCode, String) {
-    tokio::task::spawn_blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut out = Vec::new();
-        let code = run(cli_args(&args), Utc::now(), &mut out).unwrap();
-        (code, String::from_utf8(out).unwrap())
-    })
-    .await
-    .unwrap()
-}
-
 /// Asks until the dump shows no node whose cached copy differs (the instance's watch has
 /// caught up), and returns it.
 async fn settled_dump(addr: SocketAddr) -> String {
@@ -120,7 +99,7 @@ async fn settled_dump(addr: SocketAddr) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_serves_its_jobs_tree_masked_to_raw_clients_and_the_cli() {
+async fn an_instance_serves_its_jobs_tree_masked() {
     let server = MemServer::default();
     let handle = instance(Arc::new(server.connect_default())).await;
     let addr = handle.dump_addr().unwrap();
@@ -161,41 +140,9 @@ async fn an_instance_serves_its_jobs_tree_masked_to_raw_clients_and_the_cli() {
     let text = settled_dump(addr).await;
     assert!(text.contains("/dumpJob/sharding/1/disabled | \n"), "{text}");
 
-    // The CLI speaks the protocol: the same text (the tree is still), and JSON lines.
-    let instance = addr.to_string();
-    let (code, out) = cli(vec![
-        "dump".into(),
-        JOB.into(),
-        "--instance".into(),
-        instance.clone(),
-    ])
-    .await;
-    assert_eq!(code, ExitCode::SUCCESS, "{out}");
-    assert_eq!(out, text);
-    let (code, out) = cli(vec![
-        "dump".into(),
-        JOB.into(),
-        "--instance".into(),
-        instance.clone(),
-        "--json".into(),
-    ])
-    .await;
-    assert_eq!(code, ExitCode::SUCCESS, "{out}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["lines"].as_array().unwrap().len(), text.lines().count());
-
     // Unknown job: a clear line from the server, exit 1 from the CLI.
     let answer = ask_async(addr, b"dump@nope\n").await;
     assert_eq!(answer, "error: no job \"nope\" in this namespace\n");
-    let (code, _) = cli(vec![
-        "dump".into(),
-        "nope".into(),
-        "--instance".into(),
-        instance,
-    ])
-    .await;
-    assert_eq!(code, ExitCode::from(1));
-
     // The port closes with the scheduler.
     handle.shutdown().await.unwrap();
     let deadline = Instant::now() + WAIT;
@@ -203,17 +150,6 @@ async fn an_instance_serves_its_jobs_tree_masked_to_raw_clients_and_the_cli() {
         assert!(Instant::now() < deadline, "the dump port stayed open");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Then the CLI says the instance is unreachable: exit 2, within its connect timeout.
-    let started = Instant::now();
-    let (code, _) = cli(vec![
-        "dump".into(),
-        JOB.into(),
-        "--instance".into(),
-        addr.to_string(),
-    ])
-    .await;
-    assert_eq!(code, ExitCode::from(2));
-    assert!(started.elapsed() < WAIT, "{:?}", started.elapsed());
 }
 
 /// While the instance's watch is held back, nodes changed in the registry show both values:
@@ -286,15 +222,6 @@ async fn bad_requests_get_one_clear_line() {
         answer.starts_with("error: request longer than 1024 bytes"),
         "{answer}"
     );
-    // A bad --instance is bad input for the CLI.
-    let (code, _) = cli(vec![
-        "dump".into(),
-        JOB.into(),
-        "--instance".into(),
-        "nowhere".into(),
-    ])
-    .await;
-    assert_eq!(code, ExitCode::from(1));
     handle.shutdown().await.unwrap();
 }
 
@@ -400,158 +327,4 @@ async fn a_port_taken_fails_the_build() {
         text.starts_with(&format!("cannot open the dump port on 127.0.0.1:{port}: ")),
         "{text}"
     );
-}
-
-fn job_file(dump: &str) -> tempfile::NamedTempFile {
-    let mut file = tempfile::NamedTempFile::new().unwrap();
-    write!(
-        file,
-        "elasticjob:\n  dump:\n{dump}  jobs:\n    {JOB}:\n      elasticJobType: SCRIPT\n      \
-         cron: 0 0 0 1 1 ?\n      shardingTotalCount: 2\n      props:\n        \
-         script.command.line: 'true'\n"
-    )
-    .unwrap();
-    file
-}
-
-/// `shardjob run` opens the dump port its file names; `config check` says where.
-#[test]
-fn the_job_files_dump_port_is_served_by_shardjob_run() {
-    let file = job_file("    port: 0\n");
-    let path = file.path().to_str().unwrap();
-    let check = Command::new(env!("CARGO_BIN_EXE_shardjob"))
-        .args(["config", "check", path])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&check.stdout);
-    assert_eq!(check.status.code(), Some(0), "{out}");
-    assert!(out.contains("# dump port: 127.0.0.1:0"), "{out}");
-
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shardjob"))
-        .args(["run", path, "--registry", "mem://", "--exit-after", "120"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stdout).lines() {
-            let Ok(line) = line else { return };
-            if let Some(rest) = line.split("dump port on ").nth(1) {
-                let addr = rest.split_whitespace().next().unwrap_or_default();
-                let _ = tx.send(addr.to_owned());
-            }
-        }
-    });
-    let Ok(addr) = rx.recv_timeout(WAIT) else {
-        let _ = child.kill();
-        let _ = child.wait();
-        panic!("shardjob run named no dump port within {WAIT:?}");
-    };
-    let addr: SocketAddr = addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"));
-    assert!(addr.ip().is_loopback(), "{addr}");
-    // The job's tree, once it has been registered.
-    let deadline = Instant::now() + WAIT;
-    let text = loop {
-        let text = ask(addr, b"dump@dumpJob\n");
-        if text.contains("/dumpJob/sharding/1/instance | ") {
-            break text;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("no plan in the dump within {WAIT:?}:\n{text}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(text.contains("script.command.line: 'true'"), "{text}");
-    // This test's own child, by its handle.
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-#[test]
-fn a_bad_dump_port_in_the_job_file_is_refused_clearly() {
-    for (dump, at, said) in [
-        (
-            "    port: 70000\n",
-            ":3:5: error: elasticjob.dump.port: ",
-            "\"70000\" is not a TCP port: give a whole number from 0 to 65535",
-        ),
-        ("    port: nine\n", ":3:5: ", "\"nine\" is not a TCP port"),
-        ("    enabled: true\n", ":2:3: ", "elasticjob.dump: no port"),
-        (
-            "    port: 9888\n    address: somewhere\n",
-            ":4:5: ",
-            "\"somewhere\" is not an IP address",
-        ),
-    ] {
-        let file = job_file(dump);
-        let path = file.path().to_str().unwrap();
-        for args in [
-            vec!["config", "check", path],
-            vec!["run", path, "--registry", "mem://", "--exit-after", "1"],
-        ] {
-            let out = Command::new(env!("CARGO_BIN_EXE_shardjob"))
-                .args(&args)
-                .output()
-                .unwrap();
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
-            assert!(err.contains(said) && err.contains(at), "{args:?}: {err}");
-        }
-    }
-}
-
-/// Against a real ZooKeeper: the instance's answer equals the registry's tree as `shardjob
-/// dump` reads it (once the instance's copy has caught up, it adds no cache column).
-#[test]
-fn over_zookeeper_the_instance_serves_what_the_registry_holds() {
-    use shardjob_backend_zk::{ZkConfig, ZkRegistry};
-    let zk = shardjob_testkit::Cluster::zookeeper(1).unwrap_or_else(|e| panic!("{e}"));
-    let connect = zk.connect_string();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let registry = ZkRegistry::connect(
-            ZkConfig::new(connect.clone())
-                .namespace("/dumpns")
-                .session_timeout(Duration::from_secs(10))
-                .request_timeout(Duration::from_secs(10)),
-        )
-        .await
-        .unwrap();
-        let handle = instance(Arc::new(registry)).await;
-        let addr = handle.dump_addr().unwrap();
-        let url = format!("zk://{connect}/dumpns");
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let served = settled_dump(addr).await;
-            let (code, read) = cli(vec![
-                "dump".into(),
-                JOB.into(),
-                "--registry".into(),
-                url.clone(),
-            ])
-            .await;
-            assert_eq!(code, ExitCode::SUCCESS, "{read}");
-            if served == read {
-                assert!(
-                    served.contains("/dumpJob/servers/ip1 | ENABLED"),
-                    "{served}"
-                );
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "served:\n{served}\nread:\n{read}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        handle.shutdown().await.unwrap();
-    });
 }

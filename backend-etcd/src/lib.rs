@@ -98,6 +98,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client as etcd;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::{
     EventStream, Node, NodePath, Registry, RegistryError, Revision, SessionEvent, SessionId,
     SessionInfo, Stat, Tree, TxnOp, TxnOpResult, Version,
@@ -294,14 +295,14 @@ impl Inner {
             return Err(RegistryError::Closed);
         }
         let work = async {
-            let mut backoff = Duration::from_millis(50);
+            let mut retries =
+                Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).retries();
             loop {
                 match f(self.client.clone()).await {
                     Err(RegistryError::ConnectionLoss | RegistryError::Timeout)
                         if idempotent && !self.is_closed() =>
                     {
-                        tokio::time::sleep(backoff).await;
-                        backoff = (backoff * 2).min(Duration::from_millis(500));
+                        tokio::time::sleep(retries.next_pause()).await;
                     }
                     other => return other,
                 }
@@ -550,7 +551,7 @@ impl EtcdRegistry {
 async fn keep_alive(inner: Weak<Inner>, mut info: SessionInfo) {
     let mut suspended = false;
     let mut stream: Option<(etcd::LeaseKeeper, etcd::LeaseKeepAliveStream)> = None;
-    let mut backoff = Duration::from_millis(100);
+    let mut retries = Backoff::new(Duration::from_millis(100), Duration::from_secs(1)).retries();
     loop {
         let Some(strong) = inner.upgrade() else {
             return;
@@ -585,7 +586,7 @@ async fn keep_alive(inner: Weak<Inner>, mut info: SessionInfo) {
                     strong.state.send_modify(|s| s.suspended = false);
                     strong.emit(SessionEvent::Reconnected(info.id));
                 }
-                backoff = Duration::from_millis(100);
+                retries.reset();
                 interval
             }
             Ok(_) | Err(RegistryError::SessionExpired) => {
@@ -615,9 +616,7 @@ async fn keep_alive(inner: Weak<Inner>, mut info: SessionInfo) {
                     strong.emit(SessionEvent::Suspended(info.id));
                     tracing::info!(lease = %info.id, error = %e, "etcd keep-alive failed");
                 }
-                let b = backoff;
-                backoff = (backoff * 2).min(Duration::from_secs(1));
-                b
+                retries.next_pause()
             }
         };
         let nudged = async {
@@ -634,7 +633,7 @@ async fn keep_alive(inner: Weak<Inner>, mut info: SessionInfo) {
 
 /// Grants a new lease after an expiry, retrying until it works or the registry is gone.
 async fn regrant(inner: &Weak<Inner>) -> Option<SessionInfo> {
-    let mut backoff = Duration::from_millis(50);
+    let mut retries = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).retries();
     loop {
         let strong = inner.upgrade()?;
         if strong.is_closed() {
@@ -655,8 +654,7 @@ async fn regrant(inner: &Weak<Inner>) -> Option<SessionInfo> {
             Err(_) => tracing::warn!("granting an etcd lease timed out; retrying"),
         }
         drop(strong);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        tokio::time::sleep(retries.next_pause()).await;
     }
 }
 
@@ -775,15 +773,15 @@ impl Registry for EtcdRegistry {
             // Revoking is idempotent: retried on connection errors until the deadline.
             let inner = &self.inner;
             let work = async {
-                let mut backoff = Duration::from_millis(50);
+                let mut retries =
+                    Backoff::new(Duration::from_millis(50), Duration::from_millis(500)).retries();
                 loop {
                     let mut c = inner.client.clone();
                     match c.lease_revoke(info.id.0 as i64).await.map_err(map_error) {
                         // Already gone: the goal is reached.
                         Ok(_) | Err(RegistryError::SessionExpired) => return Ok(()),
                         Err(RegistryError::ConnectionLoss | RegistryError::Timeout) => {
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(Duration::from_millis(500));
+                            tokio::time::sleep(retries.next_pause()).await;
                         }
                         Err(e) => return Err(e),
                     }

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client as etcd;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::{
     EventStream, NodePath, RegistryError, RegistryEvent, Revision, SessionEvent, WatchEvent,
     WatchEventKind,
@@ -175,7 +176,7 @@ async fn run(
         };
         let mut compacted = failed;
         // Open the watch again from where it stopped.
-        let mut backoff = Duration::from_millis(50);
+        let mut retries = Backoff::new(Duration::from_millis(50), Duration::from_secs(1)).retries();
         ws = loop {
             let Some(strong) = inner.upgrade() else {
                 return;
@@ -220,9 +221,8 @@ async fn run(
             drop(strong);
             tokio::select! {
                 () = tx.closed() => return,
-                () = tokio::time::sleep(backoff) => {}
+                () = tokio::time::sleep(retries.next_pause()) => {}
             }
-            backoff = (backoff * 2).min(Duration::from_secs(1));
         };
     }
 }

@@ -4,6 +4,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use etcd_client as etcd;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::{
     Check, CreateMode, NodePath, RegistryError, Revision, SessionId, Stat, TxnOp, TxnOpResult,
     Version,
@@ -198,15 +199,14 @@ async fn send(
     c: &mut etcd::Client,
     txn: etcd::Txn,
 ) -> Result<etcd::TxnResponse, RegistryError> {
-    let mut backoff = Duration::from_millis(20);
+    let mut retries = Backoff::new(Duration::from_millis(20), Duration::from_millis(160)).retries();
     loop {
         match c.txn(txn.clone()).await {
             Ok(resp) => return Ok(resp),
             Err(e) if crate::never_sent(&e) && !inner.is_closed() => {
                 tracing::debug!(error = %e, "etcd txn not sent (no connection); sending it again");
                 inner.nudge.notify_one();
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(160));
+                tokio::time::sleep(retries.next_pause()).await;
             }
             Err(e) => return Err(inner.error(e)),
         }

@@ -54,8 +54,9 @@
 //!   absent, so is the node); if the parent is ephemeral (so the node cannot exist) it becomes
 //!   `check(parent, version_read)`. The pair makes every watcher receive a `NodeCreated` and a
 //!   `NodeDeleted` notification; the streams of this crate drop a `Created` whose node is gone
-//!   when they read it, together with the `Deleted` that follows, so the pair is invisible to
-//!   them (other ZooKeeper clients, such as ElasticJob's, do see it).
+//!   (by its read, the client's own journal, or the `Deleted` later in the same burst),
+//!   together with the `Deleted` that follows, so the pair is invisible to them (other
+//!   ZooKeeper clients, such as ElasticJob's, do see it).
 //!
 //! Checks and operations on a path touched earlier in the same transaction are evaluated
 //! against the transaction's own effects (a multi sees its earlier operations). A check naming
@@ -76,10 +77,27 @@
 //! [`SessionEvent::Reconnected`]: every change after that event is delivered, changes during
 //! the gap may be missed (reload, as the event says).
 //!
-//! ZooKeeper notifications carry no data, so after `NodeCreated` / `NodeDataChanged` the
-//! stream reads the node: the data and stat it reports may be newer than the change the event
-//! stands for (several quick changes give as many events, each with the data read then). A
-//! node that is gone by then is reported by the `Deleted` event that follows.
+//! ZooKeeper notifications carry no data. For `NodeCreated` / `NodeDataChanged` a stream
+//! reports a state of the node at or after the change the event stands for, never an older
+//! one, taken from the first of:
+//!
+//! * **this client's own writes**: each stream keeps a journal of the writes the client sends
+//!   on the session its watch lives on; the notification of such a write carries the data
+//!   sent and the stat the write's answer returned (for a node created in a multi, whose stat
+//!   ZooKeeper 3.8 leaves out, data version 0 at the multi's zxid when another write of the
+//!   multi tells it), exactly what a read right after the write would give. Why this is
+//!   sound, and when the journal gives up and the node is read: the `journal` module;
+//! * **a deletion later in the same burst**: the node is gone by any read made now; the
+//!   event is dropped (a `Created` with its `Deleted`, as for a node gone when read);
+//! * **a read**: the nodes left of a burst of notifications in one multi-read. The data and
+//!   stat may be newer than the change (several quick changes give as many events, each with
+//!   the data read then); a node that is gone by then is reported by the `Deleted` event that
+//!   follows. Before reading, a burst takes the notifications that have arrived meanwhile
+//!   (while it waited for the answers to the client's own writes), so that one read serves
+//!   them all; a node read stands for all its later events of the burst.
+//!
+//! A node's events never take it back in time: its journal states and reads follow the order
+//! of its changes.
 //!
 //! [`SessionEvent`]: shardjob_core::registry::SessionEvent
 //! [`SessionEvent::Suspended`]: shardjob_core::registry::SessionEvent::Suspended
@@ -94,6 +112,7 @@
 #![warn(missing_docs)]
 
 mod config;
+mod journal;
 mod stream;
 mod txn;
 
@@ -102,6 +121,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::{
     EventStream, Node, NodePath, Registry, RegistryError, SessionId, SessionInfo, Stat, TxnOp,
     TxnOpResult, Version,
@@ -154,6 +174,8 @@ pub(crate) struct Inner {
     /// The live session; `None` between an expiry and the next session, and once closed.
     pub(crate) current: watch::Sender<Option<Arc<Session>>>,
     pub(crate) closed: AtomicBool,
+    /// The streams' journals of this client's writes.
+    pub(crate) journals: Arc<journal::Journals>,
 }
 
 static ACL_CREATOR_ALL_ANYONE_READ: [zk::Acl; 2] = [
@@ -243,6 +265,7 @@ impl ZkRegistry {
             chroot,
             current,
             closed: AtomicBool::new(false),
+            journals: Arc::default(),
         });
         let session = Arc::new(inner.open().await?);
         let state = session.client.state_watcher();
@@ -306,7 +329,7 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher, mut id: Sess
             }
         });
         drop(strong);
-        let mut backoff = Duration::from_millis(50);
+        let mut retries = Backoff::new(Duration::from_millis(50), Duration::from_secs(2)).retries();
         let session = loop {
             let Some(strong) = inner.upgrade() else {
                 return;
@@ -321,8 +344,7 @@ async fn supervise(inner: Weak<Inner>, mut state: zk::StateWatcher, mut id: Sess
                 }
             }
             drop(strong);
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            tokio::time::sleep(retries.next_pause()).await;
         };
         let Some(strong) = inner.upgrade() else {
             return;
@@ -437,11 +459,19 @@ impl Registry for ZkRegistry {
                 Ok((w, s.info))
             })
             .await?;
+        // The watch is in place on the server: writes sent from now on are notified to it.
+        let journal = journal::Journal::new(root.clone());
+        self.inner.journals.add(&journal);
+        journal.open(session.id);
         Ok(stream::start(
             Arc::downgrade(&self.inner),
             root.clone(),
             watcher,
             session,
+            stream::Own {
+                journals: Arc::clone(&self.inner.journals),
+                journal,
+            },
         ))
     }
 

@@ -1,12 +1,13 @@
 //! Event streams: one persistent recursive watch each, read by a background task.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Weak};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::registry::{
     EventStream, NodePath, RegistryError, RegistryEvent, SessionEvent, SessionId, SessionInfo,
     WatchEvent, WatchEventKind,
@@ -14,6 +15,7 @@ use shardjob_core::registry::{
 use tokio::sync::mpsc;
 use zookeeper_client as zk;
 
+use crate::journal::{After, Journal, Journals};
 use crate::{Inner, Session, map_error, map_stat};
 
 struct ZkEventStream {
@@ -35,14 +37,23 @@ impl Drop for ZkEventStream {
     }
 }
 
+/// A stream's journal of this client's writes, with the client's lock over writes and reads.
+pub(crate) struct Own {
+    pub(crate) journals: Arc<Journals>,
+    pub(crate) journal: Arc<Journal>,
+}
+
+/// Starts the stream of a watch of `root` just added on `session`; `own.journal` is open on
+/// that session.
 pub(crate) fn start(
     inner: Weak<Inner>,
     root: NodePath,
     watcher: zk::PersistentWatcher,
     session: SessionInfo,
+    own: Own,
 ) -> Box<dyn EventStream> {
     let (tx, rx) = mpsc::unbounded_channel();
-    let task = tokio::spawn(run(inner, root, watcher, session, tx));
+    let task = tokio::spawn(run(inner, root, watcher, session, own, tx));
     Box::new(ZkEventStream { rx, task })
 }
 
@@ -51,8 +62,10 @@ async fn run(
     root: NodePath,
     mut watcher: zk::PersistentWatcher,
     mut session: SessionInfo,
+    own: Own,
     tx: mpsc::UnboundedSender<RegistryEvent>,
 ) {
+    let journal = &own.journal;
     let mut suspended = false;
     // Paths whose Created was dropped because the node was gone when read: their next
     // Deleted is dropped too.
@@ -72,17 +85,12 @@ async fn run(
             // take the whole burst that has arrived and read its nodes in one request, not
             // one request per node.
             let mut burst = vec![event];
-            while burst.len() < MAX_BURST {
-                match poll_now(&mut watcher) {
-                    Some(e) if is_node_event(&e) => burst.push(e),
-                    Some(e) => {
-                        stash = Some(e);
-                        break;
-                    }
-                    None => break,
-                }
-            }
-            for e in node_events(&inner, burst, &mut vanished).await {
+            take_arrived(&mut watcher, &mut burst, &mut stash, MAX_BURST);
+            let mut arrived = Arrived {
+                watcher: &mut watcher,
+                stash: &mut stash,
+            };
+            for e in node_events(&inner, &own, burst, &mut arrived, &mut vanished).await {
                 if tx.send(e).is_err() {
                     return;
                 }
@@ -95,6 +103,8 @@ async fn run(
                     if suspended {
                         continue;
                     }
+                    // Changes from now until the watch is back may never be notified.
+                    journal.close();
                     suspended = true;
                     vec![SessionEvent::Suspended(session.id)]
                 }
@@ -109,6 +119,7 @@ async fn run(
                     match rewatch(&inner, &root, session.id).await {
                         Some(w) => {
                             watcher = w;
+                            journal.open(session.id);
                             suspended = false;
                             vec![SessionEvent::Reconnected(session.id)]
                         }
@@ -122,6 +133,7 @@ async fn run(
                 }
                 // Expired, AuthFailed: the session is over; the watcher delivers nothing more.
                 _ => {
+                    journal.close();
                     if tx
                         .send(RegistryEvent::Session(SessionEvent::Expired(session.id)))
                         .is_err()
@@ -134,6 +146,7 @@ async fn run(
                         Some((w, info)) => {
                             watcher = w;
                             session = info;
+                            journal.open(info.id);
                             vec![SessionEvent::Connected(info)]
                         }
                         None => {
@@ -170,6 +183,7 @@ fn node_path(raw: &str) -> Option<NodePath> {
     }
 }
 
+#[derive(Clone)]
 enum Read {
     Node(Vec<u8>, shardjob_core::registry::Stat),
     Gone,
@@ -191,6 +205,29 @@ fn is_node_event(event: &zk::WatchedEvent) -> bool {
     )
 }
 
+/// Adds the node events that have arrived to `burst`, until it holds `limit`; the first
+/// other event goes to `stash` (and ends the burst: what follows it is handled after it).
+fn take_arrived(
+    watcher: &mut zk::PersistentWatcher,
+    burst: &mut Vec<zk::WatchedEvent>,
+    stash: &mut Option<zk::WatchedEvent>,
+    limit: usize,
+) {
+    while stash.is_none() && burst.len() < limit {
+        match poll_now(watcher) {
+            Some(e) if is_node_event(&e) => burst.push(e),
+            Some(e) => *stash = Some(e),
+            None => break,
+        }
+    }
+}
+
+/// The watcher, for a burst to take the node events that arrive while it is handled.
+struct Arrived<'a> {
+    watcher: &'a mut zk::PersistentWatcher,
+    stash: &'a mut Option<zk::WatchedEvent>,
+}
+
 /// The watcher's next event if it has already arrived. `changed` only takes an event from the
 /// client's channel when it returns it, so dropping it unfinished loses nothing.
 fn poll_now(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
@@ -202,31 +239,66 @@ fn poll_now(watcher: &mut zk::PersistentWatcher) -> Option<zk::WatchedEvent> {
     }
 }
 
-/// The registry events of a burst of node events, in order; the data of created and changed
-/// nodes comes from one multi-read. The event of a node that cannot be read ([`Read::Stop`])
-/// is skipped, the others of the burst are kept.
+/// The registry events of a burst of node events, in order.
+///
+/// A created or changed node's data and stat come from the first of these that knows them:
+/// the journal of this client's own writes (see [`crate::journal`]); a deletion of the node
+/// later in the burst (the node is gone by any read made now, and the deletion is reported);
+/// else one multi-read of all the nodes left, made once the burst has taken what arrived
+/// while it waited for the journal. A node read stands for its later events of the burst as
+/// well: the read shows the node after them, and a journal state of one of them, older, would
+/// take the node back in time. The event of a node that cannot be read ([`Read::Stop`]) is
+/// skipped, the others of the burst are kept.
 async fn node_events(
     inner: &Weak<Inner>,
+    own: &Own,
     burst: Vec<zk::WatchedEvent>,
+    arrived: &mut Arrived<'_>,
     vanished: &mut HashSet<NodePath>,
 ) -> Vec<RegistryEvent> {
-    let events: Vec<(zk::EventType, NodePath)> = burst
-        .into_iter()
-        .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
-        .collect();
-    let to_read: Vec<&NodePath> = events
+    let patience = match inner.upgrade() {
+        Some(i) => i.config.request_timeout,
+        None => return Vec::new(),
+    };
+    let mut events: Vec<(zk::EventType, NodePath)> = Vec::with_capacity(burst.len());
+    let mut known: Vec<Option<After>> = Vec::with_capacity(burst.len());
+    let mut more = burst;
+    let first_reads = loop {
+        for (event_type, path) in more
+            .drain(..)
+            .filter_map(|e| node_path(&e.path).map(|p| (e.event_type, p)))
+        {
+            // Every notification takes its path's first journal entry, in order, deletions
+            // too.
+            known.push(own.journal.next_state(&path, patience).await);
+            events.push((event_type, path));
+        }
+        let first_reads = first_reads(&events, &known);
+        // Before reading, take the notifications that have arrived meanwhile (the rest of a
+        // transaction's, another client's, often come while the journal waited for an
+        // answer): one read serves them all. Up to the burst's size. Not a moment longer:
+        // the read is sent as soon as it could be (a change followed at once by a deletion
+        // shows only as the deletion when the read comes after both).
+        let room = MAX_BURST.saturating_sub(events.len());
+        if first_reads.is_empty() || arrived.stash.is_some() || room == 0 {
+            break first_reads;
+        }
+        take_arrived(arrived.watcher, &mut more, arrived.stash, room);
+        if more.is_empty() {
+            break first_reads;
+        }
+    };
+    let paths: Vec<&NodePath> = first_reads.keys().collect();
+    let read: HashMap<NodePath, Read> = paths
         .iter()
-        .filter(|(t, _)| {
-            matches!(
-                t,
-                zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
-            )
-        })
-        .map(|(_, p)| p)
+        .map(|p| (*p).clone())
+        .zip(read_many(inner, own, &paths).await)
         .collect();
-    let mut reads = read_many(inner, &to_read).await.into_iter();
+    let deleted_later = deleted_later(&events);
     let mut out = Vec::with_capacity(events.len());
-    for (event_type, path) in events {
+    for (i, (((event_type, path), known), deleted_later)) in
+        events.into_iter().zip(known).zip(deleted_later).enumerate()
+    {
         match event_type {
             zk::EventType::NodeCreated | zk::EventType::NodeDataChanged => {
                 let kind = if event_type == zk::EventType::NodeCreated {
@@ -234,7 +306,17 @@ async fn node_events(
                 } else {
                     WatchEventKind::Changed
                 };
-                match reads.next().unwrap_or(Read::Stop) {
+                let result = match (first_reads.get(&path), known) {
+                    (Some(first), _) if i >= *first => {
+                        read.get(&path).cloned().unwrap_or(Read::Stop)
+                    }
+                    (_, Some(After::Exists(data, stat))) => Read::Node(data, stat),
+                    (_, Some(After::Gone)) => Read::Gone,
+                    (_, None) if deleted_later => Read::Gone,
+                    // Not reached: an unknown node without a later deletion is read.
+                    (_, None) => Read::Stop,
+                };
+                match result {
                     Read::Node(data, stat) => {
                         vanished.remove(&path);
                         out.push(RegistryEvent::Node(WatchEvent {
@@ -273,10 +355,50 @@ async fn node_events(
     out
 }
 
+/// For each event, whether a deletion of its node comes later in the burst.
+fn deleted_later(events: &[(zk::EventType, NodePath)]) -> Vec<bool> {
+    let mut later = vec![false; events.len()];
+    let mut deletions: HashSet<&NodePath> = HashSet::new();
+    for (i, (event_type, path)) in events.iter().enumerate().rev() {
+        later[i] = deletions.contains(path);
+        if *event_type == zk::EventType::NodeDeleted {
+            deletions.insert(path);
+        }
+    }
+    later
+}
+
+/// The nodes of a burst whose data must be read, each with the position of its first event
+/// that needs it: a creation or change that neither the journal knows (`known`) nor a later
+/// deletion in the burst settles. Ordered by path, so reads do not depend on hashing.
+fn first_reads(
+    events: &[(zk::EventType, NodePath)],
+    known: &[Option<After>],
+) -> BTreeMap<NodePath, usize> {
+    let later = deleted_later(events);
+    let mut first = BTreeMap::new();
+    for (i, (event_type, path)) in events.iter().enumerate() {
+        if matches!(
+            event_type,
+            zk::EventType::NodeCreated | zk::EventType::NodeDataChanged
+        ) && known[i].is_none()
+            && !later[i]
+        {
+            first.entry(path.clone()).or_insert(i);
+        }
+    }
+    first
+}
+
 /// Reads several nodes in one request (ZooKeeper's multi-read), one read per node when there
 /// is only one. Falls back to [`read`] (with its retries) for a node whose result is an error
 /// other than `NoNode`, and for every node when the request fails as a whole.
-async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
+///
+/// Each request is queued under the client's write lock, after forgetting the journal's
+/// entries of the nodes read: those writes were sent before the read, which shows them or
+/// later changes, so their states must not stand for a later notification (see
+/// [`Journals::reading`]).
+async fn read_many(inner: &Weak<Inner>, own: &Own, paths: &[&NodePath]) -> Vec<Read> {
     let batch = if paths.len() > 1 {
         let results = attempt(inner, |session| async move {
             let mut reader = session.client.new_multi_reader();
@@ -285,8 +407,11 @@ async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
                     .add_get_data(p.as_str())
                     .map_err(|e| map_error(e, p, None))?;
             }
-            reader
-                .commit()
+            let request = {
+                let _reading = own.journals.reading(&own.journal, paths);
+                reader.commit()
+            };
+            request
                 .await
                 .map_err(|e| map_error(e, &NodePath::root(), None))
         })
@@ -315,29 +440,30 @@ async fn read_many(inner: &Weak<Inner>, paths: &[&NodePath]) -> Vec<Read> {
                     zk::MultiReadResult::Error {
                         err: zk::Error::NoNode,
                     } => Read::Gone,
-                    _ => read(inner, p).await,
+                    _ => read(inner, own, p).await,
                 });
             }
         }
         None => {
             for p in paths {
-                out.push(read(inner, p).await);
+                out.push(read(inner, own, p).await);
             }
         }
     }
     out
 }
 
-/// Reads a node for an event, retrying transient failures until the session ends.
-async fn read(inner: &Weak<Inner>, path: &NodePath) -> Read {
-    let mut backoff = Duration::from_millis(20);
+/// Reads a node for an event, retrying transient failures until the session ends; each
+/// attempt as [`read_many`]'s.
+async fn read(inner: &Weak<Inner>, own: &Own, path: &NodePath) -> Read {
+    let mut retries = Backoff::new(Duration::from_millis(20), Duration::from_millis(500)).retries();
     loop {
         let result = attempt(inner, |session| async move {
-            session
-                .client
-                .get_data(path.as_str())
-                .await
-                .map_err(|e| map_error(e, path, None))
+            let request = {
+                let _reading = own.journals.reading(&own.journal, &[path]);
+                session.client.get_data(path.as_str())
+            };
+            request.await.map_err(|e| map_error(e, path, None))
         })
         .await;
         let Some(result) = result else {
@@ -356,8 +482,7 @@ async fn read(inner: &Weak<Inner>, path: &NodePath) -> Read {
             }
             Err(e) => tracing::debug!(%path, error = %e, "retrying the read of a watched node"),
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(500));
+        tokio::time::sleep(retries.next_pause()).await;
     }
 }
 

@@ -3,10 +3,11 @@
 use std::collections::{HashMap, HashSet};
 
 use shardjob_core::registry::{
-    Check, CreateMode, Node, NodePath, RegistryError, TxnOp, TxnOpResult, Version,
+    Check, CreateMode, Node, NodePath, RegistryError, Revision, Stat, TxnOp, TxnOpResult, Version,
 };
 use zookeeper_client as zk;
 
+use crate::journal::{After, Sending, Written};
 use crate::{Inner, Session, map_error, map_stat};
 
 /// How often a transaction is planned again when a check raced with another write.
@@ -62,9 +63,69 @@ enum AbsentPlan {
 
 enum ZkOp<'a> {
     Check(&'a str, i32),
-    Create(&'a str, &'a [u8], bool),
-    Set(&'a str, &'a [u8], Option<i32>),
-    Delete(&'a str, Option<i32>),
+    Create(&'a NodePath, &'a [u8], bool),
+    Set(&'a NodePath, &'a [u8], Option<i32>),
+    Delete(&'a NodePath, Option<i32>),
+}
+
+impl ZkOp<'_> {
+    /// The node a write changes (a check's path is not a [`NodePath`]: it changes nothing).
+    fn path(&self) -> NodePath {
+        match self {
+            ZkOp::Create(p, ..) | ZkOp::Set(p, ..) | ZkOp::Delete(p, _) => (*p).clone(),
+            ZkOp::Check(..) => NodePath::root(),
+        }
+    }
+}
+
+/// The state each write of a committed multi left its node in (see `journal`): the state
+/// after the whole multi, as a multi is applied at one zxid. `writes` are the node-changing
+/// ZooKeeper operations with their positions in the multi, `results` the multi's answers.
+fn after_states(
+    s: &Session,
+    writes: &[(usize, &ZkOp<'_>)],
+    results: &[zk::MultiWriteResult],
+) -> Vec<Option<After>> {
+    // The multi's zxid, if an answer tells it.
+    let zxid = results.iter().find_map(|r| match r {
+        zk::MultiWriteResult::SetData { stat } => Some(stat.mzxid),
+        zk::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => Some(stat.czxid),
+        _ => None,
+    });
+    let mut last: HashMap<NodePath, Option<After>> = HashMap::new();
+    for (k, zop) in writes {
+        let after = match (zop, results.get(*k)) {
+            (ZkOp::Create(_, data, ephemeral), Some(zk::MultiWriteResult::Create { stat, .. })) => {
+                if !stat.is_invalid() {
+                    Some(After::Exists(data.to_vec(), map_stat(stat)))
+                } else {
+                    // ZOOKEEPER-4026: a new node, data version 0, made at the multi's zxid.
+                    zxid.filter(|z| *z > 0).map(|z| {
+                        let z = Revision(z as u64);
+                        After::Exists(
+                            data.to_vec(),
+                            Stat {
+                                version: Version(0),
+                                created: z,
+                                modified: z,
+                                ephemeral_owner: ephemeral.then_some(s.info.id),
+                            },
+                        )
+                    })
+                }
+            }
+            (ZkOp::Set(_, data, _), Some(zk::MultiWriteResult::SetData { stat })) => {
+                Some(After::Exists(data.to_vec(), map_stat(stat)))
+            }
+            (ZkOp::Delete(..), Some(zk::MultiWriteResult::Delete)) => Some(After::Gone),
+            _ => None,
+        };
+        last.insert(zop.path(), after);
+    }
+    writes
+        .iter()
+        .map(|(_, zop)| last.get(&zop.path()).cloned().flatten())
+        .collect()
 }
 
 enum Step<'a> {
@@ -118,16 +179,23 @@ pub(crate) async fn transact(
         let ephemeral = zk::CreateMode::Ephemeral.with_acls(acls);
         // owner[k] = (operation index, position within its step) of ZooKeeper operation k.
         let mut owner = Vec::new();
+        // The node-changing ZooKeeper operations, with their positions, for the journals.
+        let mut writes: Vec<(usize, &ZkOp<'_>)> = Vec::new();
         for (i, step) in steps.iter().enumerate() {
             let Step::Zk(zops) = step else { continue };
             for (k, zop) in zops.iter().enumerate() {
+                if !matches!(zop, ZkOp::Check(..)) {
+                    writes.push((owner.len(), zop));
+                }
                 let added = match zop {
                     ZkOp::Check(p, v) => writer.add_check_version(p, *v),
-                    ZkOp::Create(p, d, eph) => {
-                        writer.add_create(p, d, if *eph { &ephemeral } else { &persistent })
-                    }
-                    ZkOp::Set(p, d, v) => writer.add_set_data(p, d, *v),
-                    ZkOp::Delete(p, v) => writer.add_delete(p, *v),
+                    ZkOp::Create(p, d, eph) => writer.add_create(
+                        p.as_str(),
+                        d,
+                        if *eph { &ephemeral } else { &persistent },
+                    ),
+                    ZkOp::Set(p, d, v) => writer.add_set_data(p.as_str(), d, *v),
+                    ZkOp::Delete(p, v) => writer.add_delete(p.as_str(), *v),
                 };
                 added.map_err(|e| RegistryError::TxnAborted {
                     index: i,
@@ -143,12 +211,25 @@ pub(crate) async fn transact(
         let results = if owner.is_empty() {
             Vec::new()
         } else {
-            match writer.commit().await {
-                Ok(r) => r,
+            let (written, commit) = {
+                // Entered in the journals and queued under one lock: see `journal`.
+                let sending = inner.journals.sending();
+                let written =
+                    sending.enter(s.info.id, writes.iter().map(|(_, w)| w.path()).collect());
+                (written, writer.commit())
+            };
+            match commit.await {
+                Ok(r) => {
+                    written.applied(&after_states(s, &writes, &r));
+                    r
+                }
                 Err(zk::MultiWriteError::RequestFailed { source }) => {
+                    written.unknown();
                     return Err(map_error(source, &NodePath::root(), None));
                 }
                 Err(zk::MultiWriteError::OperationFailed { index, source }) => {
+                    // A multi is applied whole or not at all.
+                    written.refused();
                     let Some(&(i, k)) = owner.get(index) else {
                         return Err(RegistryError::Backend(format!(
                             "ZooKeeper multi failed at unknown operation {index}: {source}"
@@ -197,17 +278,31 @@ async fn single(inner: &Inner, s: &Session, op: &TxnOp) -> Result<Vec<TxnOpResul
         },
         other => other,
     };
+    // Entered in the journals and queued under one lock (see `journal`); the request is
+    // queued when its future is made.
+    let enter = |path: &NodePath| -> (Written, Sending<'_>) {
+        let sending = inner.journals.sending();
+        (sending.enter(s.info.id, vec![path.clone()]), sending)
+    };
     let result = match op {
         TxnOp::Create { path, .. } if path.is_root() => {
             Err(RegistryError::NodeExists(path.clone()))
         }
         TxnOp::Create { path, data, mode } => {
-            let mode = match mode {
+            let zk_mode = match mode {
                 CreateMode::Persistent => zk::CreateMode::Persistent,
                 CreateMode::Ephemeral => zk::CreateMode::Ephemeral,
             };
-            let opts = mode.with_acls(inner.acls());
-            match s.client.create(path.as_str(), data, &opts).await {
+            let opts = zk_mode.with_acls(inner.acls());
+            let (written, request) = {
+                let (written, _sending) = enter(path);
+                (written, s.client.create(path.as_str(), data, &opts))
+            };
+            let result = request.await;
+            settle(written, &result, |(stat, _)| {
+                After::Exists(data.clone(), map_stat(stat))
+            });
+            match result {
                 Ok((stat, _)) => Ok(TxnOpResult::Created(map_stat(&stat))),
                 Err(zk::Error::NoNode) => Err(RegistryError::NoNode(
                     path.parent().unwrap_or_else(NodePath::root),
@@ -224,12 +319,22 @@ async fn single(inner: &Inner, s: &Session, op: &TxnOp) -> Result<Vec<TxnOpResul
                 path: path.clone(),
                 expected: v,
             }),
-            v => s
-                .client
-                .set_data(path.as_str(), data, v.and_then(|(_, v)| v))
-                .await
-                .map(|stat| TxnOpResult::Set(map_stat(&stat)))
-                .map_err(|e| map_error(e, path, *expected)),
+            v => {
+                let (written, request) = {
+                    let (written, _sending) = enter(path);
+                    let request = s
+                        .client
+                        .set_data(path.as_str(), data, v.and_then(|(_, v)| v));
+                    (written, request)
+                };
+                let result = request.await;
+                settle(written, &result, |stat| {
+                    After::Exists(data.clone(), map_stat(stat))
+                });
+                result
+                    .map(|stat| TxnOpResult::Set(map_stat(&stat)))
+                    .map_err(|e| map_error(e, path, *expected))
+            }
         },
         TxnOp::Delete { path, .. } if path.is_root() => Err(RegistryError::NotAuthorized(
             "the root node cannot be deleted".to_owned(),
@@ -239,16 +344,50 @@ async fn single(inner: &Inner, s: &Session, op: &TxnOp) -> Result<Vec<TxnOpResul
                 path: path.clone(),
                 expected: v,
             }),
-            v => s
-                .client
-                .delete(path.as_str(), v.and_then(|(_, v)| v))
-                .await
-                .map(|()| TxnOpResult::Deleted)
-                .map_err(|e| map_error(e, path, *expected)),
+            v => {
+                let (written, request) = {
+                    let (written, _sending) = enter(path);
+                    (
+                        written,
+                        s.client.delete(path.as_str(), v.and_then(|(_, v)| v)),
+                    )
+                };
+                let result = request.await;
+                settle(written, &result, |()| After::Gone);
+                result
+                    .map(|()| TxnOpResult::Deleted)
+                    .map_err(|e| map_error(e, path, *expected))
+            }
         },
         TxnOp::Check(_) => Err(RegistryError::Backend("not a write".to_owned())),
     };
     result.map(|r| vec![r]).map_err(aborted)
+}
+
+/// Settles the journal entry of a single write by its answer: applied with the state
+/// `after` tells, refused by the server (nothing changed), or of unknown outcome.
+fn settle<T>(written: Written, result: &Result<T, zk::Error>, after: impl FnOnce(&T) -> After) {
+    match result {
+        Ok(answer) => written.applied(&[Some(after(answer))]),
+        Err(e) if refused(e) => written.refused(),
+        Err(_) => written.unknown(),
+    }
+}
+
+/// Whether a request failed with `e` was refused by the server, so that it changed nothing
+/// (rather than lost, timed out or cut off, when it may have been applied).
+fn refused(e: &zk::Error) -> bool {
+    matches!(
+        e,
+        zk::Error::NoNode
+            | zk::Error::NodeExists
+            | zk::Error::BadVersion
+            | zk::Error::NotEmpty
+            | zk::Error::NoChildrenForEphemerals
+            | zk::Error::NoAuth
+            | zk::Error::InvalidAcl
+            | zk::Error::BadArguments(_)
+    )
 }
 
 /// Reads the nodes of the Value checks on paths no earlier operation touches: one multi-read.
@@ -411,14 +550,12 @@ fn plan<'a>(
                 Some(Effect::Gone) => Step::Local(TxnOpResult::Checked),
                 None if p.is_root() => Step::Fail(RegistryError::NodeExists(p.clone())),
                 None => match plans.get(&i).unwrap_or(&AbsentPlan::Direct) {
-                    AbsentPlan::Direct => Step::Zk(vec![
-                        ZkOp::Create(p.as_str(), &[], false),
-                        ZkOp::Delete(p.as_str(), None),
-                    ]),
-                    AbsentPlan::Ancestor(c) => Step::Zk(vec![
-                        ZkOp::Create(c.as_str(), &[], false),
-                        ZkOp::Delete(c.as_str(), None),
-                    ]),
+                    AbsentPlan::Direct => {
+                        Step::Zk(vec![ZkOp::Create(p, &[], false), ZkOp::Delete(p, None)])
+                    }
+                    AbsentPlan::Ancestor(c) => {
+                        Step::Zk(vec![ZkOp::Create(c, &[], false), ZkOp::Delete(c, None)])
+                    }
                     AbsentPlan::Ephemeral(a, v) => Step::Zk(vec![ZkOp::Check(a.as_str(), *v)]),
                 },
             },
@@ -427,7 +564,7 @@ fn plan<'a>(
                     Step::Fail(RegistryError::NodeExists(path.clone()))
                 } else {
                     Step::Zk(vec![ZkOp::Create(
-                        path.as_str(),
+                        path,
                         data,
                         *mode == CreateMode::Ephemeral,
                     )])
@@ -442,8 +579,8 @@ fn plan<'a>(
                     path: path.clone(),
                     expected: v,
                 }),
-                Some((_, v)) => Step::Zk(vec![ZkOp::Set(path.as_str(), data, v)]),
-                None => Step::Zk(vec![ZkOp::Set(path.as_str(), data, None)]),
+                Some((_, v)) => Step::Zk(vec![ZkOp::Set(path, data, v)]),
+                None => Step::Zk(vec![ZkOp::Set(path, data, None)]),
             },
             TxnOp::Delete { path, expected } => {
                 if path.is_root() {
@@ -456,8 +593,8 @@ fn plan<'a>(
                             path: path.clone(),
                             expected: v,
                         }),
-                        Some((_, v)) => Step::Zk(vec![ZkOp::Delete(path.as_str(), v)]),
-                        None => Step::Zk(vec![ZkOp::Delete(path.as_str(), None)]),
+                        Some((_, v)) => Step::Zk(vec![ZkOp::Delete(path, v)]),
+                        None => Step::Zk(vec![ZkOp::Delete(path, None)]),
                     }
                 }
             }

@@ -9,6 +9,7 @@
 //! registry replies in.
 #![warn(missing_docs)]
 
+pub mod backoff;
 pub mod config;
 pub mod cron;
 pub mod instance;
@@ -18,6 +19,7 @@ pub mod registry;
 pub mod sharding;
 pub mod time_zone;
 
+pub use backoff::Backoff;
 pub use config::{JobConfig, JobConfigError};
 pub use cron::{CronError, CronExpr};
 pub use instance::{InstanceId, InstanceIdError};

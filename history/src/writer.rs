@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
+use shardjob_core::backoff::Backoff;
 use tokio::sync::{Notify, watch};
 
 use crate::event::TraceEvent;
@@ -300,7 +301,7 @@ impl History {
 async fn write_loop(shared: Arc<Shared>, store: Store, opts: HistoryOptions) {
     let batch_size = opts.batch_size.min(shared.bound);
     let mut schema_ready = false;
-    let mut backoff = opts.min_backoff;
+    let mut retries = Backoff::new(opts.min_backoff, opts.max_backoff).retries();
     let mut down_since: Option<Instant> = None;
     let mut last_down_log = Instant::now();
     loop {
@@ -360,7 +361,7 @@ async fn write_loop(shared: Arc<Shared>, store: Store, opts: HistoryOptions) {
                         );
                     }
                     shared.failing.store(false, Ordering::Relaxed);
-                    backoff = opts.min_backoff;
+                    retries.reset();
                     break;
                 }
                 Err((e, retry)) if retry || e.is_transient() => {
@@ -386,8 +387,7 @@ async fn write_loop(shared: Arc<Shared>, store: Store, opts: HistoryOptions) {
                         }
                         Some(_) => {}
                     }
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(opts.max_backoff);
+                    tokio::time::sleep(retries.next_pause()).await;
                 }
                 Err((e, _)) => {
                     // Refused, not down: find the events the database refuses on their own.

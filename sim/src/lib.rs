@@ -100,9 +100,10 @@
 //! allocate for every event they deliver: a test binary that runs many seeds gains about a
 //! fifth from a faster global allocator, as the `shardjob-sim` binary does with `mimalloc`.
 //!
-//! The `shardjob-sim` binary runs many seeds and prints a summary; a failing seed is printed
-//! with the checker, the violation and the timeline that led there, and `--seed S` replays it.
-//! Built with the `plant` feature, `--plant NAME` switches on one of the core's planted bugs
+//! The `shardjob-sim` binary (built with the `bin` feature, which brings its argument parser
+//! and allocator; a crate that uses this one as a library pulls neither) runs many seeds and
+//! prints a summary; a failing seed is printed with the checker, the violation and the
+//! timeline that led there, and `--seed S` replays it. Built with the `plant` feature, `--plant NAME` switches on one of the core's planted bugs
 //! (`--list-plants`), which the checkers must catch.
 #![warn(missing_docs)]
 

@@ -1,10 +1,17 @@
 //! The HTTP job: one request per item.
+//!
+//! The prop keys are always here (a job file names them); the job itself, [`HttpJob`], and
+//! [`check_prop`] need the `http` feature (an HTTP client, reqwest with rustls).
 
+#[cfg(feature = "http")]
 use std::sync::{Mutex, PoisonError};
+#[cfg(feature = "http")]
 use std::time::Duration;
 
+#[cfg(feature = "http")]
 use async_trait::async_trait;
 
+#[cfg(feature = "http")]
 use super::{CapturedOutput, Job, JobError, ShardingContext};
 
 /// The prop holding the request URI (required; note: `uri`, as in ElasticJob).
@@ -25,7 +32,56 @@ pub const PROP_FAILURE_STATUS: &str = "http.failure.status";
 /// The header carrying the item's [`ShardingContext`] JSON.
 pub const CONTEXT_HEADER: &str = "shardingContext";
 
+/// Every prop an HTTP job reads.
+pub const PROPS: &[&str] = &[
+    PROP_URI,
+    PROP_METHOD,
+    PROP_DATA,
+    PROP_CONNECT_TIMEOUT,
+    PROP_READ_TIMEOUT,
+    PROP_CONTENT_TYPE,
+    PROP_FAILURE_STATUS,
+];
+
+/// The props an HTTP job cannot run without.
+pub const REQUIRED_PROPS: &[&str] = &[PROP_URI, PROP_METHOD];
+
+/// Checks one prop's value as [`HttpJob`] reads it at every run (an empty required value is
+/// left to the check for required props): `Err` says what is wrong. Keys it does not read
+/// pass.
+#[cfg(feature = "http")]
+pub fn check_prop(key: &str, value: &str) -> Result<(), String> {
+    let text = value.trim();
+    match key {
+        PROP_URI if text.is_empty() => Ok(()),
+        PROP_URI => match reqwest::Url::parse(text) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => Ok(()),
+            Ok(url) => Err(format!(
+                "{text:?} is not an http:// or https:// URL with a host (scheme {:?})",
+                url.scheme()
+            )),
+            Err(e) => Err(format!("{text:?} is not a URL: {e}")),
+        },
+        PROP_METHOD if text.is_empty() => Ok(()),
+        PROP_METHOD => reqwest::Method::from_bytes(text.to_ascii_uppercase().as_bytes())
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not an HTTP method")),
+        PROP_CONNECT_TIMEOUT | PROP_READ_TIMEOUT => match text.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(()),
+            _ => Err(format!(
+                "{value:?} is not a positive number of milliseconds"
+            )),
+        },
+        PROP_FAILURE_STATUS => text
+            .parse::<u16>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not an HTTP status")),
+        _ => Ok(()),
+    }
+}
+
 /// How much of a response body is kept.
+#[cfg(feature = "http")]
 const BODY_LIMIT: usize = 64 * 1024;
 
 /// ElasticJob's HTTP job (type `HTTP`): for each item, one request to `http.uri` with the
@@ -33,12 +89,14 @@ const BODY_LIMIT: usize = 64 * 1024;
 ///
 /// A transport error, a timeout, or a status at or above `http.failure.status` (default 400)
 /// fails the item; the start of the response body (64 KiB) is kept as the item's output.
+#[cfg(feature = "http")]
 #[derive(Debug, Default)]
 pub struct HttpJob {
     /// A client per (connect, read) timeout pair, re-made when the props change.
     client: Mutex<Option<((u64, u64), reqwest::Client)>>,
 }
 
+#[cfg(feature = "http")]
 impl HttpJob {
     /// A job with no client yet (made at the first request).
     pub fn new() -> Self {
@@ -62,6 +120,7 @@ impl HttpJob {
     }
 }
 
+#[cfg(feature = "http")]
 fn millis(ctx: &ShardingContext, key: &str, default: u64) -> Result<u64, JobError> {
     match ctx.prop(key) {
         None => Ok(default),
@@ -74,6 +133,7 @@ fn millis(ctx: &ShardingContext, key: &str, default: u64) -> Result<u64, JobErro
     }
 }
 
+#[cfg(feature = "http")]
 #[async_trait]
 impl Job for HttpJob {
     fn job_type(&self) -> String {
@@ -148,6 +208,7 @@ impl Job for HttpJob {
     }
 }
 
+#[cfg(feature = "http")]
 fn describe(e: reqwest::Error) -> JobError {
     if e.is_timeout() {
         JobError::Io(format!("HTTP request timed out: {e}"))

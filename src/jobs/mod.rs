@@ -5,16 +5,20 @@
 //! |---|---|---|
 //! | Simple | implement [`SimpleJob`] and pass the value to the builder | the Rust type name |
 //! | Dataflow | implement [`DataflowJob`] and pass [`Dataflow`]`(value)` | the Rust type name |
-//! | Script | [`ScriptJob`]: `script.command.line` in `props` | `SCRIPT` |
-//! | HTTP | [`HttpJob`]: `http.uri`, `http.method`, ... in `props` (see [`http`]) | `HTTP` |
+//! | Script | `ScriptJob` (`script` feature): `script.command.line` in `props` (see [`script`]) | `SCRIPT` |
+//! | HTTP | `HttpJob` (`http` feature): `http.uri`, `http.method`, ... in `props` (see [`http`]) | `HTTP` |
+//!
+//! The config-only kinds, Script and HTTP, are behind the library's `script` and `http`
+//! features (off by default; the `shardjob` binary has both): an application that writes its
+//! jobs in Rust pulls neither a process runner nor an HTTP client. Their prop keys are always
+//! here.
 //!
 //! Every kind runs per item: an execution of `n` items calls the job `n` times, each with the
 //! item's own context, at most as many at once as the job's executor strategy allows.
 
 mod dataflow;
 pub mod http;
-mod script;
-mod words;
+pub mod script;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,12 +33,16 @@ use shardjob_core::machine::record::RunKind;
 use tokio::sync::watch;
 
 pub use dataflow::{Dataflow, DataflowJob, PROP_STREAMING};
+#[cfg(feature = "http")]
 pub use http::HttpJob;
+#[cfg(feature = "script")]
+pub use script::ScriptJob;
 pub use script::{
     DEFAULT_OUTPUT_LIMIT, DEFAULT_SCRIPT_TIMEOUT, ENV_FENCING_TOKEN, ENV_FIRE_TIME, ENV_RUN_KIND,
-    PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT, PROP_TIMEOUT, ScriptJob,
+    PROP_COMMAND_LINE, PROP_OUTPUT_LIMIT, PROP_TIMEOUT,
 };
-pub use words::{SplitError, split_command_line};
+#[cfg(feature = "script")]
+pub use script::{SplitError, split_command_line};
 
 /// What one item of a run knows: ElasticJob's `ShardingContext` fields, serialized with exactly
 /// ElasticJob's names and order (`jobName`, `taskId`, `shardingTotalCount`, `jobParameter`,
@@ -340,8 +348,8 @@ impl JobError {
 /// A job as the runtime drives it: one call per item.
 ///
 /// Implement [`SimpleJob`] (every `SimpleJob` is a `Job`) or [`DataflowJob`] (wrapped in
-/// [`Dataflow`]) rather than this trait; use [`ScriptJob`] for a command and [`HttpJob`] for
-/// a request.
+/// [`Dataflow`]) rather than this trait; use `ScriptJob` for a command and `HttpJob` for a
+/// request (the `script` and `http` features).
 #[async_trait]
 pub trait Job: Send + Sync + 'static {
     /// The type written to the job's root node. An instance refuses to run a job whose root

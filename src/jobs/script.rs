@@ -1,13 +1,21 @@
 //! The Script job: runs a command per item, without a shell.
+//!
+//! The prop keys and defaults are always here (a job file names them); the job itself,
+//! [`ScriptJob`], and [`check_prop`] need the `script` feature.
 
+#[cfg(feature = "script")]
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+#[cfg(feature = "script")]
 use async_trait::async_trait;
+#[cfg(feature = "script")]
 use tokio::io::{AsyncRead, AsyncReadExt};
+#[cfg(feature = "script")]
 use tokio::process::Command;
 
-use super::{CapturedOutput, Job, JobError, ShardingContext, split_command_line};
+#[cfg(feature = "script")]
+use super::{CapturedOutput, Job, JobError, ShardingContext};
 
 /// The prop holding the command line (required), split into arguments as a shell would quote
 /// them but run without a shell.
@@ -30,9 +38,114 @@ pub const ENV_RUN_KIND: &str = "SHARDJOB_RUN_KIND";
 /// The environment variable that gives a script the item's fencing token (decimal).
 pub const ENV_FENCING_TOKEN: &str = "SHARDJOB_FENCING_TOKEN";
 
+/// Every prop a Script job reads.
+pub const PROPS: &[&str] = &[PROP_COMMAND_LINE, PROP_TIMEOUT, PROP_OUTPUT_LIMIT];
+
+/// The props a Script job cannot run without.
+pub const REQUIRED_PROPS: &[&str] = &[PROP_COMMAND_LINE];
+
+/// Checks one prop's value as [`ScriptJob`] reads it at every run (an empty command line is
+/// left to the check for required props): `Err` says what is wrong. Keys it does not read
+/// pass.
+#[cfg(feature = "script")]
+pub fn check_prop(key: &str, value: &str) -> Result<(), String> {
+    let text = value.trim();
+    match key {
+        PROP_COMMAND_LINE if text.is_empty() => Ok(()),
+        PROP_COMMAND_LINE => split_command_line(value)
+            .map(|_| ())
+            .map_err(|e| format!("cannot be split into words: {e}")),
+        PROP_TIMEOUT => text
+            .parse::<u64>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not a number of milliseconds (0: no timeout)")),
+        PROP_OUTPUT_LIMIT => text
+            .parse::<usize>()
+            .map(|_| ())
+            .map_err(|_| format!("{value:?} is not a byte count")),
+        _ => Ok(()),
+    }
+}
+
+/// Why a command line cannot be split.
+#[cfg(feature = "script")]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SplitError {
+    /// A quote is opened and never closed.
+    #[error("unterminated {0} quote")]
+    UnterminatedQuote(&'static str),
+    /// The line ends with a lone backslash.
+    #[error("the command line ends with a lone backslash")]
+    TrailingBackslash,
+    /// There is no word at all.
+    #[error("the command line is empty")]
+    Empty,
+    /// The line holds a `#` and every private-use character (over 137,000 different ones), so
+    /// no character is left to stand in for the `#` (see [`split_command_line`]).
+    #[error("the command line holds every private-use character: it cannot be split")]
+    NoStandIn,
+}
+
+/// Splits `line` into words the way a POSIX shell quotes them (with the `shell-words` crate),
+/// without a shell: no expansion, no redirection, no variables. Spaces, tabs and newlines
+/// separate words; `'...'` is literal; `"..."` is literal except that a backslash escapes
+/// `"`, `\`, `$` and `` ` ``; outside quotes a backslash escapes any character; a backslash
+/// before a newline joins the lines. Unlike a shell, `#` starts no comment: it is a character
+/// like any other (as in ElasticJob, whose command line has no comments either).
+///
+/// ```
+/// # use shardjob::jobs::split_command_line;
+/// let words = split_command_line(r#"python3 -c 'print("hi")' "a b" c\ d #1"#).unwrap();
+/// assert_eq!(words, ["python3", "-c", r#"print("hi")"#, "a b", "c d", "#1"]);
+/// ```
+#[cfg(feature = "script")]
+pub fn split_command_line(line: &str) -> Result<Vec<String>, SplitError> {
+    // shell-words reads a `#` at the start of a word as a comment to the end of the line. It
+    // is given a character that is not in the line instead (one it treats as ordinary), and
+    // the words get their `#` back.
+    let stand_in = if line.contains('#') {
+        let used: std::collections::BTreeSet<char> = line.chars().collect();
+        let free = ('\u{E000}'..='\u{F8FF}')
+            .chain('\u{F0000}'..='\u{FFFFD}')
+            .chain('\u{100000}'..='\u{10FFFD}')
+            .find(|c| !used.contains(c));
+        Some(free.ok_or(SplitError::NoStandIn)?)
+    } else {
+        None
+    };
+    let text: std::borrow::Cow<'_, str> = match stand_in {
+        Some(c) => line.replace('#', c.encode_utf8(&mut [0; 4])).into(),
+        None => line.into(),
+    };
+    let words = match shell_words::split(&text) {
+        Ok(words) => words,
+        // Only a quote left open fails: closing a single quote mends the line only if that
+        // is the one left open (in double quotes `'` is an ordinary character).
+        Err(_) if shell_words::split(&format!("{text}'")).is_ok() => {
+            return Err(SplitError::UnterminatedQuote("single"));
+        }
+        Err(_) => return Err(SplitError::UnterminatedQuote("double")),
+    };
+    // shell-words keeps a backslash that escapes nothing at the end as a character; that is a
+    // line cut short. The backslashes that end a line that split are all outside quotes, so
+    // the last one escapes nothing when there is an odd number of them.
+    if text.chars().rev().take_while(|c| *c == '\\').count() % 2 == 1 {
+        return Err(SplitError::TrailingBackslash);
+    }
+    if words.is_empty() {
+        return Err(SplitError::Empty);
+    }
+    Ok(match stand_in {
+        Some(c) => words.into_iter().map(|w| w.replace(c, "#")).collect(),
+        None => words,
+    })
+}
+
 /// How long a killed script may take to be reaped, and its pipes to drain, before the item is
 /// reported anyway.
+#[cfg(feature = "script")]
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
+#[cfg(feature = "script")]
 const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// ElasticJob's Script job (type `SCRIPT`): for each item, runs `script.command.line` with the
@@ -47,9 +160,11 @@ const DRAIN_TIMEOUT: Duration = Duration::from_millis(500);
 ///
 /// What the context JSON leaves out (it keeps ElasticJob's fields only) comes in environment
 /// variables: [`ENV_FIRE_TIME`], [`ENV_RUN_KIND`] and [`ENV_FENCING_TOKEN`].
+#[cfg(feature = "script")]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ScriptJob;
 
+#[cfg(feature = "script")]
 enum End {
     Exited(std::process::ExitStatus),
     WaitFailed(std::io::Error),
@@ -57,6 +172,7 @@ enum End {
     Cancelled,
 }
 
+#[cfg(feature = "script")]
 #[async_trait]
 impl Job for ScriptJob {
     fn job_type(&self) -> String {
@@ -179,6 +295,7 @@ impl Job for ScriptJob {
 /// their items fail over to another instance. (Tokio starts it from a runtime worker thread,
 /// which lives as long as the runtime.) Processes the script starts are not covered by the
 /// latter: a supervisor should kill the whole control group (see the README).
+#[cfg(feature = "script")]
 fn own_group_dying_with_us(command: &mut Command) {
     #[cfg(unix)]
     command.process_group(0);
@@ -208,8 +325,10 @@ fn own_group_dying_with_us(command: &mut Command) {
 
 /// A running script's process group, killed when dropped unless cleared (`.0 = None`) once
 /// the script has ended.
+#[cfg(feature = "script")]
 struct Group(Option<u32>);
 
+#[cfg(feature = "script")]
 impl Group {
     fn kill(&mut self) {
         #[cfg(unix)]
@@ -227,12 +346,14 @@ impl Group {
     }
 }
 
+#[cfg(feature = "script")]
 impl Drop for Group {
     fn drop(&mut self) {
         self.kill();
     }
 }
 
+#[cfg(feature = "script")]
 async fn sleep_opt(d: Option<Duration>) {
     match d {
         Some(d) => tokio::time::sleep(d).await,
@@ -240,6 +361,7 @@ async fn sleep_opt(d: Option<Duration>) {
     }
 }
 
+#[cfg(feature = "script")]
 fn describe(status: std::process::ExitStatus) -> String {
     if let Some(code) = status.code() {
         return format!("exit status {code}");
@@ -255,6 +377,7 @@ fn describe(status: std::process::ExitStatus) -> String {
 }
 
 /// The last `limit` bytes of a stream.
+#[cfg(feature = "script")]
 #[derive(Debug)]
 struct Tail {
     limit: usize,
@@ -262,6 +385,7 @@ struct Tail {
     dropped: u64,
 }
 
+#[cfg(feature = "script")]
 impl Tail {
     fn new(limit: usize) -> Self {
         Self {
@@ -288,12 +412,14 @@ impl Tail {
     }
 }
 
+#[cfg(feature = "script")]
 fn snapshot(tail: &Mutex<Tail>) -> (String, u64) {
     let mut t = tail.lock().unwrap_or_else(PoisonError::into_inner);
     t.trim();
     (String::from_utf8_lossy(&t.buf).into_owned(), t.dropped)
 }
 
+#[cfg(feature = "script")]
 async fn drain(mut pipe: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
     let mut chunk = [0u8; 8192];
     loop {
@@ -307,9 +433,72 @@ async fn drain(mut pipe: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "script"))]
 mod tests {
     use super::*;
+
+    fn split(s: &str) -> Vec<String> {
+        split_command_line(s).unwrap()
+    }
+
+    #[test]
+    fn plain_words_and_whitespace() {
+        assert_eq!(split("  echo   a\tb\nc "), ["echo", "a", "b", "c"]);
+    }
+
+    #[test]
+    fn quotes() {
+        assert_eq!(
+            split(r#"a 'b c' "d e" f"g"'h'"#),
+            ["a", "b c", "d e", "fgh"]
+        );
+        assert_eq!(split(r#"'' "" x"#), ["", "", "x"]);
+        assert_eq!(split(r#""a \"b\" \\ \$ \n""#), [r#"a "b" \ $ \n"#]);
+        assert_eq!(split(r#"'a\b'"#), [r"a\b"]);
+        assert_eq!(split(r"a\ b \'c"), ["a b", "'c"]);
+    }
+
+    #[test]
+    fn no_shell_meaning() {
+        assert_eq!(split("echo $HOME; rm *"), ["echo", "$HOME;", "rm", "*"]);
+    }
+
+    #[test]
+    fn errors() {
+        assert_eq!(
+            split_command_line("a 'b"),
+            Err(SplitError::UnterminatedQuote("single"))
+        );
+        assert_eq!(
+            split_command_line("a \"b"),
+            Err(SplitError::UnterminatedQuote("double"))
+        );
+        assert_eq!(
+            split_command_line("a \\"),
+            Err(SplitError::TrailingBackslash)
+        );
+        assert_eq!(split_command_line("   "), Err(SplitError::Empty));
+    }
+
+    #[test]
+    fn a_hash_is_an_ordinary_character() {
+        assert_eq!(
+            split("echo #1 a#b '#' \\#"),
+            ["echo", "#1", "a#b", "#", "#"]
+        );
+        // The stand-in is a character the line does not hold.
+        assert_eq!(split("\u{E000} #"), ["\u{E000}", "#"]);
+    }
+
+    #[test]
+    fn an_escaped_backslash_at_the_end_is_no_lone_one() {
+        assert_eq!(split(r"a\\"), [r"a\"]);
+        assert_eq!(
+            split_command_line(r"a\\\"),
+            Err(SplitError::TrailingBackslash)
+        );
+        assert_eq!(split("a \\\nb"), ["a", "b"]);
+    }
 
     #[test]
     fn tail_keeps_the_end() {

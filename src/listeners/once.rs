@@ -51,6 +51,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use shardjob_core::InstanceId;
+use shardjob_core::backoff::Backoff;
 use shardjob_core::layout::{JobPaths, parse_item};
 use shardjob_core::machine::ItemOutcome;
 use shardjob_core::machine::record::RunKind;
@@ -401,15 +402,14 @@ impl Guarantee {
         ctx: &ShardingContexts,
         deadline: Instant,
     ) -> Result<(), ListenerError> {
-        let mut pause = RETRY;
+        let mut retries = Backoff::new(RETRY, RECHECK).retries();
         loop {
             let attempt = self.try_register(round, ctx).await;
             match attempt {
                 Ok(()) => return Ok(()),
                 Err(e) if e.class() == ErrorClass::Transient && Instant::now() < deadline => {
                     tracing::debug!(job = %ctx.job_name, "distribute-once: registering failed, retrying: {e}");
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RECHECK);
+                    tokio::time::sleep(retries.next_pause()).await;
                 }
                 Err(e) => return Err(ListenerError::Registry(e)),
             }

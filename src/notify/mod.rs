@@ -1,5 +1,6 @@
 //! ElasticJob's notifier error handlers: `EMAIL` (SMTP), `WECHAT` (WeChat Work webhook) and
-//! `DINGTALK` (DingTalk webhook, signed when a secret is set), with ElasticJob 3.0's prop keys
+//! `DINGTALK` (DingTalk webhook, signed when a secret is set; these two need the `http`
+//! feature, and a job that names one in a build without it is refused), with ElasticJob 3.0's prop keys
 //! (`email.host`, `wechat.webhook`, `dingtalk.secret`, ...; see [`EMAIL_PROPS`],
 //! [`WECHAT_PROPS`], [`DINGTALK_PROPS`]).
 //!
@@ -18,6 +19,7 @@
 mod email;
 mod fold;
 mod props;
+#[cfg(feature = "http")]
 mod webhook;
 
 use std::collections::BTreeMap;
@@ -35,6 +37,7 @@ pub use fold::{Alert, Window};
 pub use props::{
     DEFAULT_WINDOW, DINGTALK_PROPS, EMAIL_PROPS, PropError, WECHAT_PROPS, WINDOW_PROP, owns_key,
 };
+#[cfg(feature = "http")]
 pub use webhook::{WebhookSettings, dingtalk_sign};
 
 /// How many failures a job's notifier queue holds before it counts new ones without their
@@ -61,9 +64,11 @@ pub struct NotifyError {
 pub enum Channel {
     /// `EMAIL`: a mail through SMTP.
     Email(EmailSettings),
-    /// `WECHAT`: a WeChat Work group robot's webhook.
+    /// `WECHAT`: a WeChat Work group robot's webhook (the `http` feature).
+    #[cfg(feature = "http")]
     Wechat(WebhookSettings),
-    /// `DINGTALK`: a DingTalk group robot's webhook.
+    /// `DINGTALK`: a DingTalk group robot's webhook (the `http` feature).
+    #[cfg(feature = "http")]
     Dingtalk(WebhookSettings),
 }
 
@@ -72,7 +77,9 @@ impl Channel {
     pub fn name(&self) -> &'static str {
         match self {
             Channel::Email(_) => "EMAIL",
+            #[cfg(feature = "http")]
             Channel::Wechat(_) => "WECHAT",
+            #[cfg(feature = "http")]
             Channel::Dingtalk(_) => "DINGTALK",
         }
     }
@@ -241,11 +248,13 @@ async fn sleep_until(due: Option<std::time::Instant>) {
 struct Sender {
     job: String,
     channel: Channel,
+    #[cfg(feature = "http")]
     http: Option<reqwest::Client>,
 }
 
 impl Sender {
     fn new(job: String, channel: Channel) -> Sender {
+        #[cfg(feature = "http")]
         let http = match &channel {
             Channel::Wechat(s) | Channel::Dingtalk(s) => webhook::client(s)
                 .map_err(|e| {
@@ -254,17 +263,27 @@ impl Sender {
                 .ok(),
             Channel::Email(_) => None,
         };
-        Sender { job, channel, http }
+        Sender {
+            job,
+            channel,
+            #[cfg(feature = "http")]
+            http,
+        }
     }
 
     async fn send(&self, alert: &Alert) {
         let text = message_text(&self.job, alert);
         let name = self.channel.name();
-        let result = match (&self.channel, &self.http) {
-            (Channel::Email(s), _) => email::send(s, &text).await,
-            (Channel::Wechat(s), Some(http)) => webhook::post(http, s, &text, false).await,
-            (Channel::Dingtalk(s), Some(http)) => webhook::post(http, s, &text, true).await,
-            (_, None) => Err("no HTTP client (see the error logged at start)".to_owned()),
+        let result = match &self.channel {
+            Channel::Email(s) => email::send(s, &text).await,
+            #[cfg(feature = "http")]
+            Channel::Wechat(s) | Channel::Dingtalk(s) => match &self.http {
+                Some(http) => {
+                    let dingtalk = matches!(self.channel, Channel::Dingtalk(_));
+                    webhook::post(http, s, &text, dingtalk).await
+                }
+                None => Err("no HTTP client (see the error logged at start)".to_owned()),
+            },
         };
         match result {
             Ok(()) => tracing::info!(

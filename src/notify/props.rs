@@ -11,9 +11,9 @@ use lettre::message::Mailbox;
 use shardjob_core::config::ErrorHandlerType;
 
 use super::email::{EmailSettings, Security};
+#[cfg(feature = "http")]
 use super::webhook::WebhookSettings;
 use super::{Channel, Settings};
-use crate::jobfile::keys::did_you_mean;
 
 /// The `EMAIL` handler's props (ElasticJob's `EmailPropertiesConstants`).
 pub const EMAIL_PROPS: &[&str] = &[
@@ -57,7 +57,9 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(60);
 /// ElasticJob's default mail subject.
 const DEFAULT_SUBJECT: &str = "ElasticJob error message";
 /// ElasticJob's default webhook timeouts, in milliseconds.
+#[cfg(feature = "http")]
 const DEFAULT_CONNECT_MS: u64 = 3000;
+#[cfg(feature = "http")]
 const DEFAULT_READ_MS: u64 = 5000;
 
 /// The prefixes of the keys this module owns, with the handler that reads them.
@@ -72,6 +74,14 @@ pub fn owns_key(key: &str) -> bool {
     key == WINDOW_PROP
         || key.starts_with("shardjob.notify.")
         || PREFIXES.iter().any(|(p, _, _)| key.starts_with(p))
+}
+
+/// " (did you mean `x`?)" when `written` looks like a typo of a name in `known`, else nothing.
+fn did_you_mean(written: &str, known: &[&str]) -> String {
+    match shardjob_core::config::nearest_name(written, known) {
+        Some(name) => format!(" (did you mean `{name}`?)"),
+        None => String::new(),
+    }
 }
 
 /// One problem of a notifier's props.
@@ -158,6 +168,7 @@ impl<'p> Reader<'p> {
         out
     }
 
+    #[cfg(feature = "http")]
     fn webhook(&mut self, key: &str, handler: &str) -> Option<reqwest::Url> {
         let text = self.required(key, handler)?;
         match reqwest::Url::parse(text) {
@@ -232,8 +243,27 @@ pub(super) fn read(
     let window = Duration::from_millis(r.positive(WINDOW_PROP, DEFAULT_WINDOW.as_millis() as u64));
     let channel = match handler {
         ErrorHandlerType::Email => email(&mut r),
+        #[cfg(feature = "http")]
         ErrorHandlerType::Wechat => webhook(&mut r, "wechat", false).map(Channel::Wechat),
+        #[cfg(feature = "http")]
         ErrorHandlerType::Dingtalk => webhook(&mut r, "dingtalk", true).map(Channel::Dingtalk),
+        #[cfg(not(feature = "http"))]
+        ErrorHandlerType::Wechat | ErrorHandlerType::Dingtalk => {
+            // Refused, never skipped: the job would otherwise run with its failures unsent.
+            let prefix = if handler == ErrorHandlerType::Wechat {
+                "wechat"
+            } else {
+                "dingtalk"
+            };
+            r.bad(
+                &format!("{prefix}.webhook"),
+                format!(
+                    "the {handler} error handler posts to its webhook over HTTP, and this build \
+                     of shardjob has no HTTP client: build it with its `http` feature"
+                ),
+            );
+            None
+        }
         _ => None,
     };
     if !r.problems.is_empty() {
@@ -325,6 +355,7 @@ fn email(r: &mut Reader<'_>) -> Option<Channel> {
     }))
 }
 
+#[cfg(feature = "http")]
 fn webhook(r: &mut Reader<'_>, prefix: &str, dingtalk: bool) -> Option<WebhookSettings> {
     let handler = if dingtalk { "DINGTALK" } else { "WECHAT" };
     let url = r.webhook(&format!("{prefix}.webhook"), handler);
@@ -387,6 +418,8 @@ mod tests {
     ];
 
     #[test]
+    // Without the `http` feature EMAIL is the only channel.
+    #[cfg_attr(not(feature = "http"), allow(irrefutable_let_patterns))]
     fn email_defaults_are_elasticjobs() {
         let Ok(Some(s)) = read(ErrorHandlerType::Email, &props(MAIL)) else {
             panic!("accepted");
@@ -444,6 +477,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "http")]
     #[test]
     fn webhooks_are_required_and_timeouts_positive() {
         let m = problems(
@@ -478,6 +512,16 @@ mod tests {
         };
         assert_eq!(w.connect_timeout, Duration::from_millis(3000));
         assert_eq!(w.read_timeout, Duration::from_millis(5000));
+    }
+
+    #[cfg(not(feature = "http"))]
+    #[test]
+    fn webhooks_without_the_http_feature_are_refused_not_skipped() {
+        for handler in [ErrorHandlerType::Wechat, ErrorHandlerType::Dingtalk] {
+            let m = problems(handler, &[]);
+            assert_eq!(m.len(), 1, "{m:?}");
+            assert!(m[0].contains("build it with its `http` feature"), "{m:?}");
+        }
     }
 
     #[test]

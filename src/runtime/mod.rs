@@ -294,7 +294,8 @@ impl SchedulerBuilder {
         self
     }
 
-    /// This instance's id; by default [`default_instance_id`] (`{ip}@-@{pid}`). Several
+    /// This instance's id; by default [`default_instance_id`] (`{ip}@-@{pid}`, with a random
+    /// part when the machine has only loopback). Several
     /// schedulers in one process need distinct ids.
     pub fn instance_id(mut self, id: InstanceId) -> Self {
         self.instance_id = Some(id);

@@ -722,6 +722,147 @@ pub async fn watches_deliver_changes_in_order(b: &dyn Backend) {
     w.close().await.unwrap();
 }
 
+/// The events of a client's own writes carry the data and stat each write left, even when
+/// more writes to the node follow at once (a ZooKeeper stream takes them from the write's
+/// answer instead of reading the node back, which could show a later write); a refused write
+/// of the client gives no event and does not stand in for another client's change; an event
+/// of another client's change between two of the client's own carries a state at or after
+/// that change, never an older one; a transaction's checks give no event.
+pub async fn own_writes_events_carry_their_data_and_version(b: &dyn Backend) {
+    let w = b.client("own").await;
+    let c = b.client("own").await;
+    w.create(&p("/j"), Vec::new(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let mut events = w.watch(&p("/j")).await.unwrap();
+
+    // The client's own writes, one right after the other, no event awaited in between.
+    let a1 = w
+        .create(&p("/j/a"), b"1".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let a2 = w
+        .set(&p("/j/a"), b"2".to_vec(), Some(a1.version))
+        .await
+        .unwrap();
+    let multi = w
+        .transact(vec![
+            TxnOp::Check(Check::Session(w.session().unwrap().id)),
+            TxnOp::Check(Check::Absent(p("/j/absent"))),
+            TxnOp::Check(Check::Value(p("/j/a"), b"2".to_vec())),
+            TxnOp::set(p("/j/a"), "3"),
+            TxnOp::create_ephemeral(p("/j/b"), "b"),
+            TxnOp::create(p("/j/c"), "c"),
+        ])
+        .await
+        .unwrap();
+    let (TxnOpResult::Set(a3), TxnOpResult::Created(b0), TxnOpResult::Created(c0)) =
+        (&multi[3], &multi[4], &multi[5])
+    else {
+        panic!("{multi:?}");
+    };
+    let b_deleted = w.delete(&p("/j/b"), Some(b0.version)).await;
+    assert_eq!(b_deleted, Ok(()));
+    let expected = [
+        (WatchEventKind::Created, "/j/a", b"1".to_vec(), Some(a1)),
+        (WatchEventKind::Changed, "/j/a", b"2".to_vec(), Some(a2)),
+        (WatchEventKind::Changed, "/j/a", b"3".to_vec(), Some(*a3)),
+        (WatchEventKind::Created, "/j/b", b"b".to_vec(), Some(*b0)),
+        (WatchEventKind::Created, "/j/c", b"c".to_vec(), Some(*c0)),
+        (WatchEventKind::Deleted, "/j/b", Vec::new(), None),
+    ];
+    for (i, want) in expected.into_iter().enumerate() {
+        let e = next_node(&mut events).await;
+        assert_eq!((e.kind, e.path.as_str(), e.data, e.stat), want, "event {i}");
+    }
+    // The node an Absent check named (ZooKeeper: created and deleted by the transaction),
+    // created by another client: its event shows it.
+    let absent = c
+        .create(&p("/j/absent"), b"x".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let e = next_node(&mut events).await;
+    assert_eq!(
+        (e.kind, e.path.as_str(), e.data, e.stat),
+        (
+            WatchEventKind::Created,
+            "/j/absent",
+            b"x".to_vec(),
+            Some(absent)
+        )
+    );
+
+    // Refused writes of the client, then another client's change, then the client's own.
+    let refused = w
+        .set(&p("/j/a"), b"refused".to_vec(), Some(a1.version))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(cause(&refused), RegistryError::BadVersion { .. }),
+        "{refused:?}"
+    );
+    let refused = w
+        .transact(vec![
+            TxnOp::set(p("/j/a"), "refused"),
+            TxnOp::Check(Check::Version(p("/j/a"), a1.version)),
+        ])
+        .await
+        .unwrap_err();
+    assert_eq!(aborted_at(&refused), 1);
+    let a4 = c.set(&p("/j/a"), b"4".to_vec(), None).await.unwrap();
+    let a5 = w
+        .set(&p("/j/a"), b"5".to_vec(), Some(a4.version))
+        .await
+        .unwrap();
+    let a6 = c.set(&p("/j/a"), b"6".to_vec(), None).await.unwrap();
+    // Each event shows a state at or after its change, and none older than the one before.
+    let states = [
+        (b"4".to_vec(), a4),
+        (b"5".to_vec(), a5),
+        (b"6".to_vec(), a6),
+    ];
+    let mut at = 0;
+    for i in 0..3 {
+        let e = next_node(&mut events).await;
+        assert_eq!((e.kind, e.path.as_str()), (WatchEventKind::Changed, "/j/a"));
+        let Some(k) = states
+            .iter()
+            .position(|(data, stat)| e.data == *data && e.stat == Some(*stat))
+        else {
+            panic!("event {i} of /j/a shows no state of the node: {e:?}");
+        };
+        assert!(k >= i && k >= at, "event {i} shows state {k}, after {at}");
+        at = k;
+    }
+    assert_eq!(at, 2, "the last event shows the last change");
+    assert_eq!(quiet(&mut events, Duration::from_millis(300)).await, None);
+
+    // Writes sent together, each before the one before is answered: every event still shows
+    // its own write's data and stat (a read after the first notification would show a later
+    // one).
+    let n = 20;
+    let writes = (0..n).map(|i| {
+        let w = &w;
+        async move {
+            let data = format!("p{i}").into_bytes();
+            let stat = w.set(&p("/j/a"), data.clone(), None).await.unwrap();
+            (data, stat)
+        }
+    });
+    let mut applied = futures_util::future::join_all(writes).await;
+    applied.sort_by_key(|(_, stat)| stat.modified);
+    for (i, (data, stat)) in applied.into_iter().enumerate() {
+        let e = next_node(&mut events).await;
+        assert_eq!(
+            (e.kind, e.path.as_str(), e.data, e.stat),
+            (WatchEventKind::Changed, "/j/a", data, Some(stat)),
+            "pipelined write {i}"
+        );
+    }
+    w.close().await.unwrap();
+    c.close().await.unwrap();
+}
+
 /// A tree read and the watch events agree on revisions, as the machine's cache needs to tell an
 /// event already in a snapshot from a later one: a backend tells the revision of both or of
 /// neither (ZooKeeper: neither); when it does, a change the read shows has an event at or below
@@ -756,10 +897,12 @@ pub async fn tree_reads_and_events_share_revisions(b: &dyn Backend) {
             (WatchEventKind::Deleted, "/t/gone"),
         ]
     );
-    // Changes after the read.
+    // Changes after the read. The deletion waits for the change's event: on ZooKeeper a
+    // change whose node is deleted before the stream reads it shows only as the deletion.
     let set = c.set(&p("/t/a"), b"2".to_vec(), None).await.unwrap();
+    let changed = next_node(&mut events).await;
     c.delete(&p("/t/a"), None).await.unwrap();
-    let after = [next_node(&mut events).await, next_node(&mut events).await];
+    let after = [changed, next_node(&mut events).await];
     assert_eq!(
         (after[0].kind, after[1].kind),
         (WatchEventKind::Changed, WatchEventKind::Deleted)
@@ -1062,7 +1205,7 @@ macro_rules! conformance_tests {
             ephemeral_nodes_vanish_on_expiry, transactions_are_all_or_nothing,
             transaction_checks, watches_deliver_changes_in_order, watches_resume_after_reconnect,
             session_events, large_values_and_many_children, invalid_paths_and_oversized_values,
-            tree_reads_and_events_share_revisions);
+            tree_reads_and_events_share_revisions, own_writes_events_carry_their_data_and_version);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(

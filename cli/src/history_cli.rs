@@ -78,7 +78,7 @@ mod imp {
 #[cfg(feature = "history")]
 mod imp {
     use super::*;
-    use crate::history::{DatabaseUrl, ExecutionQuery, ExecutionRow};
+    use shardjob::history::{DatabaseUrl, ExecutionQuery, ExecutionRow};
     use shardjob_history::{Store, parse_period};
 
     fn database(args: &HistoryArgs) -> Result<DatabaseUrl, String> {

@@ -20,10 +20,10 @@
 //! name; props are checked against the job's type ([`props`]); names against both registries'
 //! rules. `elasticjob.dump.port` (with `enabled`, as ElasticJob's starter reads them, and
 //! shardjob's `address`, `127.0.0.1` by default) opens the instance's dump port
-//! ([`crate::runtime::dump`]); shardjob's `elasticjob.metrics.port` (same keys) opens the
-//! Prometheus metrics endpoint ([`crate::metrics`]); `elasticjob.tracing` with
+//! ([`shardjob::runtime::dump`]); shardjob's `elasticjob.metrics.port` (same keys) opens the
+//! Prometheus metrics endpoint ([`shardjob::metrics`]); `elasticjob.tracing` with
 //! `spring.datasource` (or `tracing.url`) records the job history. The `EMAIL`, `WECHAT` and
-//! `DINGTALK` error handlers' props are checked with the handler ([`crate::notify`]). What
+//! `DINGTALK` error handlers' props are checked with the handler ([`shardjob::notify`]). What
 //! cannot be honoured is refused by name (the `WEBHOOK` error handler, listeners that are not
 //! built in), except a job given as a Java class (`elasticJobClass`), which is skipped with a
 //! warning so the jobs beside it can run (`shardjob run --strict` refuses the file instead).
@@ -42,12 +42,12 @@ use serde_yaml_ng::{Mapping, Value};
 use shardjob_core::JobConfig;
 use shardjob_core::config::{self, ErrorHandlerType, KnownTypes, Strictness};
 
-use crate::jobs::PROP_COMMAND_LINE;
-use crate::registry_url::{Credentials, RegistryUrl};
 use keys::{did_you_mean, relaxed};
 use positions::{Location, Step, locate};
+use shardjob::jobs::PROP_COMMAND_LINE;
+use shardjob::registry_url::{Credentials, RegistryUrl};
 
-pub use crate::jobs::http::PROP_URI as PROP_HTTP_URI;
+pub use shardjob::jobs::http::PROP_URI as PROP_HTTP_URI;
 
 /// The kind of a config-only job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +64,22 @@ impl FileJobKind {
         match self {
             FileJobKind::Script => "SCRIPT",
             FileJobKind::Http => "HTTP",
+        }
+    }
+
+    /// The cargo feature that builds the kind in (of this crate and of the library).
+    pub fn feature(self) -> &'static str {
+        match self {
+            FileJobKind::Script => "script",
+            FileJobKind::Http => "http",
+        }
+    }
+
+    /// Whether this build runs jobs of the kind.
+    pub fn built_in(self) -> bool {
+        match self {
+            FileJobKind::Script => cfg!(feature = "script"),
+            FileJobKind::Http => cfg!(feature = "http"),
         }
     }
 }
@@ -436,7 +452,7 @@ impl Reader<'_> {
     /// `elasticjob.metrics` (shardjob's): the metrics endpoint's address, if it is on; read
     /// as `elasticjob.dump` is.
     fn metrics_port(&mut self, value: &Value, path: &[Step]) -> Option<SocketAddr> {
-        self.listen_port(value, path, "metrics", crate::metrics::DEFAULT_PORT)
+        self.listen_port(value, path, "metrics", shardjob::metrics::DEFAULT_PORT)
     }
 
     /// A port setting, `elasticjob.{section}`: `port`, `enabled` and `address` (127.0.0.1
@@ -790,6 +806,20 @@ impl Reader<'_> {
             }
             return;
         };
+        if !kind.built_in() {
+            // Refused, never skipped: `run` would otherwise start without the job.
+            self.problem(
+                &path,
+                format!(
+                    "{what}: a {} job, and this shardjob was built without its `{}` feature \
+                     (build it with `--features {}`)",
+                    kind.name(),
+                    kind.feature(),
+                    kind.feature()
+                ),
+            );
+            return;
+        }
         let props_path = at("props");
         for p in props::check(kind, &config.props) {
             let path = match &p.key {
@@ -814,7 +844,8 @@ impl Reader<'_> {
                      THROW, IGNORE, EMAIL, WECHAT, DINGTALK)"
                 ),
             );
-        } else if let Err(problems) = crate::notify::Settings::from_props(handler, &config.props) {
+        } else if let Err(problems) = shardjob::notify::Settings::from_props(handler, &config.props)
+        {
             for p in problems {
                 let path = if config.props.contains_key(&p.key) {
                     join(&props_path, &p.key)

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use clap::Parser;
-use shardjob::cli::{Cli, run};
+use shardjob_cli::cli::{Cli, run};
 
 fn run_cli(args: &[&str]) -> (ExitCode, String) {
     let cli = Cli::try_parse_from(std::iter::once("shardjob").chain(args.iter().copied()))

@@ -1,11 +1,11 @@
-//! The `shardjob` preview commands, run in process through `shardjob::cli::run` and, for the
+//! The `shardjob` preview commands, run in process through `shardjob_cli::cli::run` and, for the
 //! exit codes, as the real binary.
 
 use std::process::{Command, ExitCode};
 
 use chrono::{TimeZone, Utc};
 use clap::Parser;
-use shardjob::cli::{Cli, run};
+use shardjob_cli::cli::{Cli, run};
 
 fn run_cli(args: &[&str]) -> (ExitCode, String) {
     let cli = Cli::try_parse_from(std::iter::once("shardjob").chain(args.iter().copied()))
@@ -247,7 +247,7 @@ fn invalid_cron_or_zone_exits_non_zero_with_one_line() {
 fn config_check_prints_effective_config_or_every_problem() {
     let dir = std::env::temp_dir().join(format!("shardjob-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/jobs.yaml");
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/jobs.yaml");
     let out = binary(&["config", "check", good]);
     assert!(
         out.status.success(),
@@ -372,7 +372,7 @@ fn config_check_prints_effective_config_or_every_problem() {
 
 #[test]
 fn durations_of_wait_for_registry() {
-    use shardjob::cli::parse_duration;
+    use shardjob_cli::cli::parse_duration;
     use std::time::Duration;
     assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
     assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));

@@ -1,7 +1,7 @@
 //! The operating commands (`shardjob jobs`, `status`, `trigger`, `disable`, `config set`, ...)
 //! against a real ZooKeeper (started by the test kit, shared by the tests of this file; each
 //! test has a namespace of its own) on which a scheduler runs a job in this process. The
-//! commands run through `shardjob::cli::run` (their exit status) or `ops_cli::run_with` (when
+//! commands run through `shardjob_cli::cli::run` (their exit status) or `ops_cli::run_with` (when
 //! a test reads what they print on stderr), as the binary would run them.
 
 use std::net::TcpListener;
@@ -12,14 +12,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use chrono::Utc;
 use clap::Parser;
-use shardjob::cli::{Cli, Command, ConfigCommand, run};
 use shardjob::core::machine::record::RunKind;
 use shardjob::core::registry::{NodePath, Registry};
 use shardjob::core::{CronExpr, JobConfig};
 use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
-use shardjob::ops_cli::{Console, Request, run_with};
 use shardjob::runtime::{Scheduler, SchedulerHandle};
 use shardjob_backend_zk::{ZkConfig, ZkRegistry};
+use shardjob_cli::cli::{Cli, Command, ConfigCommand, run};
+use shardjob_cli::ops_cli::{Console, Request, run_with};
 use shardjob_ops::{ItemState, Ops};
 use shardjob_testkit::Cluster;
 

@@ -15,8 +15,8 @@ use shardjob_core::machine::record::RunKind;
 use shardjob_core::{CronExpr, InstanceId, JobConfig, JobTimeZone};
 use tokio::sync::mpsc;
 
-use crate::jobs::{JobError, ShardingContext, SimpleJob};
-use crate::runtime::{RunEvent, RuntimeError, Scheduler, SchedulerHandle};
+use shardjob::jobs::{JobError, ShardingContext, SimpleJob};
+use shardjob::runtime::{RunEvent, RuntimeError, Scheduler, SchedulerHandle};
 
 /// The demo job's name.
 pub const DEMO_JOB: &str = "demo-job";
@@ -394,7 +394,7 @@ pub async fn run(seconds: u64, out: &mut dyn Write) -> Result<DemoSummary, DemoE
             out,
             "  (an instance runs at most {} items of a job at once, the CPU executor's cores × 2; \
              items beyond that wait for a slot, which shows in p99 once A runs all {DEMO_ITEMS})",
-            crate::runtime::executor_size(shardjob_core::config::ExecutorType::Cpu)
+            shardjob::runtime::executor_size(shardjob_core::config::ExecutorType::Cpu)
         )?;
     }
     // What an operator sees of the job now, through the same code as `shardjob status`.

@@ -79,8 +79,8 @@ impl FileTracing {
 
     /// The database URL for the history writer.
     #[cfg(feature = "history")]
-    pub fn database_url(&self) -> Result<crate::history::DatabaseUrl, String> {
-        use crate::history::DatabaseUrl;
+    pub fn database_url(&self) -> Result<shardjob::history::DatabaseUrl, String> {
+        use shardjob::history::DatabaseUrl;
         match &self.source {
             TracingSource::Jdbc {
                 url,
@@ -94,13 +94,13 @@ impl FileTracing {
 
     /// The runtime's tracing configuration.
     #[cfg(feature = "history")]
-    pub fn config(&self) -> Result<crate::history::TracingConfig, String> {
-        let mut config = crate::history::TracingConfig::new(self.database_url()?);
+    pub fn config(&self) -> Result<shardjob::history::TracingConfig, String> {
+        let mut config = shardjob::history::TracingConfig::new(self.database_url()?);
         config.options.retention = self.retention;
         if let Some(bound) = self.queue_bound {
             config.options.queue_bound = bound;
         }
-        config.jobs = crate::history::JobFilter {
+        config.jobs = shardjob::history::JobFilter {
             include: self.include_jobs.clone(),
             exclude: self.exclude_jobs.clone(),
         };

@@ -4,20 +4,20 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use shardjob::cli::LogFormat;
+use shardjob_cli::cli::LogFormat;
 use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
-    let cli = match shardjob::cli::Cli::try_parse() {
+    let cli = match shardjob_cli::cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage(&e),
     };
     // Logs go to stderr; RUST_LOG overrides. The demo's table is the show (and its crash is
     // on purpose), so it logs nothing by default.
     let default = match cli.command {
-        shardjob::cli::Command::Demo(_) => "off",
+        shardjob_cli::cli::Command::Demo(_) => "off",
         // The operating commands print their result; the client's connection logs are noise.
-        shardjob::cli::Command::Ops(_) | shardjob::cli::Command::Config(_) => "warn",
+        shardjob_cli::cli::Command::Ops(_) | shardjob_cli::cli::Command::Config(_) => "warn",
         _ => "info",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
@@ -36,17 +36,19 @@ fn main() -> ExitCode {
             .init(),
     }
     let mut stdout = std::io::stdout().lock();
-    let result = shardjob::cli::run(cli, chrono::Utc::now(), &mut stdout);
+    let result = shardjob_cli::cli::run(cli, chrono::Utc::now(), &mut stdout);
     exit_code(result)
 }
 
 /// The process's exit code for the outcome of a command. A reader that went away
 /// (`shardjob cron next ... | head -1`) is no failure: nobody reads the rest, so the command
 /// ends quietly with status 0. Any other failure is said on stderr, with status 2.
-fn exit_code(result: Result<ExitCode, shardjob::cli::CliError>) -> ExitCode {
+fn exit_code(result: Result<ExitCode, shardjob_cli::cli::CliError>) -> ExitCode {
     match result {
         Ok(code) => code,
-        Err(shardjob::cli::CliError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+        Err(shardjob_cli::cli::CliError::Output(e))
+            if e.kind() == std::io::ErrorKind::BrokenPipe =>
+        {
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -255,9 +255,9 @@ fn names_the_registries_refuse_are_refused() {
 #[test]
 fn the_examples_pass() {
     for text in [
-        include_str!("../../examples/jobs.yaml"),
-        include_str!("../../examples/script_jobs.yaml"),
-        include_str!("../../examples/application.yml"),
+        include_str!("../../../examples/jobs.yaml"),
+        include_str!("../../../examples/script_jobs.yaml"),
+        include_str!("../../../examples/application.yml"),
     ] {
         if let Err(e) = load(text) {
             panic!("{e:?}");
@@ -451,4 +451,33 @@ fn tracing_refuses_what_it_cannot_honour() {
             .iter()
             .any(|e| e.contains("mutually exclusive"))
     );
+}
+
+/// A build without a kind's feature refuses a job of that kind by name, never skips it (run
+/// with `--no-default-features --features mem`).
+#[cfg(not(all(feature = "script", feature = "http")))]
+#[test]
+fn a_kind_this_build_lacks_is_refused_not_skipped() {
+    let list = "- jobName: s\n  shardingTotalCount: 1\n  props:\n    script.command.line: echo hi\n\
+                - jobName: h\n  shardingTotalCount: 1\n  props:\n    http.uri: http://127.0.0.1:1/\n    http.method: GET\n";
+    let spring = "elasticjob:\n  jobs:\n    s:\n      elasticJobType: SCRIPT\n      \
+                  shardingTotalCount: 1\n      props:\n        script.command.line: echo hi\n    \
+                  h:\n      elasticJobType: HTTP\n      shardingTotalCount: 1\n      props:\n        \
+                  http.uri: http://127.0.0.1:1/\n        http.method: GET\n";
+    for text in [list, spring] {
+        let problems = problems(text);
+        for (kind, feature, built) in [
+            ("SCRIPT", "script", cfg!(feature = "script")),
+            ("HTTP", "http", cfg!(feature = "http")),
+        ] {
+            let said = format!(
+                "a {kind} job, and this shardjob was built without its `{feature}` feature"
+            );
+            assert_eq!(
+                problems.iter().any(|p| p.contains(&said)),
+                !built,
+                "{problems:?}"
+            );
+        }
+    }
 }

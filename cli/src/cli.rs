@@ -121,7 +121,7 @@ pub struct RunArgs {
     /// alone binds 127.0.0.1; port 0 takes any free port, printed at start). Wins over the
     /// file's `elasticjob.metrics`.
     #[arg(long, value_name = "HOST:PORT")]
-    pub metrics: Option<crate::metrics::MetricsAddr>,
+    pub metrics: Option<shardjob::metrics::MetricsAddr>,
     /// Leave after this many seconds as if SIGTERM had come (for tests and trials).
     #[arg(long, hide = true)]
     pub exit_after: Option<u64>,
@@ -435,7 +435,7 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
     };
     writeln!(out, "# {}: {shape}", args.file.display())?;
     if let Some(url) = std::env::var(ENV_REGISTRY).ok().filter(|v| !v.is_empty()) {
-        match crate::registry_url::RegistryUrl::parse(&url) {
+        match shardjob::registry_url::RegistryUrl::parse(&url) {
             Ok(url) => writeln!(
                 out,
                 "# registry: {url} (from {ENV_REGISTRY}, which `run` uses unless --registry is \
@@ -531,9 +531,9 @@ struct RunPlan {
     /// Where the dump port listens, if the file turns it on.
     dump: Option<std::net::SocketAddr>,
     /// Where the metrics endpoint listens: `--metrics`, else the file's.
-    metrics: Option<crate::metrics::MetricsAddr>,
-    registry: crate::registry_url::RegistryUrl,
-    connect: crate::registry_url::ConnectOptions,
+    metrics: Option<shardjob::metrics::MetricsAddr>,
+    registry: shardjob::registry_url::RegistryUrl,
+    connect: shardjob::registry_url::ConnectOptions,
     #[cfg_attr(not(feature = "history"), allow(dead_code))]
     tracing: Option<crate::jobfile::tracing::FileTracing>,
 }
@@ -542,7 +542,7 @@ struct RunPlan {
 /// `SHARDJOB_REGISTRY`, else the file's `regCenter`; none is an error. Credentials from the
 /// environment fill a URL without them. Warnings go to the log and to `out`.
 fn plan_run(args: &RunArgs, out: &mut dyn Write) -> Result<Result<RunPlan, String>, CliError> {
-    use crate::registry_url::{ConnectOptions, ENV_PASSWORD, ENV_USER, RegistryUrl};
+    use shardjob::registry_url::{ConnectOptions, ENV_PASSWORD, ENV_USER, RegistryUrl};
     let file = match load_job_file(&args.file) {
         Ok(file) => file,
         Err(e) => return Ok(Err(e)),
@@ -662,8 +662,6 @@ fn demo(args: &DemoArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
 pub const RUN_SESSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
-    use crate::jobfile::FileJobKind;
-
     let plan = match plan_run(args, out)? {
         Ok(plan) => plan,
         Err(e) => return Ok(Err(e)),
@@ -690,7 +688,7 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
                 return Ok(Err(format!("shardjob: {why} while connecting to the registry: stopped")));
             }
         };
-        let mut builder = crate::runtime::Scheduler::builder()
+        let mut builder = shardjob::runtime::Scheduler::builder()
             .registry(client)
             .registry_name(registry_name(registry));
         if let Some(id) = instance_id {
@@ -711,10 +709,10 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
             }
         }
         let count = plan.jobs.len();
-        for crate::jobfile::FileJob { config, kind } in plan.jobs {
-            builder = match kind {
-                FileJobKind::Script => builder.job(config, crate::jobs::ScriptJob),
-                FileJobKind::Http => builder.job(config, crate::jobs::HttpJob::new()),
+        for job in plan.jobs {
+            builder = match add_job(builder, job) {
+                Ok(builder) => builder,
+                Err(e) => return Ok(Err(e)),
             };
         }
         let handle = match builder.build().await {
@@ -749,9 +747,35 @@ fn run_jobs(args: &RunArgs, out: &mut dyn Write) -> Result<Outcome, CliError> {
     outcome
 }
 
+/// Adds a job of the file to the scheduler. A kind this build lacks never gets here (the
+/// file's reader refuses it); should it, it is refused again, never skipped.
+#[cfg_attr(
+    not(all(feature = "script", feature = "http")),
+    allow(unused_imports, unused_variables)
+)]
+fn add_job(
+    builder: shardjob::runtime::SchedulerBuilder,
+    job: crate::jobfile::FileJob,
+) -> Result<shardjob::runtime::SchedulerBuilder, String> {
+    use crate::jobfile::FileJobKind;
+    let crate::jobfile::FileJob { config, kind } = job;
+    match kind {
+        #[cfg(feature = "script")]
+        FileJobKind::Script => Ok(builder.job(config, shardjob::jobs::ScriptJob)),
+        #[cfg(feature = "http")]
+        FileJobKind::Http => Ok(builder.job(config, shardjob::jobs::HttpJob::new())),
+        #[allow(unreachable_patterns)]
+        other => Err(format!(
+            "error: job {}: this shardjob was built without its `{}` feature",
+            config.job_name,
+            other.feature()
+        )),
+    }
+}
+
 /// The registry as the log names it: scheme, servers and namespace (never credentials).
-fn registry_name(registry: &crate::registry_url::RegistryUrl) -> String {
-    use crate::registry_url::RegistryUrl;
+fn registry_name(registry: &shardjob::registry_url::RegistryUrl) -> String {
+    use shardjob::registry_url::RegistryUrl;
     match registry {
         RegistryUrl::Mem => "mem://".to_owned(),
         RegistryUrl::ZooKeeper {
@@ -776,7 +800,7 @@ pub const FORCED_LEAVE_BOUND: std::time::Duration = std::time::Duration::from_se
 /// SIGTERM or Ctrl-C meanwhile leaves at once (running items cancelled). The exit code: 0
 /// after a graceful leave, 1 after a leave at once or a failure.
 async fn stop_and_leave(
-    handle: &crate::runtime::SchedulerHandle,
+    handle: &shardjob::runtime::SchedulerHandle,
     mut signals: Signals,
     exit_after: Option<u64>,
     out: &mut dyn Write,

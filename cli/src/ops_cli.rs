@@ -22,7 +22,7 @@ use shardjob_core::registry::Registry;
 use shardjob_ops::{ConfigChange, ErrorKind, JobStatus, Ops, OpsError, Scope};
 
 use crate::cli::CliError;
-use crate::registry_url::{RegistryUrl, RegistryUrlError};
+use shardjob::registry_url::{RegistryUrl, RegistryUrlError};
 
 /// The environment variable that gives the registry URL when `--registry` is not given.
 pub const REGISTRY_ENV: &str = "SHARDJOB_REGISTRY";
