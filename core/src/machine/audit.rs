@@ -69,7 +69,7 @@ impl Machine {
         // A wake may come up to this much after the decision's time, as the wall clock drifts
         // (under a step) against the monotonic one between the decision and this check.
         let slack = CLOCK_STEP_MS.unsigned_abs() + 500;
-        let me = self.opts.instance_id.clone();
+        let me = Arc::clone(&self.me);
         for (id, j) in self.jobs.iter_mut() {
             if j.changed <= since && !recheck.contains(&id) {
                 continue;

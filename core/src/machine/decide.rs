@@ -15,7 +15,7 @@ impl Machine {
     }
 
     pub(crate) fn decide_with(&mut self, job: JobId, view: &JobView, now: Now) -> Action {
-        let me = self.opts.instance_id.clone();
+        let me = Arc::clone(&self.me);
         let session = self.session_id();
         let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;

@@ -75,7 +75,7 @@ impl Machine {
         view: &JobView,
         now: Now,
     ) -> Action {
-        let me = self.opts.instance_id.clone();
+        let me = Arc::clone(&self.me);
         let session = self.session_id();
         let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;

@@ -228,6 +228,8 @@ pub const RESHARD_PROGRESS_STEP: usize = 10_000;
 #[derive(Debug)]
 pub struct Machine {
     pub(crate) opts: MachineOptions,
+    /// This instance's id (as in `opts`), shared with decisions without a copy.
+    pub(crate) me: Arc<InstanceId>,
     pub(crate) strategies: BTreeMap<String, Arc<dyn ShardingStrategy>>,
     /// The registry session and the lease running items rely on.
     pub(crate) sess: SessionState,
@@ -261,6 +263,7 @@ impl Machine {
     /// A machine for one instance, with no jobs yet.
     pub fn new(opts: MachineOptions) -> Self {
         Self {
+            me: Arc::new(opts.instance_id.clone()),
             opts,
             strategies: BTreeMap::new(),
             sess: SessionState::default(),

@@ -37,9 +37,10 @@ impl Machine {
         sid: crate::registry::SessionId,
     ) -> Option<Action> {
         let j = self.jobs.get(&job)?;
+        // Asked on every decision, and nearly always empty: the transaction's own checks are
+        // made only once there is something to adopt.
         let mut groups: BTreeMap<RunKey, Vec<(ExecItem, Revision)>> = BTreeMap::new();
-        let mut ops = vec![TxnOp::Check(Check::Session(sid))];
-        ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
+        let mut ops = Vec::new();
         // Within the transaction limit; the next evaluation adopts the rest.
         let limit = j.txn_limit(&self.opts).unwrap_or(usize::MAX);
         let mut taken = 0usize;
@@ -117,6 +118,13 @@ impl Machine {
         if groups.is_empty() {
             return None;
         }
+        ops.splice(
+            0..0,
+            [
+                TxnOp::Check(Check::Session(sid)),
+                TxnOp::Check(Check::Exists(j.paths.instance(me))),
+            ],
+        );
         Some(Action::Txn(
             Purpose::Adopt(groups.into_iter().collect()),
             ops,
