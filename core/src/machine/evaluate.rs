@@ -39,6 +39,49 @@ impl Machine {
         self.evaluate_job(job, now);
         self.index_wake(job);
         self.note_change(job);
+        self.report_plan(job);
+    }
+
+    /// Reports what changed in the job's plan as this instance's view shows it: the items it
+    /// owns, and whether a re-shard is pending ([`MachineEvent::ItemsOwned`],
+    /// [`MachineEvent::ReshardingPending`]). A job whose subtree is not loaded reports nothing.
+    pub(crate) fn report_plan(&mut self, job: JobId) {
+        let me = Arc::clone(&self.me);
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        if j.phase == Phase::Waiting {
+            return;
+        }
+        let view = j.cache.view();
+        let pending = view.necessary.is_some();
+        if pending != j.necessary_reported {
+            j.necessary_reported = pending;
+            self.out
+                .push_back(Command::Event(MachineEvent::ReshardingPending {
+                    job: j.name().to_owned(),
+                    pending,
+                }));
+        }
+        // A plan not written yet (no item has an owner) is no news.
+        if j.owned_reported.is_none() && !view.items.values().any(|v| v.owner.is_some()) {
+            return;
+        }
+        let owned = view
+            .items
+            .iter()
+            .filter(|(_, v)| v.owner.as_ref() == Some(&*me))
+            .map(|(i, _)| *i);
+        if j.owned_reported.as_ref().is_some_and(|r| r.iter().copied().eq(owned.clone())) {
+            return;
+        }
+        let items: Vec<u32> = owned.collect();
+        j.owned_reported = Some(items.clone());
+        self.out
+            .push_back(Command::Event(MachineEvent::ItemsOwned {
+                job: j.name().to_owned(),
+                items,
+            }));
     }
 
     /// An evaluation by the safety sweep of a job that is not due: its decision should be

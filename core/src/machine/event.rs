@@ -30,6 +30,22 @@ pub enum MachineEvent {
         /// The local type.
         local: String,
     },
+    /// The items of the job this instance owns in the sharding plan changed (reported once the
+    /// plan gives an item to anyone; ascending).
+    ItemsOwned {
+        /// The job.
+        job: String,
+        /// The items.
+        items: Vec<u32>,
+    },
+    /// The job's leader set or cleared `leader/sharding/necessary`: while it is set, a re-shard
+    /// is pending, and streaming jobs stop fetching so that their items can move.
+    ReshardingPending {
+        /// The job.
+        job: String,
+        /// Whether the flag is set.
+        pending: bool,
+    },
     /// This instance became the job's leader.
     BecameLeader {
         /// The job.

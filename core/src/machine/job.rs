@@ -62,6 +62,10 @@ pub(crate) struct Job {
     pub(crate) necessary_seen: Option<u64>,
     /// Leaving the job, and why.
     pub(crate) leaving: Option<Leaving>,
+    /// The items owned here as last reported ([`MachineEvent::ItemsOwned`]).
+    pub(crate) owned_reported: Option<Vec<u32>>,
+    /// Whether a re-shard was pending as last reported ([`MachineEvent::ReshardingPending`]).
+    pub(crate) necessary_reported: bool,
     /// The session that owned this instance's node when the registry last showed it (in a
     /// watch event or a tree read, whether the cache took it or not): a deletion of the node
     /// seen in that same session is an operator's shutdown or the session's end, told apart by

@@ -408,6 +408,8 @@ impl Machine {
             registered_in: None,
             node_gone: None,
             leaving: None,
+            owned_reported: None,
+            necessary_reported: false,
             reported_corrupt: BTreeSet::new(),
             last_config_error: None,
             load_error: None,

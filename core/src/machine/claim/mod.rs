@@ -137,7 +137,9 @@ pub(crate) fn claims(
     let mut groups: ClaimGroups = BTreeMap::new();
 
     // Manual triggers.
-    let planned = (0..n).any(|i| view.items.get(&i).is_some_and(|v| v.owner.is_some()));
+    // A trigger waits for a complete plan: before the first one is written this instance owns
+    // nothing, and a plan with items not written yet would leave them out of the run.
+    let planned = (0..n).all(|i| view.items.get(&i).is_some_and(|v| v.owner.is_some()));
     let trigger = triggers::plan(
         &mine,
         j.triggers.front().map(String::as_str),

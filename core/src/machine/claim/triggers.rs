@@ -1,7 +1,8 @@
 //! Manual triggers: a queued trigger runs all of this instance's enabled items once, when none
 //! of them runs.
 //!
-//! Before the job has a plan at all the trigger waits for one, rather than running nothing. A
+//! Before the job's plan gives every item an owner the trigger waits for it, rather than running
+//! nothing, or a part of the items only. A
 //! trigger whose items take several transactions (a transaction limit) is remembered as a
 //! [`TriggerRun`] until all of them are claimed, with one fire time; scheduled fires wait for
 //! it meanwhile. Items of the trigger being run that moved away or were disabled meanwhile are
