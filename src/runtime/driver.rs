@@ -980,7 +980,6 @@ impl Driver {
         None
     }
 
-
     fn observe_tree(&mut self, job: &str, reply: &RegistryReply) {
         let RegistryReply::Tree(tree) = reply else {
             return;

@@ -404,7 +404,12 @@ pub(crate) fn bears_on_disabled(what: &JobNode) -> bool {
 impl Facts {
     /// The kept metadata of a node (`what` [`JobNode::parse`] says of its path), for the nodes
     /// whose metadata decisions read.
-    pub(crate) fn kept_stat(&self, view: &JobView, what: &JobNode, me: &InstanceId) -> Option<Stat> {
+    pub(crate) fn kept_stat(
+        &self,
+        view: &JobView,
+        what: &JobNode,
+        me: &InstanceId,
+    ) -> Option<Stat> {
         let version_only = |version: Version| Stat {
             version,
             ..UNKNOWN_STAT

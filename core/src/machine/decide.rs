@@ -4,7 +4,6 @@
 use super::*;
 
 impl Machine {
-
     pub(crate) fn decide(&mut self, job: JobId, now: Now) -> Action {
         let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
@@ -235,7 +234,6 @@ impl Machine {
         j.wake = wake.into_iter().min();
         Action::Nothing
     }
-
 }
 
 /// What [`Machine::evaluate`] decided for a job.
@@ -268,7 +266,12 @@ pub(crate) enum Gate<'v> {
 }
 
 impl Standing {
-    pub(crate) fn of(j: &Job, view: &JobView, me: &InstanceId, sid: crate::registry::SessionId) -> Self {
+    pub(crate) fn of(
+        j: &Job,
+        view: &JobView,
+        me: &InstanceId,
+        sid: crate::registry::SessionId,
+    ) -> Self {
         let i_lead = view.leader.as_deref() == Some(me.as_str())
             && j.cache
                 .leader()

@@ -1,7 +1,5 @@
 //! Errors of the operator commands.
 
-
-
 /// Errors of the operator commands.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MachineError {

@@ -4,7 +4,6 @@
 use super::*;
 
 impl Machine {
-
     pub(crate) fn backoff_of(&mut self, job: JobId, now: Now) -> u64 {
         let base = ms(self.opts.retry_backoff).max(1);
         let Some(j) = self.jobs.get_mut(&job) else {
@@ -15,8 +14,15 @@ impl Machine {
         now.mono.saturating_add(delay)
     }
 
-    pub(crate) fn failed(&mut self, job: Option<JobId>, purpose: &'static str, error: RegistryError) {
-        let job = job.and_then(|id| self.jobs.get(&id)).map(|j| j.name().to_owned());
+    pub(crate) fn failed(
+        &mut self,
+        job: Option<JobId>,
+        purpose: &'static str,
+        error: RegistryError,
+    ) {
+        let job = job
+            .and_then(|id| self.jobs.get(&id))
+            .map(|j| j.name().to_owned());
         self.out
             .push_back(Command::Event(MachineEvent::RegistryFailed {
                 job,
@@ -72,16 +78,18 @@ impl Machine {
             .iter()
             .filter(|(_, v)| v.owner.as_ref() == Some(&*me))
             .map(|(i, _)| *i);
-        if j.owned_reported.as_ref().is_some_and(|r| r.iter().copied().eq(owned.clone())) {
+        if j.owned_reported
+            .as_ref()
+            .is_some_and(|r| r.iter().copied().eq(owned.clone()))
+        {
             return;
         }
         let items: Vec<u32> = owned.collect();
         j.owned_reported = Some(items.clone());
-        self.out
-            .push_back(Command::Event(MachineEvent::ItemsOwned {
-                job: j.name().to_owned(),
-                items,
-            }));
+        self.out.push_back(Command::Event(MachineEvent::ItemsOwned {
+            job: j.name().to_owned(),
+            items,
+        }));
     }
 
     /// An evaluation by the safety sweep of a job that is not due: its decision should be
@@ -121,12 +129,31 @@ impl Machine {
         }
     }
 
-    /// Stops hosting a job: drops it and its entry in the wake index.
+    /// Stops hosting a job: drops it and its entry in the wake index. What was reported of its
+    /// plan is withdrawn: this instance owns none of its items, and no re-shard is pending here
+    /// (a job hosted again starts its reports afresh).
     pub(crate) fn forget_job(&mut self, job: JobId) {
-        if let Some(j) = self.jobs.remove(&job) {
-            if let Some(t) = j.wake_indexed {
-                self.timers.wakes.remove(&(t, job));
-            }
+        let Some(j) = self.jobs.remove(&job) else {
+            return;
+        };
+        if let Some(t) = j.wake_indexed {
+            self.timers.wakes.remove(&(t, job));
+        }
+        if planted!(self.opts, StalePlanReport) {
+            return;
+        }
+        if j.owned_reported.as_ref().is_some_and(|o| !o.is_empty()) {
+            self.out.push_back(Command::Event(MachineEvent::ItemsOwned {
+                job: j.name().to_owned(),
+                items: Vec::new(),
+            }));
+        }
+        if j.necessary_reported {
+            self.out
+                .push_back(Command::Event(MachineEvent::ReshardingPending {
+                    job: j.name().to_owned(),
+                    pending: false,
+                }));
         }
     }
 
@@ -184,5 +211,4 @@ impl Machine {
             }
         }
     }
-
 }

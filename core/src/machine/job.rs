@@ -219,7 +219,6 @@ impl Job {
         }
     }
 
-
     /// The most items one transaction of this job may touch, if limited.
     pub(crate) fn txn_limit(&self, opts: &MachineOptions) -> Option<usize> {
         let limit = match (opts.max_txn_items, self.txn_items) {

@@ -174,7 +174,11 @@ impl Machine {
             return;
         };
         if !j.running.is_empty() {
-            j.wake = j.leaving.and_then(|l| l.deadline).or(self.shutdown).filter(|d| *d > now.mono);
+            j.wake = j
+                .leaving
+                .and_then(|l| l.deadline)
+                .or(self.shutdown)
+                .filter(|d| *d > now.mono);
             return;
         }
         let reason = match (&j.load_error, j.last_reload) {

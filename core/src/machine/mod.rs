@@ -144,9 +144,9 @@ mod job_view;
 mod options;
 mod time;
 
+use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
-use chrono::{DateTime, Utc};
 
 use crate::config::{JobConfig, Strictness};
 use crate::instance::{DELIMITER, InstanceId};
@@ -160,14 +160,12 @@ use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_or
 use cache::{Cache, Dir};
 pub use error::MachineError;
 pub use event::MachineEvent;
-pub use io::{
-    CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec,
-};
+pub use io::{CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec};
 use job_view::JobView;
 pub use options::MachineOptions;
 use record::{ItemRecord, RunKind, RunRecord, StartRecord};
 pub use time::Now;
-use time::{ms, wall_offset, waiting};
+use time::{ms, waiting, wall_offset};
 
 /// Whether a planted bug is switched on; always `false` without the `plant-bugs` feature.
 #[cfg(feature = "plant-bugs")]
@@ -208,8 +206,8 @@ pub use audit::{AuditMark, LateWake};
 use claim::*;
 use clock::*;
 use decide::*;
-use execution::*;
 use execution::adopt::*;
+use execution::*;
 use job::*;
 use leader::LeaderState;
 use leader::housekeeping::*;
@@ -358,7 +356,9 @@ impl Machine {
 
     /// Whether the job is registered and runs here.
     pub fn is_active(&self, job: &str) -> bool {
-        self.jobs.named(job).is_some_and(|j| j.phase == Phase::Active)
+        self.jobs
+            .named(job)
+            .is_some_and(|j| j.phase == Phase::Active)
     }
 
     /// Starts hosting a job. Its configuration is validated first.
@@ -521,4 +521,3 @@ impl Machine {
 
     // ----- session -----
 }
-

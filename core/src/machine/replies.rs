@@ -178,7 +178,6 @@ impl Machine {
             ErrorClass::LostSession => {}
         }
     }
-
 }
 
 impl Machine {

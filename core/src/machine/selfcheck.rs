@@ -54,7 +54,10 @@ impl Machine {
                     .get(&id)
                     .is_some_and(|p| p.epoch == self.sess.epoch);
                 if !flying {
-                    out.push(format!("{name}: waits for {:?}, which is not in flight", j.wait));
+                    out.push(format!(
+                        "{name}: waits for {:?}, which is not in flight",
+                        j.wait
+                    ));
                 }
             }
             if j.loading() && j.phase != Phase::Waiting {
@@ -62,11 +65,7 @@ impl Machine {
             }
         }
         for (t, id) in &self.timers.wakes {
-            if self
-                .jobs
-                .get(id)
-                .is_none_or(|j| j.wake_indexed != Some(*t))
-            {
+            if self.jobs.get(id).is_none_or(|j| j.wake_indexed != Some(*t)) {
                 out.push(format!("{id:?}: a stale wake {t} in the index"));
             }
         }

@@ -105,7 +105,8 @@ impl Machine {
             // The nodes of the lost session are gone with it.
             job.unsure = false;
         }
-        self.requests.pending
+        self.requests
+            .pending
             .retain(|_, p| matches!(p.purpose, Purpose::Complete(_)));
         if self.shutdown.is_some() {
             // Nothing left to leave: the session took the instance nodes with it.
@@ -144,9 +145,7 @@ impl Machine {
     /// cancelled nor finished. Only then is the lease's deadline a timer (a run that ended and
     /// waits for its completion to be recorded has nothing left to stop).
     pub(crate) fn lease_guards_runs(&self) -> bool {
-        self.executions
-            .values()
-            .any(Exec::may_run)
+        self.executions.values().any(Exec::may_run)
     }
 
     pub(crate) fn check_lease(&mut self, now: Now) {

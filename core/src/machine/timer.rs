@@ -81,8 +81,7 @@ impl Machine {
         let lease = (!self.sess.in_doubt && guards)
             .then(|| self.lease_deadline())
             .flatten();
-        let clock = (!self.jobs.is_empty())
-            .then(|| self.clock.seen.saturating_add(CLOCK_WATCH_MS));
+        let clock = (!self.jobs.is_empty()).then(|| self.clock.seen.saturating_add(CLOCK_WATCH_MS));
         let at = |t: Option<u64>, timer: Timer| t.map(|t| (t, timer));
         [
             at(self.timers.wakes.first().map(|(t, _)| *t), Timer::Wake),
@@ -177,7 +176,8 @@ impl Machine {
             self.timers.retries.remove(&(t, id));
             // Entries of executions that are gone or were rescheduled are stale: skipped.
             match self.executions.get_mut(&id) {
-                Some(e) if matches!(e.life, Life::Ended { recording: Recording::Retry { at }, .. } if at == t) => {
+                Some(e) if matches!(e.life, Life::Ended { recording: Recording::Retry { at }, .. } if at == t) =>
+                {
                     e.set_recording(Recording::Unsent);
                 }
                 _ => continue,

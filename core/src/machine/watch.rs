@@ -69,13 +69,10 @@ impl Machine {
             || j.running.contains_key(&i)
             || self.shutdown.is_some()
             || !view.corrupt.is_empty()
-            || view
-                .leader
-                .as_deref()
-                .is_none_or(|l| {
-                    l == me.as_str()
-                        && j.leader.as_ref().and_then(|lead| lead.idle) != Some(j.cache.plan_version)
-                })
+            || view.leader.as_deref().is_none_or(|l| {
+                l == me.as_str()
+                    && j.leader.as_ref().and_then(|lead| lead.idle) != Some(j.cache.plan_version)
+            })
         {
             return true;
         }

@@ -126,8 +126,15 @@ mod tests {
         let mine_b = share(&orphans, &candidates, "j", &b);
         assert!(mine_a.is_disjoint(&mine_b));
         let all: BTreeSet<u32> = mine_a.union(&mine_b).copied().collect();
-        assert_eq!(all, orphans.into_iter().collect(), "every orphan is someone's share");
-        assert!(share(&orphans, &[], "j", &a).is_empty(), "no candidate, no share");
+        assert_eq!(
+            all,
+            orphans.into_iter().collect(),
+            "every orphan is someone's share"
+        );
+        assert!(
+            share(&orphans, &[], "j", &a).is_empty(),
+            "no candidate, no share"
+        );
 
         let seen = BTreeMap::from([(3, 1_000)]);
         #[rustfmt::skip]
@@ -148,7 +155,11 @@ mod tests {
             assert_eq!(got.take, take, "{what}: taken");
             assert_eq!(got.wake, wake, "{what}: wake");
             assert_eq!(got.seen.len(), 3, "{what}: every orphan is remembered");
-            assert_eq!(got.seen.get(&3), Some(&1_000), "{what}: the first sight stays");
+            assert_eq!(
+                got.seen.get(&3),
+                Some(&1_000),
+                "{what}: the first sight stays"
+            );
         }
     }
 }

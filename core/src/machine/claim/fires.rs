@@ -215,7 +215,11 @@ mod tests {
         ];
         for (what, config, item, now, want) in cases {
             let mut memo = FireMemo::default();
-            assert_eq!(plan_item(item, &rules(config), now, &mut memo), want, "{what}");
+            assert_eq!(
+                plan_item(item, &rules(config), now, &mut memo),
+                want,
+                "{what}"
+            );
         }
     }
 

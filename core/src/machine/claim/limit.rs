@@ -54,7 +54,11 @@ mod tests {
         for (limit, own, failover) in cases {
             let (o, f) = within(limit, due.clone());
             assert_eq!(o, own.iter().copied().collect(), "limit {limit}: own");
-            assert_eq!(f, failover.iter().copied().collect(), "limit {limit}: failover");
+            assert_eq!(
+                f,
+                failover.iter().copied().collect(),
+                "limit {limit}: failover"
+            );
         }
     }
 }

@@ -11,7 +11,6 @@ pub(crate) mod triggers;
 use fires::{FireRules, FireStep, ItemFires};
 use triggers::{Dequeue, TriggerItems};
 
-
 /// A fire and why it runs: what groups items into one execution.
 pub(crate) type RunKey = (i64, RunKind);
 
@@ -103,7 +102,11 @@ impl TriggerItems for Items<'_> {
     }
     fn running(&self, item: u32) -> bool {
         self.running.contains_key(&item)
-            || self.view.items.get(&item).is_some_and(|v| v.running.is_some())
+            || self
+                .view
+                .items
+                .get(&item)
+                .is_some_and(|v| v.running.is_some())
     }
 }
 
@@ -194,7 +197,10 @@ pub(crate) fn claims(
             };
             match fires::plan_item(item, &rules, now_ms, memo) {
                 FireStep::Claim { fire, kind } => {
-                    groups.entry((fire, kind)).or_default().push((i, v.record.clone()));
+                    groups
+                        .entry((fire, kind))
+                        .or_default()
+                        .push((i, v.record.clone()));
                 }
                 FireStep::WakeAt(at) => wake.push(now.mono_at(at)),
                 FireStep::Nothing => {}
@@ -236,13 +242,11 @@ pub(crate) fn claims(
             };
             let run = match (r.run.clone(), r.done, v.owner.clone()) {
                 (Some(run), _, _) => run,
-                (None, Some(done), Some(owner)) if planted!(opts, FailoverFinished) => {
-                    RunRecord {
-                        fire: done,
-                        kind: RunKind::Scheduled,
-                        instance: owner,
-                    }
-                }
+                (None, Some(done), Some(owner)) if planted!(opts, FailoverFinished) => RunRecord {
+                    fire: done,
+                    kind: RunKind::Scheduled,
+                    instance: owner,
+                },
                 _ => continue,
             };
             // Our own items of this job may also be due; they are claimed separately.
@@ -282,9 +286,8 @@ pub(crate) fn claims(
         }
     }
 
-    let action = (!groups.is_empty() || !failover_items.is_empty()).then(|| {
-        claim_txn(j, config, cx, groups, trigger_param, failover_items)
-    });
+    let action = (!groups.is_empty() || !failover_items.is_empty())
+        .then(|| claim_txn(j, config, cx, groups, trigger_param, failover_items));
     ClaimDecision {
         action,
         mine,

@@ -88,7 +88,12 @@ pub(crate) fn plan(
     }
     // Held, or running (another kind of run, or one not recorded yet): waits.
     let due = match &run {
-        Some(r) if !held => r.items.iter().copied().filter(|i| !items.running(*i)).collect(),
+        Some(r) if !held => r
+            .items
+            .iter()
+            .copied()
+            .filter(|i| !items.running(*i))
+            .collect(),
         _ => Vec::new(),
     };
     TriggerPlan { run, dequeue, due }
@@ -152,9 +157,20 @@ mod tests {
             ("a run left with nothing is over, and the next starts", items(&[3], &[], &[]), Some("p"), Some(run(&[1])), true, false, Some(started(&[3])), Dequeue::First, vec![3]),
             ("a run under way waits while held", items(&[0], &[], &[]), None, Some(run(&[0])), true, true, Some(run(&[0])), Dequeue::Nothing, vec![]),
         ];
-        for (what, items, queued, under_way, planned, held, want_run, want_dequeue, want_due) in cases {
+        for (what, items, queued, under_way, planned, held, want_run, want_dequeue, want_due) in
+            cases
+        {
             let mine: Vec<u32> = (0..6).filter(|i| items.mine(*i)).collect();
-            let got = plan(&mine, queued, under_way.as_ref(), &items, planned, held, 100, false);
+            let got = plan(
+                &mine,
+                queued,
+                under_way.as_ref(),
+                &items,
+                planned,
+                held,
+                100,
+                false,
+            );
             assert_eq!(got.run, want_run, "{what}: the run");
             assert_eq!(got.dequeue, want_dequeue, "{what}: the queue");
             assert_eq!(got.due, want_due, "{what}: the items due");

@@ -108,7 +108,10 @@ impl Machine {
             }
             RegistryReply::Failed(error) => {
                 let class = error.class();
-                let sent = self.executions.get(&id).map(|e| (e.job, e.sending().unwrap_or(0)));
+                let sent = self
+                    .executions
+                    .get(&id)
+                    .map(|e| (e.job, e.sending().unwrap_or(0)));
                 if let Some((job, units)) = sent {
                     if self.split_on_too_large(job, &error, units) {
                         if let Some(e) = self.executions.get_mut(&id) {

@@ -107,11 +107,13 @@ impl Machine {
                 // The claim succeeded, but too late to be sure of the session for long
                 // enough: do not start; record the end at once so the markers go.
                 let exec_items = items.into_iter().map(|(i, _)| i).collect();
-                let id = self.insert_execution(job, claim.fire, false, exec_items, Life::NEVER_STARTED);
+                let id =
+                    self.insert_execution(job, claim.fire, false, exec_items, Life::NEVER_STARTED);
                 self.send_completion(id, now);
                 continue;
             }
-            self.start_execution(job,
+            self.start_execution(
+                job,
                 claim.fire,
                 claim.kind,
                 claim.counts_as_fire,
