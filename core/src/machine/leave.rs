@@ -144,7 +144,7 @@ impl Machine {
                 .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
             return Action::Nothing;
         }
-        return Action::Txn(Purpose::Leave, ops);
+        Action::Txn(Purpose::Leave, ops)
     }
 
     /// An operator shut the job down here (see [`MachineEvent::OperatorShutdown`]): leave it

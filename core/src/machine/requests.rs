@@ -81,6 +81,30 @@ pub(crate) fn last_revision(results: &[TxnOpResult]) -> Option<Revision> {
         .max()
 }
 
+impl Machine {
+    pub(crate) fn request(
+        &mut self,
+        job: Option<JobId>,
+        purpose: Purpose,
+        op: RegistryOp,
+        now: Now,
+    ) -> RequestId {
+        self.requests.next += 1;
+        let id = RequestId(self.requests.next);
+        self.requests.pending.insert(
+            id,
+            Pending {
+                epoch: self.sess.epoch,
+                sent: now.mono,
+                job,
+                purpose,
+            },
+        );
+        self.out.push_back(Command::Registry { id, op });
+        id
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,29 +132,5 @@ mod tests {
         assert_eq!(written_version(&results, 3), None);
         assert_eq!(written_version(&results, 4), None);
         assert_eq!(last_revision(&results), Some(Revision(4)));
-    }
-}
-
-impl Machine {
-    pub(crate) fn request(
-        &mut self,
-        job: Option<JobId>,
-        purpose: Purpose,
-        op: RegistryOp,
-        now: Now,
-    ) -> RequestId {
-        self.requests.next += 1;
-        let id = RequestId(self.requests.next);
-        self.requests.pending.insert(
-            id,
-            Pending {
-                epoch: self.sess.epoch,
-                sent: now.mono,
-                job,
-                purpose,
-            },
-        );
-        self.out.push_back(Command::Registry { id, op });
-        id
     }
 }

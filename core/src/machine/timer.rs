@@ -200,7 +200,7 @@ impl Machine {
             sweep.at = Some(now.mono.saturating_add(1));
             return Vec::new();
         }
-        if !sweep.at.is_some_and(|t| t <= now.mono) {
+        if sweep.at.is_none_or(|t| t > now.mono) {
             return Vec::new();
         }
         let chunk = sweep.left.min(SWEEP_CHUNK);

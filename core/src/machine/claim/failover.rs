@@ -138,6 +138,7 @@ mod tests {
 
         let seen = BTreeMap::from([(3, 1_000)]);
         #[rustfmt::skip]
+        #[allow(clippy::type_complexity)]
         let cases: Vec<(&str, BTreeSet<u32>, u64, Vec<u32>, Option<u64>)> = vec![
             ("my share at once; the others wait", BTreeSet::from([5]), 1_500, vec![5], Some(3_000)),
             ("past the delay of the one seen first", BTreeSet::from([5]), 3_000, vec![3, 5], Some(5_000)),

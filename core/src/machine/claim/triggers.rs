@@ -49,6 +49,8 @@ pub(crate) enum Dequeue {
 /// The trigger decision. `mine` are the items this instance owns (ascending), `queued` the
 /// parameter of the first trigger queued, if any, `run` the trigger run under way; `planned` says the job has a plan,
 /// `held` that new runs wait for a re-shard; `now_ms` is a new run's fire time.
+// A pure decision takes each of its inputs by name, as its table-driven tests give them.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn plan(
     mine: &[u32],
     queued: Option<&str>,
@@ -145,6 +147,7 @@ mod tests {
             items: it.iter().copied().collect(),
         };
         #[rustfmt::skip]
+        #[allow(clippy::type_complexity)]
         let cases: Vec<(&str, Items, Option<&str>, Option<TriggerRun>, bool, bool, Option<TriggerRun>, Dequeue, Vec<u32>)> = vec![
             ("a queued trigger runs every enabled item of mine", items(&[0, 2, 4], &[2], &[]), Some("p"), None, true, false, Some(started(&[0, 4])), Dequeue::First, vec![0, 4]),
             ("it waits while one of my items runs", items(&[0, 2], &[], &[2]), Some("p"), None, true, false, None, Dequeue::Nothing, vec![]),
