@@ -38,7 +38,7 @@ use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::{ItemRecord, RunKind};
 use shardjob_core::machine::{
     Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine, MachineError,
-    MachineOptions, Now,
+    MachineOptions, Mono, Now,
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
@@ -387,7 +387,7 @@ impl Cluster {
             .and_then(DateTime::<Utc>::from_timestamp_millis)
             .unwrap_or(self.wall_origin);
         Now {
-            mono: self.now,
+            mono: Mono(self.now),
             wall,
         }
     }
@@ -395,7 +395,7 @@ impl Cluster {
     /// The true wall time now.
     pub fn time(&self) -> Now {
         Now {
-            mono: self.now,
+            mono: Mono(self.now),
             wall: self.wall_origin + chrono::Duration::milliseconds(self.now as i64),
         }
     }
@@ -1394,7 +1394,7 @@ impl Cluster {
             // busy loop): after a simulated second of it, that is a violation, said once.
             // From then on the node is woken once a second only, so that the world goes on.
             let node = &mut self.nodes[n];
-            if node.machine.poll_timeout().is_some_and(|t| t <= now) {
+            if node.machine.poll_timeout().is_some_and(|t| t.ms() <= now) {
                 node.due_streak = node.due_streak.saturating_add(1);
                 if node.due_streak >= BUSY_TIMER_STEPS {
                     node.timer = Some(Some(now.saturating_add(1_000)));

@@ -15,7 +15,7 @@ use shardjob_core::config::ExecutorType;
 use shardjob_core::layout::{ItemLeaf, JobNode, JobPaths};
 use shardjob_core::machine::{
     CancelReason, Command, Execution, ExecutionId, ItemOutcome, JobSpec, Machine, MachineError,
-    MachineEvent, Now,
+    MachineEvent, Mono, Now,
 };
 use shardjob_core::registry::{
     self, ErrorClass, EventStream, NodePath, Registry, RegistryEvent, RegistryOp, RegistryReply,
@@ -62,14 +62,14 @@ impl Clock {
 
     pub(crate) fn now(&self) -> Now {
         Now {
-            mono: u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX),
+            mono: Mono(u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)),
             wall: Utc::now(),
         }
     }
 
-    /// The instant at which `mono` will read `ms`.
-    fn instant_at(&self, ms: u64) -> Instant {
-        self.origin + Duration::from_millis(ms)
+    /// The instant at which `mono` will read `at`.
+    fn instant_at(&self, at: Mono) -> Instant {
+        self.origin + Duration::from_millis(at.ms())
     }
 }
 
@@ -234,7 +234,7 @@ pub(crate) struct Driver {
     /// During a graceful shutdown: when it began, and when to say again what it waits for.
     leaving: Option<(Instant, Instant)>,
     /// The `mono` of the last `handle_timeout`, so a timer that stays due cannot spin.
-    last_timeout: Option<u64>,
+    last_timeout: Option<Mono>,
     closed: bool,
     /// Jobs whose leader node changed since the metrics last looked (the leader gauge).
     leader_touched: BTreeSet<String>,
@@ -455,7 +455,7 @@ impl Driver {
     fn timer_deadline(&self) -> Option<Deadline> {
         let t = self.machine.poll_timeout()?;
         let t = match self.last_timeout {
-            Some(last) if t <= last => last.saturating_add(1),
+            Some(last) if t <= last => last.after(1),
             _ => t,
         };
         let at = self.clock.instant_at(t);

@@ -13,9 +13,9 @@ pub struct LateWake {
     /// The job.
     pub job: String,
     /// The job's wake (monotonic ms), if any.
-    pub wake: Option<u64>,
+    pub wake: Option<Mono>,
     /// When its decision wants it evaluated (monotonic ms; now if it would claim at once).
-    pub wanted: u64,
+    pub wanted: Mono,
 }
 
 /// Where a [`Machine::late_wakes`] audit left off, so that the next one can skip the jobs
@@ -76,7 +76,7 @@ impl Machine {
             }
             // Something under way decides on the job again soon: looked at again next time,
             // in case it does not.
-            if j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
+            if j.wake.is_some_and(|w| w <= now.mono.after(slack))
                 || j.wait != Wait::Idle
                 || self.sess.waiters.contains(&id)
             {
@@ -117,9 +117,7 @@ impl Machine {
                 wake.into_iter().min()
             };
             if let Some(wanted) = wanted {
-                if j.wake
-                    .is_none_or(|w| w > wanted.max(now.mono).saturating_add(slack))
-                {
+                if j.wake.is_none_or(|w| w > wanted.max(now.mono).after(slack)) {
                     late.push(LateWake {
                         job: j.name().to_owned(),
                         wake: j.wake,

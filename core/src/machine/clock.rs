@@ -12,7 +12,7 @@ pub(crate) struct ClockWatch {
     /// The wall clock's offset at the last input, step or not (for [`Machine::late_wakes`]).
     pub(crate) last: Option<i64>,
     /// When the machine last compared the clocks (monotonic ms).
-    pub(crate) seen: u64,
+    pub(crate) seen: Mono,
 }
 
 /// How far (ms) the wall clock may drift against the monotonic one before the machine treats

@@ -139,14 +139,14 @@ impl Machine {
             }
         }
 
-        let mut wake: Vec<u64> = Vec::new();
+        let mut wake: Vec<Mono> = Vec::new();
 
         // Reconcile: reload the subtree every interval, so a change whose event was lost
         // cannot leave this instance acting on a stale view for long.
         let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
         if interval > 0 {
             if let Some(last) = j.last_reload {
-                let due = last.saturating_add(interval);
+                let due = last.after(interval);
                 if now.mono >= due {
                     self.start_load(job, now);
                     return Action::Nothing;

@@ -4,14 +4,14 @@
 use super::*;
 
 impl Machine {
-    pub(crate) fn backoff_of(&mut self, job: JobId, now: Now) -> u64 {
+    pub(crate) fn backoff_of(&mut self, job: JobId, now: Now) -> Mono {
         let base = ms(self.opts.retry_backoff).max(1);
         let Some(j) = self.jobs.get_mut(&job) else {
-            return now.mono + base;
+            return now.mono.after(base);
         };
         let delay = base << j.backoff.min(4);
         j.backoff = j.backoff.saturating_add(1);
-        now.mono.saturating_add(delay)
+        now.mono.after(delay)
     }
 
     pub(crate) fn failed(

@@ -55,11 +55,11 @@ pub(crate) struct Job {
     /// The most items per transaction learned from `TooLarge` refusals (see
     /// [`MachineOptions::max_txn_items`]).
     pub(crate) txn_items: Option<usize>,
-    pub(crate) orphan_seen: BTreeMap<u32, u64>,
+    pub(crate) orphan_seen: BTreeMap<u32, Mono>,
     /// When this instance first saw `leader/sharding/necessary` set (monotonic ms): new runs
     /// of the job are held from then until the flag clears, at most
     /// [`MachineOptions::reshard_wait`].
-    pub(crate) necessary_seen: Option<u64>,
+    pub(crate) necessary_seen: Option<Mono>,
     /// Leaving the job, and why.
     pub(crate) leaving: Option<Leaving>,
     /// The items owned here as last reported ([`MachineEvent::ItemsOwned`]).
@@ -79,10 +79,10 @@ pub(crate) struct Job {
     pub(crate) last_config_error: Option<String>,
     /// Why the last load of the subtree failed, until one succeeds.
     pub(crate) load_error: Option<String>,
-    pub(crate) last_reload: Option<u64>,
-    pub(crate) wake: Option<u64>,
+    pub(crate) last_reload: Option<Mono>,
+    pub(crate) wake: Option<Mono>,
     /// The `wake` entered in `Machine::wakes`.
-    pub(crate) wake_indexed: Option<u64>,
+    pub(crate) wake_indexed: Option<Mono>,
     /// Next fires already computed.
     pub(crate) fires: FireMemo,
     /// [`Machine::changes`] at the last change to the job's view or decision on it.
@@ -105,12 +105,12 @@ pub(crate) enum Wait {
         /// The revision of the write.
         revision: Revision,
         /// When to stop waiting and read the subtree again.
-        deadline: u64,
+        deadline: Mono,
     },
     /// A backoff after a failure, until then (monotonic ms).
     Backoff {
         /// Its end.
-        until: u64,
+        until: Mono,
     },
 }
 
@@ -121,7 +121,7 @@ pub(crate) struct Leaving {
     /// Why.
     pub(crate) cause: LeaveCause,
     /// When its grace ends (monotonic ms); `None`: at the instance's shutdown's.
-    pub(crate) deadline: Option<u64>,
+    pub(crate) deadline: Option<Mono>,
 }
 
 /// Why an instance leaves a job.
@@ -191,7 +191,7 @@ impl Job {
         {
             self.wait = Wait::Sync {
                 revision,
-                deadline: now.mono.saturating_add(timeout_ms),
+                deadline: now.mono.after(timeout_ms),
             };
         }
     }
@@ -202,7 +202,7 @@ impl Job {
     }
 
     /// Backs off until `until` (monotonic ms), unless a load is in flight: its reply decides.
-    pub(crate) fn back_off(&mut self, until: u64) {
+    pub(crate) fn back_off(&mut self, until: Mono) {
         if !self.loading() {
             self.wait = Wait::Backoff { until };
         }

@@ -164,7 +164,7 @@ pub use io::{CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun
 use job_view::JobView;
 pub use options::MachineOptions;
 use record::{ItemRecord, RunKind, RunRecord, StartRecord};
-pub use time::Now;
+pub use time::{Mono, Now};
 use time::{ms, waiting, wall_offset};
 
 /// Whether a planted bug is switched on; always `false` without the `plant-bugs` feature.
@@ -243,7 +243,7 @@ pub struct Machine {
     pub(crate) next_execution: u64,
     pub(crate) out: VecDeque<Command>,
     /// A graceful shutdown under way: its grace deadline (monotonic ms).
-    pub(crate) shutdown: Option<u64>,
+    pub(crate) shutdown: Option<Mono>,
     pub(crate) stopped: bool,
     /// Counts the changes to jobs' views and the decisions on them; [`Job::changed`] holds
     /// the count at each job's last one (so that an audit can skip the jobs it saw as they are).
@@ -441,7 +441,7 @@ impl Machine {
         if j.leaving.is_none() {
             j.leaving = Some(Leaving {
                 cause: LeaveCause::Removed,
-                deadline: Some(now.mono.saturating_add(ms(self.opts.shutdown_grace))),
+                deadline: Some(now.mono.after(ms(self.opts.shutdown_grace))),
             });
             self.noticing_clock(now, |m| m.evaluate(id, now));
         }
@@ -473,7 +473,7 @@ impl Machine {
         if self.shutdown.is_some() {
             return;
         }
-        let deadline = now.mono.saturating_add(ms(self.opts.shutdown_grace));
+        let deadline = now.mono.after(ms(self.opts.shutdown_grace));
         self.shutdown = Some(deadline);
         for job in self.jobs.values_mut() {
             job.leaving.get_or_insert(Leaving {

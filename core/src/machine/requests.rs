@@ -15,7 +15,7 @@ pub(crate) struct Requests {
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) epoch: u64,
-    pub(crate) sent: u64,
+    pub(crate) sent: Mono,
     pub(crate) job: Option<JobId>,
     pub(crate) purpose: Purpose,
 }

@@ -10,13 +10,13 @@ pub(crate) struct SessionState {
     /// Grows with every session (and every loss of one): replies of an older epoch are void.
     pub(crate) epoch: u64,
     /// Monotonic send time of the latest request whose success proved the session alive.
-    pub(crate) confirmed: Option<u64>,
+    pub(crate) confirmed: Option<Mono>,
     /// The session could not be confirmed within the lease: nothing starts until it is.
     pub(crate) in_doubt: bool,
     /// The probe in flight.
     pub(crate) probe: Option<RequestId>,
     /// When the last probe was sent (monotonic ms).
-    pub(crate) last_probe: u64,
+    pub(crate) last_probe: Mono,
     /// The number of the latest probe of the current session that succeeded (0: none).
     pub(crate) probe_ok: u64,
     /// Jobs to evaluate again once a probe confirms the session.
@@ -123,7 +123,7 @@ impl Machine {
         }
     }
 
-    pub(crate) fn lease_deadline(&self) -> Option<u64> {
+    pub(crate) fn lease_deadline(&self) -> Option<Mono> {
         let (Session::Live(info) | Session::Suspended(info)) = self.sess.state else {
             return None;
         };
@@ -134,7 +134,7 @@ impl Machine {
             1.0 - self.opts.safety_margin
         };
         let window = (ms(info.timeout) as f64 * share).max(0.0) as u64;
-        Some(confirmed.saturating_add(window))
+        Some(confirmed.after(window))
     }
 
     pub(crate) fn lease_valid(&self, now: Now) -> bool {
@@ -184,9 +184,13 @@ impl Machine {
 
     /// When the session should be confirmed again: a quarter timeout after the last
     /// confirmation (claims and completions confirm it too) or the last probe.
-    pub(crate) fn probe_due(&self, info: SessionInfo) -> u64 {
-        let last = self.sess.confirmed.unwrap_or(0).max(self.sess.last_probe);
-        last.saturating_add(ms(info.timeout) / 4)
+    pub(crate) fn probe_due(&self, info: SessionInfo) -> Mono {
+        let last = self
+            .sess
+            .confirmed
+            .unwrap_or_default()
+            .max(self.sess.last_probe);
+        last.after(ms(info.timeout) / 4)
     }
 
     pub(crate) fn probe_now(&mut self, now: Now) {

@@ -42,11 +42,11 @@ pub(crate) enum Timer {
 #[derive(Debug, Default)]
 pub(crate) struct Timers {
     /// Every job's `wake`, ordered, so the next timeout is found without visiting each job.
-    pub(crate) wakes: BTreeSet<(u64, JobId)>,
+    pub(crate) wakes: BTreeSet<(Mono, JobId)>,
     /// Executions whose completion is retried at a time (entries may be stale: checked).
-    pub(crate) retries: BTreeSet<(u64, ExecutionId)>,
+    pub(crate) retries: BTreeSet<(Mono, ExecutionId)>,
     /// Executions claimed ahead, by the monotonic time of their fire (entries may be stale).
-    pub(crate) starts: BTreeSet<(u64, ExecutionId)>,
+    pub(crate) starts: BTreeSet<(Mono, ExecutionId)>,
     /// The rolling safety sweep.
     pub(crate) sweep: Sweep,
 }
@@ -55,18 +55,18 @@ pub(crate) struct Timers {
 #[derive(Debug, Default)]
 pub(crate) struct Sweep {
     /// When the last slice began (monotonic ms).
-    pub(crate) last: u64,
+    pub(crate) last: Mono,
     /// The last job the sweep evaluated.
     pub(crate) cursor: Option<JobId>,
     /// Jobs of the current slice not evaluated yet.
     pub(crate) left: usize,
     /// When the rest of the slice is evaluated (set while `left > 0`).
-    pub(crate) at: Option<u64>,
+    pub(crate) at: Option<Mono>,
 }
 
 impl Machine {
     /// Every timer armed now, with when it is due.
-    pub(crate) fn armed(&self) -> [Option<(u64, Timer)>; 8] {
+    pub(crate) fn armed(&self) -> [Option<(Mono, Timer)>; 8] {
         let probe = match self.sess.state {
             Session::Live(info) if self.needs_probing() && self.sess.probe.is_none() => {
                 Some(self.probe_due(info))
@@ -81,8 +81,8 @@ impl Machine {
         let lease = (!self.sess.in_doubt && guards)
             .then(|| self.lease_deadline())
             .flatten();
-        let clock = (!self.jobs.is_empty()).then(|| self.clock.seen.saturating_add(CLOCK_WATCH_MS));
-        let at = |t: Option<u64>, timer: Timer| t.map(|t| (t, timer));
+        let clock = (!self.jobs.is_empty()).then(|| self.clock.seen.after(CLOCK_WATCH_MS));
+        let at = |t: Option<Mono>, timer: Timer| t.map(|t| (t, timer));
         [
             at(self.timers.wakes.first().map(|(t, _)| *t), Timer::Wake),
             at(self.timers.retries.first().map(|(t, _)| *t), Timer::Retry),
@@ -96,12 +96,12 @@ impl Machine {
     }
 
     /// The next timer due, and when.
-    pub(crate) fn next_timer(&self) -> Option<(u64, Timer)> {
+    pub(crate) fn next_timer(&self) -> Option<(Mono, Timer)> {
         self.armed().into_iter().flatten().min()
     }
 
     /// When the driver should call [`Machine::handle_timeout`] next (monotonic ms).
-    pub fn poll_timeout(&self) -> Option<u64> {
+    pub fn poll_timeout(&self) -> Option<Mono> {
         self.next_timer().map(|(t, _)| t)
     }
 
@@ -113,7 +113,7 @@ impl Machine {
     /// One [`Machine::handle_timeout`] hands out a bounded number of starts: while this is
     /// still at or before the time just handled, carrying out the commands and calling
     /// `handle_timeout` again at once starts the rest sooner than waiting for the next tick.
-    pub fn next_start(&self) -> Option<u64> {
+    pub fn next_start(&self) -> Option<Mono> {
         self.timers.starts.first().map(|(t, _)| *t)
     }
 
@@ -191,13 +191,13 @@ impl Machine {
     /// When runs were just handed out (`started`), the slice waits a millisecond.
     fn sweep_slice(&mut self, started: bool, now: Now) -> Vec<JobId> {
         let sweep = &mut self.timers.sweep;
-        if self.opts.safety_sweep && now.mono >= sweep.last.saturating_add(SWEEP_MS / 10) {
+        if self.opts.safety_sweep && now.mono >= sweep.last.after(SWEEP_MS / 10) {
             sweep.last = now.mono;
             sweep.left = self.jobs.len().div_ceil(10).max(1);
             sweep.at = Some(now.mono);
         }
         if started && sweep.left > 0 {
-            sweep.at = Some(now.mono.saturating_add(1));
+            sweep.at = Some(now.mono.after(1));
             return Vec::new();
         }
         if sweep.at.is_none_or(|t| t > now.mono) {
@@ -209,7 +209,7 @@ impl Machine {
         } else {
             sweep.left -= chunk;
         }
-        sweep.at = (sweep.left > 0).then(|| now.mono.saturating_add(1));
+        sweep.at = (sweep.left > 0).then(|| now.mono.after(1));
         let after = sweep.cursor.take();
         let next = self.jobs.after(after, chunk);
         self.timers.sweep.cursor = next.last().copied();

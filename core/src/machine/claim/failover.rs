@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::instance::InstanceId;
 use crate::machine::job_view::JobView;
+use crate::machine::time::Mono;
 use crate::sharding::{BuiltinStrategy, ShardingStrategy};
 
 /// The items of the job's first `n` whose recorded run is an orphan: its marker is gone and no
@@ -75,9 +76,9 @@ pub(crate) struct FailoverPlan {
     /// The orphans to claim now, ascending.
     pub(crate) take: Vec<u32>,
     /// When each orphan was first seen (monotonic ms): the takeover delay counts from it.
-    pub(crate) seen: BTreeMap<u32, u64>,
+    pub(crate) seen: BTreeMap<u32, Mono>,
     /// The earliest takeover of an orphan that is not this instance's share, if any waits.
-    pub(crate) wake: Option<u64>,
+    pub(crate) wake: Option<Mono>,
 }
 
 /// Which orphans this instance claims at `now` (monotonic ms): its share at once, the others
@@ -85,9 +86,9 @@ pub(crate) struct FailoverPlan {
 pub(crate) fn plan(
     orphans: &[u32],
     mine: &BTreeSet<u32>,
-    seen: &BTreeMap<u32, u64>,
+    seen: &BTreeMap<u32, Mono>,
     delay: u64,
-    now: u64,
+    now: Mono,
 ) -> FailoverPlan {
     let mut plan = FailoverPlan {
         take: Vec::new(),
@@ -97,7 +98,7 @@ pub(crate) fn plan(
     for &i in orphans {
         let first = seen.get(&i).copied().unwrap_or(now);
         plan.seen.insert(i, first);
-        let takeover = first.saturating_add(delay);
+        let takeover = first.after(delay);
         if !mine.contains(&i) && now < takeover {
             plan.wake = Some(plan.wake.map_or(takeover, |w| w.min(takeover)));
             continue;
@@ -136,7 +137,7 @@ mod tests {
             "no candidate, no share"
         );
 
-        let seen = BTreeMap::from([(3, 1_000)]);
+        let seen = BTreeMap::from([(3, Mono(1_000))]);
         #[rustfmt::skip]
         #[allow(clippy::type_complexity)]
         let cases: Vec<(&str, BTreeSet<u32>, u64, Vec<u32>, Option<u64>)> = vec![
@@ -149,16 +150,16 @@ mod tests {
             // Orphans not seen before are first seen now.
             let mut seen = seen.clone();
             if now >= 3_000 {
-                seen.entry(5).or_insert(3_000);
-                seen.entry(8).or_insert(3_000);
+                seen.entry(5).or_insert(Mono(3_000));
+                seen.entry(8).or_insert(Mono(3_000));
             }
-            let got = plan(&orphans, &mine, &seen, 2_000, now);
+            let got = plan(&orphans, &mine, &seen, 2_000, Mono(now));
             assert_eq!(got.take, take, "{what}: taken");
-            assert_eq!(got.wake, wake, "{what}: wake");
+            assert_eq!(got.wake, wake.map(Mono), "{what}: wake");
             assert_eq!(got.seen.len(), 3, "{what}: every orphan is remembered");
             assert_eq!(
                 got.seen.get(&3),
-                Some(&1_000),
+                Some(&Mono(1_000)),
                 "{what}: the first sight stays"
             );
         }

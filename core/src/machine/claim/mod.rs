@@ -58,7 +58,7 @@ pub(crate) struct ClaimDecision {
     /// The trigger run after this decision, and what it takes off the queue.
     pub(crate) trigger: (Option<TriggerRun>, Dequeue),
     /// When each failover orphan was first seen (`None`: failover is off, nothing changes).
-    pub(crate) orphans_seen: Option<BTreeMap<u32, u64>>,
+    pub(crate) orphans_seen: Option<BTreeMap<u32, Mono>>,
 }
 
 impl Job {
@@ -122,7 +122,7 @@ pub(crate) fn claims(
     cx: &Ctx<'_>,
     held: bool,
     memo: &mut FireMemo,
-    wake: &mut Vec<u64>,
+    wake: &mut Vec<Mono>,
 ) -> ClaimDecision {
     let (me, opts, now) = (cx.me, cx.opts, cx.now);
     let n = config.sharding_total_count;
@@ -442,11 +442,11 @@ fn claim_txn(
 /// re-shard never stops the job. Looked at on every decision, whether or not the instance may
 /// claim, so that a flag seen again starts a new hold.
 pub(crate) fn hold_for_reshard(
-    seen: &mut Option<u64>,
+    seen: &mut Option<Mono>,
     necessary: bool,
     wait: u64,
     now: Now,
-    wake: &mut Vec<u64>,
+    wake: &mut Vec<Mono>,
 ) -> bool {
     if !necessary {
         *seen = None;

@@ -8,7 +8,7 @@ impl Machine {
         let Some(sid) = self.session_id() else {
             // Suspended: retry when reconnected (or lose it on expiry).
             if let Some(e) = self.executions.get_mut(&id) {
-                let t = now.mono.saturating_add(ms(self.opts.retry_backoff));
+                let t = now.mono.after(ms(self.opts.retry_backoff));
                 e.set_recording(Recording::Retry { at: t });
                 self.timers.retries.insert((t, id));
             }
@@ -126,7 +126,7 @@ impl Machine {
                         if let Some(e) = self.executions.get_mut(&id) {
                             let delay = ms(self.opts.retry_backoff) << e.backoff.min(4);
                             e.backoff += 1;
-                            let t = now.mono.saturating_add(delay);
+                            let t = now.mono.after(delay);
                             e.set_recording(Recording::Retry { at: t });
                             self.timers.retries.insert((t, id));
                         }

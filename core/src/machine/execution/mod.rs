@@ -61,7 +61,7 @@ pub(crate) enum Recording {
     /// To be sent again at this time (monotonic ms): a transient failure, or no session.
     Retry {
         /// When.
-        at: u64,
+        at: Mono,
     },
 }
 

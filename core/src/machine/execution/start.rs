@@ -201,8 +201,7 @@ impl Machine {
         // claimed again with the registry's own checks.
         let fresh = matches!(self.sess.state, Session::Live(_))
             && self.sess.confirmed.is_some_and(|c| {
-                now.mono.saturating_sub(c)
-                    <= ms(self.opts.claim_ahead).saturating_add(FRESH_VIEW_MS)
+                now.mono.since(c) <= ms(self.opts.claim_ahead).saturating_add(FRESH_VIEW_MS)
             });
         let lease_ok = self.lease_valid(now) && fresh;
         while let Some(&(t, id)) = self.timers.starts.first() {

@@ -15,15 +15,15 @@ pub(crate) fn housekeeping(
     sid: crate::registry::SessionId,
     limit: Option<usize>,
     now: Now,
-    wake: &mut Vec<u64>,
+    wake: &mut Vec<Mono>,
 ) -> Option<Action> {
     let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
     if interval == 0 {
         return None;
     }
     let last = *lead.last_housekeeping.get_or_insert(now.mono);
-    if now.mono < last.saturating_add(interval) {
-        wake.push(last.saturating_add(interval));
+    if now.mono < last.after(interval) {
+        wake.push(last.after(interval));
         return None;
     }
     let live_ips: BTreeSet<&str> = view.instances.iter().map(InstanceId::server_ip).collect();

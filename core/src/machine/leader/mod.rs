@@ -11,7 +11,7 @@ pub(crate) mod reshard;
 pub(crate) struct LeaderState {
     /// When the plan was first found to need a change (monotonic ms): the debounce, and the
     /// wait for running items to end, count from it.
-    pub(crate) wanted: Option<u64>,
+    pub(crate) wanted: Option<Mono>,
     /// The cache's [`Cache::plan_version`] at which the plan was last found to need nothing:
     /// until the plan's inputs change, a re-shard is not worked out again.
     pub(crate) idle: Option<u64>,
@@ -23,5 +23,5 @@ pub(crate) struct LeaderState {
     /// The re-shard being written in parts, as worked out for its first part.
     pub(crate) plan: Option<Box<ReshardPlan>>,
     /// When the last housekeeping ended (monotonic ms).
-    pub(crate) last_housekeeping: Option<u64>,
+    pub(crate) last_housekeeping: Option<Mono>,
 }

@@ -16,7 +16,7 @@ pub(crate) fn reshard(
     sid: crate::registry::SessionId,
     opts: &MachineOptions,
     now: Now,
-    wake: &mut Vec<u64>,
+    wake: &mut Vec<Mono>,
 ) -> Result<Option<Action>, String> {
     let n = config.sharding_total_count;
     // Fires change only the items' run markers and records: the plan needs nothing then, and
@@ -117,7 +117,7 @@ pub(crate) fn reshard(
         .collect();
     // The debounce above started `reshard_wanted`: the wait for running items counts from it.
     let wanted = lead.wanted.unwrap_or(now.mono);
-    let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
+    let wait_end = wanted.after(ms(opts.reshard_wait));
     let p = &j.paths;
     let mut ops = vec![
         TxnOp::Check(Check::Session(sid)),
@@ -343,7 +343,7 @@ pub(crate) fn next_part(
 ) -> Option<Action> {
     let debounced = lead
         .wanted
-        .is_some_and(|w| now.mono >= w.saturating_add(ms(opts.reshard_debounce)));
+        .is_some_and(|w| now.mono >= w.after(ms(opts.reshard_debounce)));
     let plain = debounced
         && view.running == 0
         && view.necessary.is_none()
