@@ -218,7 +218,7 @@ fn failures_at(
 
 /// Waits until every item of `job` is owned and the owners are `instances` distinct ones.
 async fn wait_for_plan(server: &MemServer, job: &str, items: u32, instances: usize) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
     loop {
         let owners: BTreeMap<u32, String> = server
             .dump()
@@ -277,7 +277,7 @@ async fn before_and_after_wrap_each_run_with_its_items() {
             .unwrap();
         handles.push(handle);
     }
-    eventually(30, "four runs with listeners, on both instances", || {
+    eventually(120, "four runs with listeners, on both instances", || {
         let afters: Vec<Call> = listener
             .calls()
             .into_iter()
@@ -414,7 +414,7 @@ async fn failing_and_panicking_listeners_do_not_stop_the_job() {
         .await
         .unwrap();
     let mut events = handle.subscribe();
-    eventually(30, "two whole fires of both jobs", || {
+    eventually(120, "two whole fires of both jobs", || {
         let mut fires: BTreeMap<DateTime<Utc>, BTreeSet<u32>> = BTreeMap::new();
         for r in runs.lock().unwrap().iter() {
             fires.entry(r.fire).or_default().insert(r.item);
@@ -666,7 +666,7 @@ async fn distribute_once_runs_once_per_fire_across_three_instances() {
     wait_for_plan(&server, "once", 6, 3).await;
     let settled = Utc::now();
     // Two whole fires more than a second after the plan settled and a second before now.
-    eventually(30, "two whole fires after the plan settled", || {
+    eventually(120, "two whole fires after the plan settled", || {
         let edge = Utc::now() - chrono::Duration::milliseconds(1000);
         let mut by_fire: BTreeMap<DateTime<Utc>, BTreeSet<u32>> = BTreeMap::new();
         for r in runs.lock().unwrap().iter() {
@@ -852,10 +852,10 @@ async fn distribute_once_times_out_when_an_instance_never_arrives() {
     for h in &handles {
         h.trigger("late", None).await.unwrap();
     }
-    eventually(30, "every item ran", || runs.lock().unwrap().len() == 3).await;
+    eventually(120, "every item ran", || runs.lock().unwrap().len() == 3).await;
     // Instance 3 arrives 4 s late: the others gave up after 1.5 s, and so does it.
     let mut failed = Vec::new();
-    eventually(30, "every instance's after round ended", || {
+    eventually(120, "every instance's after round ended", || {
         for (n, ev) in events.iter_mut().enumerate() {
             for f in failures(ev) {
                 failed.push((n + 1, f));
@@ -906,7 +906,7 @@ async fn distribute_once_times_out_when_an_instance_never_arrives() {
     for h in &handles {
         h.trigger("late", None).await.unwrap();
     }
-    eventually(30, "the second round", || {
+    eventually(120, "the second round", || {
         let rounds = once_per_round(&once);
         rounds.len() == 2
     })
@@ -942,7 +942,7 @@ async fn distribute_once_does_not_wait_for_disabled_items() {
     for h in &handles {
         h.trigger("partly", None).await.unwrap();
     }
-    eventually(30, "both once-hooks", || once_per_round(&once).len() == 2).await;
+    eventually(120, "both once-hooks", || once_per_round(&once).len() == 2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     for h in &handles {
         h.shutdown().await.unwrap();
@@ -998,7 +998,7 @@ async fn distribute_once_fails_at_once_when_the_claim_is_too_large() {
     // machine's claims are split to fit the limit too, so an instance may run its items in
     // several executions, each with its rounds.)
     let mut failed = Vec::new();
-    eventually(30, "every round failed", || {
+    eventually(120, "every round failed", || {
         for (n, ev) in events.iter_mut().enumerate() {
             for f in failures(ev) {
                 failed.push((n + 1, f));

@@ -51,7 +51,7 @@ fn run(m: &mut Machine, from: u64, until: u64, events: &mut Vec<MachineEvent>) -
             return Some(t);
         }
         let next = m.poll_timeout()?;
-        t = next.max(t + 1);
+        t = next.ms().max(t + 1);
         if t > until {
             return None;
         }

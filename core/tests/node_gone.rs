@@ -114,7 +114,7 @@ fn a_failed_probe_is_no_proof_that_the_session_outlived_its_node() {
         let (more, shut_down) = drain(&mut m);
         assert!(!shut_down, "a failed probe taken for proof at {t} ms");
         probes = more;
-        t = m.poll_timeout().expect("a wake").max(t + 1);
+        t = m.poll_timeout().expect("a wake").ms().max(t + 1);
         m.handle_timeout(now(t));
         let (more, shut_down) = drain(&mut m);
         assert!(!shut_down, "a failed probe taken for proof at {t} ms");
@@ -126,7 +126,7 @@ fn a_failed_probe_is_no_proof_that_the_session_outlived_its_node() {
     let id = probes
         .pop()
         .or_else(|| {
-            let t = m.poll_timeout()?;
+            let t = m.poll_timeout()?.ms();
             m.handle_timeout(now(t));
             drain(&mut m).0.pop()
         })

@@ -38,7 +38,7 @@ use shardjob_core::layout::{ItemLeaf, JobNode};
 use shardjob_core::machine::record::{ItemRecord, RunKind};
 use shardjob_core::machine::{
     Command, Execution, ExecutionId, ItemOutcome, JobSpec, LateWake, Machine, MachineError,
-    MachineOptions, Now,
+    MachineOptions, Mono, Now,
 };
 use shardjob_core::registry::{
     self, NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId,
@@ -387,7 +387,7 @@ impl Cluster {
             .and_then(DateTime::<Utc>::from_timestamp_millis)
             .unwrap_or(self.wall_origin);
         Now {
-            mono: self.now,
+            mono: Mono(self.now),
             wall,
         }
     }
@@ -395,7 +395,7 @@ impl Cluster {
     /// The true wall time now.
     pub fn time(&self) -> Now {
         Now {
-            mono: self.now,
+            mono: Mono(self.now),
             wall: self.wall_origin + chrono::Duration::milliseconds(self.now as i64),
         }
     }
@@ -840,7 +840,9 @@ impl Cluster {
         let origin = self.wall_origin.timestamp_millis();
         self.nodes[n].inputs += 1;
         self.nodes[n].timer = None;
-        // After every input: the machine's invariants and its cache's self-check.
+        // After every input: the machine's invariants and its cache's self-check (off only in
+        // a build that times the machine itself: see the `self-check` feature).
+        #[cfg(feature = "self-check")]
         for found in self.nodes[n].machine.self_check() {
             self.invariant_violations.push((self.now, n, found));
         }
@@ -1392,7 +1394,7 @@ impl Cluster {
             // busy loop): after a simulated second of it, that is a violation, said once.
             // From then on the node is woken once a second only, so that the world goes on.
             let node = &mut self.nodes[n];
-            if node.machine.poll_timeout().is_some_and(|t| t <= now) {
+            if node.machine.poll_timeout().is_some_and(|t| t.ms() <= now) {
                 node.due_streak = node.due_streak.saturating_add(1);
                 if node.due_streak >= BUSY_TIMER_STEPS {
                     node.timer = Some(Some(now.saturating_add(1_000)));

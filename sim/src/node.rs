@@ -290,9 +290,11 @@ impl Node {
     /// when it is handed something (every input is followed by the cluster's pump, which
     /// forgets the answer), so it is asked once per input instead of at every step of time.
     pub(crate) fn timer(&mut self, lag: impl FnOnce() -> u64) -> Option<u64> {
-        *self
-            .timer
-            .get_or_insert_with(|| self.machine.poll_timeout().map(|t| t.saturating_add(lag())))
+        *self.timer.get_or_insert_with(|| {
+            self.machine
+                .poll_timeout()
+                .map(|t| t.ms().saturating_add(lag()))
+        })
     }
 }
 

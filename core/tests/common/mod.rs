@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use shardjob_core::machine::{Command, JobSpec, Machine, MachineOptions, Now};
+use shardjob_core::machine::{Command, JobSpec, Machine, MachineOptions, Mono, Now};
 use shardjob_core::registry::{
     Node, NodePath, RegistryEvent, RegistryOp, RequestId, Revision, SessionEvent, SessionId,
     SessionInfo, Stat, Version,
@@ -17,7 +17,7 @@ use shardjob_core::{CronExpr, JobConfig};
 /// The machine's time `mono` ms after the start (wall time from 2027-01-15).
 pub fn now(mono: u64) -> Now {
     Now {
-        mono,
+        mono: Mono(mono),
         wall: Utc
             .timestamp_millis_opt(1_800_000_000_000 + mono as i64)
             .unwrap(),

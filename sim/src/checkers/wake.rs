@@ -20,7 +20,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
         }
         let wake = w
             .wake
-            .map_or_else(|| "never".to_owned(), |t| format!("at {}", secs(t)));
+            .map_or_else(|| "never".to_owned(), |t| format!("at {}", secs(t.ms())));
         let id = c
             .nodes
             .get(*n)
@@ -31,7 +31,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
             message: format!(
                 "node {n} ({id}): {} wakes {wake}, but its decision wants it at {}",
                 w.job,
-                secs(w.wanted)
+                secs(w.wanted.ms())
             ),
         });
     }
@@ -44,7 +44,7 @@ fn secs(ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use shardjob_core::machine::LateWake;
+    use shardjob_core::machine::{LateWake, Mono};
 
     use super::check;
     use crate::cluster::Cluster;
@@ -55,11 +55,13 @@ mod tests {
         let late = |job: &str, wake| LateWake {
             job: job.to_owned(),
             wake,
-            wanted: 5_202,
+            wanted: Mono(5_202),
         };
         c.late_wakes.push((5_000, 0, late("pay", None)));
-        c.late_wakes.push((6_000, 0, late("pay", Some(9_000))));
-        c.late_wakes.push((6_000, 1, late("pay", Some(9_000))));
+        c.late_wakes
+            .push((6_000, 0, late("pay", Some(Mono(9_000)))));
+        c.late_wakes
+            .push((6_000, 1, late("pay", Some(Mono(9_000)))));
         let found = check(&c);
         let messages: Vec<(u64, &str)> =
             found.iter().map(|v| (v.time, v.message.as_str())).collect();
