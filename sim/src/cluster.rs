@@ -702,7 +702,10 @@ impl Cluster {
     /// Brings every watch slowed by [`Cluster::slow_watch`] back to
     /// [`Cluster::watch_delay`].
     pub fn restore_watches(&mut self) {
-        for n in std::mem::take(&mut self.slowed) {
+        // `restore_watch` takes each node off the set itself (taking the whole set first left
+        // every watch slow after the heal).
+        let slowed: Vec<usize> = self.slowed.iter().copied().collect();
+        for n in slowed {
             self.restore_watch(n);
         }
     }

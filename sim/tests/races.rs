@@ -76,13 +76,14 @@ fn a_stale_view_of_the_instances_never_restarts_the_cluster() {
 }
 
 /// The planted bug `stale-event-after-reload` (the cache applies events from before its
-/// snapshot) is caught in the CI-sized world with the plant's options: in seed 6852 a fire of
-/// two items of a job is lost (`lost`: a later fire ran, that one never did). The bug needs an
-/// instance node deleted and created again within a watch delay, then a reload, which few
-/// worlds drew by chance (about one seed in several thousand): the session flaps
-/// (`Shape::Flaps`, `tests/shapes.rs`) draw it on purpose, and `.ci/run` looks for this plant
-/// among the first 1,000 seeds of its plant world; `core/tests/stale_events.rs` builds the case
-/// by hand. This seed (which draws no flap) found it first, by chance.
+/// snapshot) is caught in the CI-sized world with the plant's options. The bug needs an
+/// instance node deleted and created again within a watch delay, then a reload: the session
+/// flaps (`Shape::Flaps`, `tests/shapes.rs`) draw it on purpose, and `.ci/run` looks for this
+/// plant among the first 1,000 seeds of its plant world; `core/tests/stale_events.rs` builds the
+/// case by hand. Seed 6852 (no flap) found it first, by chance, as a lost fire; the machine's
+/// restructuring moved that seed's events off the bug's window, and the first seed of the CI
+/// world that catches it since is 129 (a flap), where fires from before the job's cluster
+/// started run (`downtime`).
 #[cfg(feature = "plant")]
 #[test]
 fn the_stale_event_plant_is_caught() {
@@ -91,19 +92,15 @@ fn the_stale_event_plant_is_caught() {
     opts.plants.insert(Plant::StaleEventAfterReload);
     let cfg = WorldConfig {
         options: Some(opts),
-        ..ci(6_852)
+        ..ci(129)
     };
     let report = world::run(&cfg);
-    assert!(
-        report.violations.iter().any(|v| v.checker == "lost"),
-        "{:#?}",
-        report.violations
-    );
+    assert!(!report.violations.is_empty(), "{:#?}", report.violations);
     let clean = world::run(&WorldConfig {
         options: Some(MachineOptions::new(
             shardjob_core::InstanceId::new("0.0.0.0@-@0").unwrap(),
         )),
-        ..ci(6_852)
+        ..ci(129)
     });
     assert!(clean.violations.is_empty(), "{:#?}", clean.violations);
 }

@@ -1,4 +1,4 @@
-//! Loading a job's subtree, and when and which jobs are decided on.
+//! When and which jobs are decided on (every input ends here), and what is reported of their plan.
 
 #[allow(clippy::wildcard_imports)]
 use super::*;

@@ -25,6 +25,35 @@
 //! 5. [`Machine::shutdown`] leaves gracefully; the machine is done when
 //!    [`Machine::is_stopped`].
 //!
+//! # Map
+//!
+//! Every input goes the same way: a `handle_*` call of [`Machine`] (in `mod.rs`, `watch.rs`,
+//! `replies.rs`, `session.rs`, `timer.rs`, `execution/`) updates state, then `evaluate.rs`
+//! decides on the jobs it bears on: `decide.rs` reads the job's view and picks one action
+//! (setup, load, election, the leader's re-shard or housekeeping, claims, adoption, leave),
+//! whose transaction `requests.rs` sends; the reply comes back through `replies.rs`. Finally
+//! the job's wake is indexed in the timer table and its plan reported. The parts, each the
+//! owner of its state:
+//!
+//! | File | Owns or decides |
+//! |---|---|
+//! | `mod.rs` | [`Machine`], its public API, the jobs' table (`job.rs`: `JobId`s, never reused) |
+//! | `io.rs`, `event.rs`, `error.rs`, `options.rs` | what crosses the boundary: commands, events, errors, tunables |
+//! | `time.rs` | [`Now`] and [`Mono`]: the driver's clocks, never read here |
+//! | `session.rs` | the session, the lease running items rely on, the probes that confirm it |
+//! | `clock.rs` | the watch on a wall clock that steps |
+//! | `timer.rs` | the timer table (`Timer`: sweep, clock, probe, lease, shutdown, wakes, retries, starts) |
+//! | `requests.rs` | requests in flight, and what their results say |
+//! | `watch.rs`, `cache.rs`, `job_view.rs`, `collections.rs` | watch events into each job's cache; the view decisions read |
+//! | `load.rs`, `setup.rs` | loading a job's subtree; its skeleton, configuration and registration |
+//! | `evaluate.rs`, `decide.rs` | when a job is decided on; what its view asks of this instance |
+//! | `leader/` | leader-only state (`LeaderState`, dropped with the lead): `reshard.rs` the plan, `housekeeping.rs` server nodes |
+//! | `claim/` | pure planners: `triggers.rs`, `fires.rs` (scheduled fires, misfires), `failover.rs`, `limit.rs` (the transaction limit); `mod.rs` joins them into one claim |
+//! | `execution/` | an execution's life (`Life`): `start.rs` (at once or at the fire), `complete.rs` (its record), `adopt.rs` (markers whose claim reply was lost) |
+//! | `leave.rs` | leaving a job: removed, shut down by an operator, or the instance's shutdown |
+//! | `record.rs` | the per-item execution record's format |
+//! | `selfcheck.rs`, `audit.rs`, `plant.rs` | invariants after every input; the wake audit (feature `audit`); planted bugs (feature `plant-bugs`) |
+//!
 //! # How it works
 //!
 //! The machine keeps a cache of each hosted job's subtree, loaded once per session and kept
