@@ -117,6 +117,14 @@ pub fn event(e: &MachineEvent) -> String {
             local,
         } => format!("{job}: the registry holds a {registry} job, this instance a {local} job"),
         MachineEvent::BecameLeader { job } => format!("{job}: became the leader"),
+        MachineEvent::ItemsOwned { job, items } => format!("{job}: owns items {items:?}"),
+        MachineEvent::ReshardingPending { job, pending: true } => {
+            format!("{job}: a re-shard is pending")
+        }
+        MachineEvent::ReshardingPending {
+            job,
+            pending: false,
+        } => format!("{job}: no re-shard pending"),
         MachineEvent::Resharded {
             job,
             owners,

@@ -114,14 +114,9 @@ pub(crate) struct JobEntry {
     pub warned_handler: bool,
     /// The job's notifier, made for the configuration in force.
     pub notifier: NotifierSlot,
-    /// Items that have an owner in the plan, as the watch shows it.
-    owned: BTreeSet<u32>,
-    /// The items this instance owns in the plan, as the watch shows it.
-    mine: BTreeSet<u32>,
-    /// `mine` as last logged.
-    mine_logged: Option<BTreeSet<u32>>,
-    /// Manual triggers held until the job has a plan (see [`Driver::release_triggers`]).
-    triggers: Vec<Option<String>>,
+    /// How many items this instance owns, as the machine last reported
+    /// ([`MachineEvent::ItemsOwned`]).
+    owned: usize,
     /// The job's listeners, in calling order.
     listeners: Arc<[Arc<dyn JobListener>]>,
     /// What distribute-once listeners of the job follow: changes under `guarantee`, and
@@ -162,10 +157,7 @@ impl JobEntry {
             resharding: ReshardingFlag::default(),
             warned_handler: false,
             notifier: NotifierSlot::new(notifiers.clone()),
-            owned: BTreeSet::new(),
-            mine: BTreeSet::new(),
-            mine_logged: None,
-            triggers: Vec::new(),
+            owned: 0,
             listeners: listeners.into(),
             guarantee,
             run_guarantee,
@@ -244,10 +236,8 @@ pub(crate) struct Driver {
     /// The `mono` of the last `handle_timeout`, so a timer that stays due cannot spin.
     last_timeout: Option<u64>,
     closed: bool,
-    /// How many manual triggers wait in [`JobEntry::triggers`].
-    held_triggers: usize,
-    /// Jobs whose items owned here may have changed since they were last logged.
-    mine_touched: BTreeSet<String>,
+    /// Jobs whose leader node changed since the metrics last looked (the leader gauge).
+    leader_touched: BTreeSet<String>,
     /// Callers of `remove_job`, answered when the instance has left the job.
     removing: BTreeMap<String, Vec<oneshot::Sender<Result<(), RuntimeError>>>>,
     /// The copy of the jobs' nodes the dump port shows, when it is on.
@@ -310,8 +300,7 @@ impl Driver {
             leaving: None,
             last_timeout: None,
             closed: false,
-            held_triggers: 0,
-            mine_touched: BTreeSet::new(),
+            leader_touched: BTreeSet::new(),
             removing: BTreeMap::new(),
             mirror: p.mirror,
             notifiers: p.notifiers,
@@ -367,11 +356,6 @@ impl Driver {
                 }
             } else {
                 aside = None;
-            }
-            if self.held_triggers > 0 {
-                let now = self.clock.now();
-                self.release_triggers(now);
-                self.pump().await;
             }
             if self.machine.is_stopped() {
                 break SchedulerState::Stopped;
@@ -680,13 +664,14 @@ impl Driver {
                 parameter,
                 reply,
             } => {
-                let result = match self.jobs.get_mut(&job) {
-                    Some(entry) if self.machine.job_names().any(|j| j == job) => {
-                        entry.triggers.push(parameter);
-                        self.held_triggers += 1;
-                        Ok(())
-                    }
-                    _ => Err(RuntimeError::Machine(MachineError::UnknownJob(job))),
+                // The machine holds the trigger until the job is active and its plan gives
+                // every item an owner.
+                let result = if self.jobs.contains_key(&job) {
+                    self.machine
+                        .trigger(&job, parameter, now)
+                        .map_err(RuntimeError::Machine)
+                } else {
+                    Err(RuntimeError::Machine(MachineError::UnknownJob(job)))
                 };
                 let _ = reply.send(result);
             }
@@ -852,7 +837,7 @@ impl Driver {
         if let Some(job) = &tree {
             self.refresh_config(job);
         }
-        self.log_mine();
+        self.log_leaders();
     }
 
     fn on_watch(&mut self, events: Vec<RegistryEvent>) {
@@ -864,7 +849,7 @@ impl Driver {
                         mirror.event(ev);
                     }
                     let exists = ev.kind != WatchEventKind::Deleted;
-                    if let Some(job) = self.observe_node(&ev.path, exists, &ev.data) {
+                    if let Some(job) = self.observe_node(&ev.path, exists) {
                         configs.push(job);
                     }
                 }
@@ -887,7 +872,7 @@ impl Driver {
         for job in configs {
             self.refresh_config(&job);
         }
-        self.log_mine();
+        self.log_leaders();
     }
 
     /// Says a registry outage plainly: when it starts, while it lasts, when it ends.
@@ -932,39 +917,16 @@ impl Driver {
         }
     }
 
-    /// Logs, for each job whose items owned here changed, the items this instance owns now:
-    /// one line per job and change.  With metrics on, sets the job's items-owned and leader gauges
-    /// (a leader node that changed touches the job too).
-    fn log_mine(&mut self) {
-        for job in std::mem::take(&mut self.mine_touched) {
-            let Some(entry) = self.jobs.get_mut(&job) else {
+    /// With metrics on, sets the leader gauge of the jobs whose leader node changed (the
+    /// items-owned gauge follows [`MachineEvent::ItemsOwned`]).
+    fn log_leaders(&mut self) {
+        for job in std::mem::take(&mut self.leader_touched) {
+            let Some(entry) = self.jobs.get(&job) else {
                 continue;
             };
             if let Some(metrics) = &mut self.metrics {
-                metrics.job(&job, entry.mine.len(), self.machine.is_leader(&job));
+                metrics.job(&job, entry.owned, self.machine.is_leader(&job));
             }
-            if entry.mine_logged.as_ref() == Some(&entry.mine) {
-                continue;
-            }
-            // A plan not written yet (no item has an owner) is not news.
-            if entry.mine_logged.is_none() && entry.owned.is_empty() {
-                continue;
-            }
-            let items = ranges(&entry.mine);
-            if entry.mine.is_empty() {
-                tracing::info!(instance = %self.instance, %job, "this instance owns no item of the job");
-            } else {
-                let noun = if entry.mine.len() == 1 {
-                    "item"
-                } else {
-                    "items"
-                };
-                tracing::info!(
-                    instance = %self.instance, %job, items = %items, count = entry.mine.len(),
-                    "this instance owns {noun} {items} of the job"
-                );
-            }
-            entry.mine_logged = Some(entry.mine.clone());
         }
     }
 
@@ -989,10 +951,10 @@ impl Driver {
         }
     }
 
-    /// Follows the nodes the driver needs besides the machine: the re-sharding flag and the
-    /// items this instance owns. Returns the job when its configuration node changed (to be
-    /// taken from the machine once it has seen the change).
-    fn observe_node(&mut self, path: &NodePath, exists: bool, data: &[u8]) -> Option<String> {
+    /// Follows the nodes the driver needs besides the machine: the distribute-once listeners'
+    /// rounds and disabled items, and the leader (for the metrics). Returns the job when its
+    /// configuration node changed (to be taken from the machine once it has seen the change).
+    fn observe_node(&mut self, path: &NodePath, exists: bool) -> Option<String> {
         let (job, node) = JobNode::parse(path)?;
         let entry = self.jobs.get_mut(job)?;
         match node {
@@ -1002,32 +964,15 @@ impl Driver {
                 }
             }
             JobNode::Config if exists => return Some(job.to_owned()),
-            JobNode::ShardingNecessary => entry.resharding.set(exists),
             // The metrics' leader gauge is looked at again once the machine has seen it.
             JobNode::LeaderInstance
-                if self.metrics.is_some() && !self.mine_touched.contains(job) =>
+                if self.metrics.is_some() && !self.leader_touched.contains(job) =>
             {
-                self.mine_touched.insert(job.to_owned());
+                self.leader_touched.insert(job.to_owned());
             }
             JobNode::ItemState(item, ItemLeaf::Disabled) => {
                 if let Some(guarantee) = &entry.guarantee {
                     guarantee.set_disabled(item, exists);
-                }
-            }
-            JobNode::ItemState(item, ItemLeaf::Instance) => {
-                if exists && !data.is_empty() {
-                    entry.owned.insert(item);
-                } else {
-                    entry.owned.remove(&item);
-                }
-                let me = exists && data == self.instance.as_str().as_bytes();
-                let changed = if me {
-                    entry.mine.insert(item)
-                } else {
-                    entry.mine.remove(&item)
-                };
-                if changed && !self.mine_touched.contains(job) {
-                    self.mine_touched.insert(job.to_owned());
                 }
             }
             _ => {}
@@ -1035,36 +980,12 @@ impl Driver {
         None
     }
 
-    /// Hands held manual triggers to the machine once their job is active and every item has
-    /// an owner in the sharding plan. The machine consumes a trigger at once and runs the items this instance owns at
-    /// that moment; before the first plan is written it owns none, and the trigger would be
-    /// lost. (A trigger that arrives while a re-sharding moves items still runs what the
-    /// instance owns then, as in ElasticJob.)
-    fn release_triggers(&mut self, now: Now) {
-        for (name, entry) in self.jobs.iter_mut() {
-            let total = entry.effective.sharding_total_count;
-            let planned = (0..total).all(|i| entry.owned.contains(&i));
-            if entry.triggers.is_empty() || !planned || !self.machine.is_active(name) {
-                continue;
-            }
-            self.held_triggers = self.held_triggers.saturating_sub(entry.triggers.len());
-            for parameter in entry.triggers.drain(..) {
-                if let Err(e) = self.machine.trigger(name, parameter, now) {
-                    tracing::warn!(instance = %self.instance, job = %name, "trigger refused: {e}");
-                }
-            }
-        }
-    }
-
     fn observe_tree(&mut self, job: &str, reply: &RegistryReply) {
         let RegistryReply::Tree(tree) = reply else {
             return;
         };
         if let Some(entry) = self.jobs.get_mut(job) {
-            entry.resharding.set(false);
-            entry.owned.clear();
-            entry.mine.clear();
-            self.mine_touched.insert(job.to_owned());
+            self.leader_touched.insert(job.to_owned());
             if let Some(guarantee) = &entry.guarantee {
                 guarantee.clear_disabled();
                 guarantee.changed();
@@ -1072,7 +993,7 @@ impl Driver {
         }
         for node in &tree.nodes {
             // The configuration is taken from the machine once it has handled the reply.
-            let _ = self.observe_node(&node.path, true, &node.data);
+            let _ = self.observe_node(&node.path, true);
         }
     }
 
@@ -1083,6 +1004,30 @@ impl Driver {
         let me = &self.instance;
         match &event {
             MachineEvent::JobActive { job } => tracing::info!(instance = %me, %job, "job active"),
+            MachineEvent::ItemsOwned { job, items } => {
+                if let Some(entry) = self.jobs.get_mut(job) {
+                    entry.owned = items.len();
+                    if let Some(metrics) = &mut self.metrics {
+                        metrics.job(job, items.len(), self.machine.is_leader(job));
+                    }
+                }
+                let set: BTreeSet<u32> = items.iter().copied().collect();
+                if items.is_empty() {
+                    tracing::info!(instance = %me, %job, "this instance owns no item of the job");
+                } else {
+                    let noun = if items.len() == 1 { "item" } else { "items" };
+                    let list = ranges(&set);
+                    tracing::info!(
+                        instance = %me, %job, items = %list, count = items.len(),
+                        "this instance owns {noun} {list} of the job"
+                    );
+                }
+            }
+            MachineEvent::ReshardingPending { job, pending } => {
+                if let Some(entry) = self.jobs.get(job) {
+                    entry.resharding.set(*pending);
+                }
+            }
             MachineEvent::ConfigInvalid { job, error } => {
                 if self.machine.config(job).is_some() {
                     tracing::error!(instance = %me, %job, "kept the last good configuration because the registry's copy cannot be used: {error}")
@@ -1174,9 +1119,7 @@ impl Driver {
                 if let Some(mirror) = &self.mirror {
                     mirror.forget(job);
                 }
-                if let Some(entry) = self.jobs.remove(job) {
-                    self.held_triggers = self.held_triggers.saturating_sub(entry.triggers.len());
-                }
+                self.jobs.remove(job);
                 for reply in self.removing.remove(job).unwrap_or_default() {
                     let _ = reply.send(Ok(()));
                 }

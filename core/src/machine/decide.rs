@@ -4,37 +4,19 @@
 use super::*;
 
 impl Machine {
-    /// An operator shut the job down here (see [`MachineEvent::OperatorShutdown`]): leave it
-    /// at once, cancelling its running items so that they move without waiting for a grace.
-    pub(super) fn operator_shutdown(&mut self, name: &str, now: Now) -> Action {
-        let Some(j) = self.jobs.get_mut(name) else {
-            return Action::Nothing;
-        };
-        j.leaving = true;
-        j.shut_down = true;
-        j.leave_deadline = Some(now.mono);
-        j.triggers.clear();
-        j.trigger_run = None;
-        self.out
-            .push_back(Command::Event(MachineEvent::OperatorShutdown {
-                job: name.to_owned(),
-            }));
-        self.decide(name, now)
-    }
-
-    pub(super) fn decide(&mut self, name: &str, now: Now) -> Action {
-        let Some(j) = self.jobs.get_mut(name) else {
+    pub(crate) fn decide(&mut self, job: JobId, now: Now) -> Action {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         // The view is kept in step with the cache; it is lent to the decision.
         let view = Arc::clone(j.cache.view());
-        self.decide_with(name, &view, now)
+        self.decide_with(job, &view, now)
     }
 
-    pub(super) fn decide_with(&mut self, name: &str, view: &JobView, now: Now) -> Action {
-        let me = self.opts.instance_id.clone();
+    pub(crate) fn decide_with(&mut self, job: JobId, view: &JobView, now: Now) -> Action {
+        let me = Arc::clone(&self.me);
         let session = self.session_id();
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
         for (path, error) in &view.corrupt {
@@ -48,77 +30,13 @@ impl Machine {
                     }));
             }
         }
-        let Some(j) = self.jobs.get_mut(name) else {
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
 
         // Leaving: wait for local runs (the grace deadline cancels them), then leave.
-        if j.leaving {
-            let deadline = j.leave_deadline.or(self.shutdown);
-            let grace_over = deadline.is_some_and(|d| now.mono >= d);
-            let local: Vec<ExecutionId> = j.running.values().copied().collect();
-            // Claimed ahead and not started: given back at once, nothing to wait for.
-            let unstarted: Vec<ExecutionId> = local
-                .iter()
-                .copied()
-                .filter(|id| self.executions.get(id).is_some_and(|e| e.pending.is_some()))
-                .collect();
-            if !unstarted.is_empty() {
-                for id in unstarted {
-                    self.release(id, now);
-                }
-                return Action::Nothing;
-            }
-            let Some(j) = self.jobs.get_mut(name) else {
-                return Action::Nothing;
-            };
-            if !local.is_empty() && !planted!(self.opts, LeaveWhileRunning) {
-                if !grace_over {
-                    j.wake = deadline;
-                } else {
-                    for id in local {
-                        if let Some(e) = self.executions.get_mut(&id) {
-                            if !e.cancelled && !e.finished {
-                                e.cancelled = true;
-                                let reason = if self.shutdown.is_some() {
-                                    CancelReason::Shutdown
-                                } else if j.shut_down {
-                                    CancelReason::OperatorShutdown
-                                } else {
-                                    CancelReason::JobRemoved
-                                };
-                                self.out.push_back(Command::Cancel { id, reason });
-                            }
-                        }
-                    }
-                }
-                return Action::Nothing;
-            }
-            // A removed job waits for a suspended session: it comes back (and the job's nodes
-            // are deleted) or is found expired (and they are gone with it). Left now, they
-            // would stay as long as the session, holding the job's items. A shutdown does not
-            // wait: it ends the session.
-            if matches!(self.session, Session::Suspended(_)) && self.shutdown.is_none() {
-                return Action::Nothing;
-            }
-            // The view may miss nodes a write of unknown outcome created (a registration whose
-            // reply was lost, say): read the tree again first, or they would outlive the leave.
-            if j.unsure && session.is_some() && self.shutdown.is_none() {
-                self.start_load(name, now);
-                return Action::Nothing;
-            }
-            let limit = j.txn_limit(&self.opts);
-            let ops = session
-                .map(|sid| leave_ops(j, view, &me, sid, limit))
-                .unwrap_or_default();
-            if ops.len() <= 1 {
-                let name = name.to_owned();
-                self.forget_job(&name);
-                self.out
-                    .push_back(Command::Event(MachineEvent::JobLeft { job: name }));
-                return Action::Nothing;
-            }
-            return Action::Txn(Purpose::Leave, ops);
+        if let Some(leaving) = j.leaving {
+            return self.decide_leave(job, leaving, view, now);
         }
 
         let Some(sid) = session else {
@@ -133,11 +51,11 @@ impl Machine {
             // seen tells them apart: if it succeeds, the session outlived the deletion. If the
             // session ended, its expiry comes instead and the instance registers again in the
             // next session. Nothing is decided meanwhile (no registration, no claim).
-            let marker = *j.node_gone.get_or_insert(self.next_request);
-            if self.probe_ok > marker || planted!(self.opts, ShutdownWithoutProbe) {
-                return self.operator_shutdown(name, now);
+            let marker = *j.node_gone.get_or_insert(self.requests.next);
+            if self.sess.probe_ok > marker || planted!(self.opts, ShutdownWithoutProbe) {
+                return self.operator_shutdown(job, now);
             }
-            self.probe_waiters.insert(name.to_owned());
+            self.sess.waiters.insert(job);
             self.probe_now(now);
             return Action::Nothing;
         }
@@ -146,10 +64,10 @@ impl Machine {
             return match setup_ops(j, view, &me, sid, now.wall_ms()) {
                 Ok(ops) if ops.len() <= 1 => {
                     j.phase = Phase::Active;
-                    let job = name.to_owned();
+                    let name = j.name().to_owned();
                     self.out
-                        .push_back(Command::Event(MachineEvent::JobActive { job }));
-                    self.decide_with(name, view, now)
+                        .push_back(Command::Event(MachineEvent::JobActive { job: name }));
+                    self.decide_with(job, view, now)
                 }
                 Ok(ops) => Action::Txn(Purpose::Setup, ops),
                 Err(event) => {
@@ -180,13 +98,15 @@ impl Machine {
         let Standing {
             enabled, i_lead, ..
         } = standing;
-        if i_lead && !j.was_leader {
+        if i_lead && j.leader.is_none() {
+            j.leader = Some(Box::default());
             self.out
                 .push_back(Command::Event(MachineEvent::BecameLeader {
-                    job: name.to_owned(),
+                    job: j.name().to_owned(),
                 }));
+        } else if !i_lead {
+            j.leader = None;
         }
-        j.was_leader = i_lead;
 
         match gate {
             Gate::Register | Gate::Items => {}
@@ -228,7 +148,7 @@ impl Machine {
             if let Some(last) = j.last_reload {
                 let due = last.saturating_add(interval);
                 if now.mono >= due {
-                    self.start_load(name, now);
+                    self.start_load(job, now);
                     return Action::Nothing;
                 }
                 wake.push(due);
@@ -241,168 +161,139 @@ impl Machine {
                 .strategies
                 .get(&config.job_sharding_strategy_type)
                 .cloned();
-            let Some(j) = self.jobs.get_mut(name) else {
+            let Some(j) = self.jobs.get_mut(&job) else {
                 return Action::Nothing;
             };
-            match reshard(
-                j, view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
-            ) {
+            let mut lead = j.leader.take().unwrap_or_default();
+            let decided = reshard(
+                &mut lead, j, view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
+            );
+            let housekept = match decided {
+                Ok(Some(_)) => None,
+                _ => {
+                    let limit = j.txn_limit(&self.opts);
+                    housekeeping(&mut lead, j, view, &config, &me, sid, limit, now, &mut wake)
+                }
+            };
+            j.leader = Some(lead);
+            match decided {
                 Ok(Some(action)) => return action,
                 Ok(None) => {}
                 Err(problem) => self
                     .out
                     .push_back(Command::Event(MachineEvent::PlanRefused {
-                        job: name.to_owned(),
+                        job: j.name().to_owned(),
                         strategy: config.job_sharding_strategy_type.clone(),
                         problem,
                     })),
             }
-            let limit = j.txn_limit(&self.opts);
-            if let Some(action) = housekeeping(j, view, &config, &me, sid, limit, now, &mut wake) {
+            if let Some(action) = housekept {
                 return action;
             }
-        } else if let Some(j) = self.jobs.get_mut(name) {
-            j.reshard_wanted = None;
-            j.reshard_moved.clear();
-            j.reshard_written = 0;
-            j.reshard_plan = None;
         }
 
         // Markers of this session that no local execution holds: a claim whose reply was lost
         // (a timeout with unknown outcome) did apply. Adopt them: start what was claimed.
         if self.lease_valid(now) {
-            if let Some(action) = self.adopt(name, view, &me, sid) {
+            if let Some(action) = self.adopt(job, view, &me, sid) {
                 return action;
             }
         } else if self
             .jobs
-            .get(name)
+            .get(&job)
             .is_some_and(|j| adoptable(view, &me, sid, &j.running))
         {
             // Confirm the session first; the probe's reply evaluates the job again.
-            self.probe_waiters.insert(name.to_owned());
+            self.sess.waiters.insert(job);
             self.probe_now(now);
         }
 
         // Claims: own due items, triggers, failover.
-        let can_claim = matches!(self.session, Session::Live(_)) && self.shutdown.is_none();
-        let Some(j) = self.jobs.get_mut(name) else {
+        let can_claim = matches!(self.sess.state, Session::Live(_)) && self.shutdown.is_none();
+        let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
-        let held = j.held_for_reshard(view.necessary.is_some(), &self.opts, now, &mut wake);
+        let necessary = view.necessary.is_some();
+        let wait = ms(self.opts.reshard_wait);
+        let held = hold_for_reshard(&mut j.necessary_seen, necessary, wait, now, &mut wake);
         if can_claim && enabled {
-            let decided = claims(j, view, &config, &me, sid, held, &self.opts, now, &mut wake);
-            if let Some(action) = decided {
+            let cx = Ctx {
+                me: &me,
+                sid,
+                opts: &self.opts,
+                now,
+            };
+            let mut memo = std::mem::take(&mut j.fires);
+            let decided = claims(j, view, &config, &cx, held, &mut memo, &mut wake);
+            j.fires = memo;
+            j.apply_claims(&decided, now.wall_ms());
+            if let Some(action) = decided.action {
                 return action;
             }
         }
         j.wake = wake.into_iter().min();
         Action::Nothing
     }
+}
 
-    /// A self-check of the machine's wake times, for the simulator and for tests: the jobs that
-    /// would claim an item now, or want waking for one, earlier than their wake comes, while
-    /// nothing else under way evaluates them again (a request, a load, a clock step not yet
-    /// noticed). Such a job runs its items late, or never, unless the safety sweep or a change
-    /// in the registry comes by. Empty unless the machine has a bug.
-    ///
-    /// It takes the claim decision of each job whose wake is not within a second, without
-    /// acting on it, but only of the jobs whose view changed or that were decided on since
-    /// the audit that left `mark`, or that it passed over while something was under way for
-    /// them (all of them when the wall clock moved meanwhile): a decision on a job that did
-    /// not change would be the one taken before. Call it now and then with the same mark, not
-    /// on every event.
-    pub fn late_wakes(&mut self, now: Now, mark: &mut AuditMark) -> Vec<LateWake> {
-        let mut late = Vec::new();
-        // A step since the last input is for the machine to notice at its next one.
-        let stepped = self
-            .clock_last
-            .is_none_or(|before| wall_offset(now).saturating_sub(before).abs() > CLOCK_STEP_MS);
-        let Some(sid) = self.session_id() else {
-            return late;
-        };
-        if stepped || self.shutdown.is_some() || !matches!(self.session, Session::Live(_)) {
-            return late;
+/// What [`Machine::evaluate`] decided for a job.
+pub(crate) enum Action {
+    Txn(Purpose, Vec<TxnOp>),
+    Nothing,
+}
+
+/// An active job's instance as its view shows it: registered, on an enabled server, leading.
+pub(crate) struct Standing {
+    pub(crate) registered: bool,
+    pub(crate) enabled: bool,
+    pub(crate) i_lead: bool,
+}
+
+/// What a decision on an active job does before it looks at the job's items; each comes
+/// before the next. Shared by the decision and its audit ([`Machine::late_wakes`]), so the
+/// audit asks for claims exactly where the decision would make them.
+pub(crate) enum Gate<'v> {
+    /// This instance's node is gone: register again.
+    Register,
+    /// No leader, and this server is enabled: stand for election.
+    Elect,
+    /// Leading from a disabled server: step down.
+    Abdicate,
+    /// A trigger addressed to this instance, with its parameter: consume it.
+    Trigger(&'v str),
+    /// On to the items (the leader's duties, adoption, claims).
+    Items,
+}
+
+impl Standing {
+    pub(crate) fn of(
+        j: &Job,
+        view: &JobView,
+        me: &InstanceId,
+        sid: crate::registry::SessionId,
+    ) -> Self {
+        let i_lead = view.leader.as_deref() == Some(me.as_str())
+            && j.cache
+                .leader()
+                .is_some_and(|s| s.ephemeral_owner.is_none_or(|o| o == sid));
+        Self {
+            registered: view.instances.contains(me),
+            enabled: view.server_enabled(me.server_ip()),
+            i_lead,
         }
-        let since = if mark.clock == self.clock_last {
-            mark.changes
+    }
+
+    pub(crate) fn gate<'v>(&self, view: &'v JobView, me: &InstanceId) -> Gate<'v> {
+        if !self.registered {
+            Gate::Register
+        } else if view.leader.is_none() && self.enabled {
+            Gate::Elect
+        } else if self.i_lead && !self.enabled {
+            Gate::Abdicate
+        } else if let Some(param) = view.triggers.get(me) {
+            Gate::Trigger(param)
         } else {
-            0
-        };
-        let recheck = std::mem::take(&mut mark.recheck);
-        mark.changes = self.changes;
-        mark.clock = self.clock_last;
-        // A wake may come up to this much after the decision's time, as the wall clock drifts
-        // (under a step) against the monotonic one between the decision and this check.
-        let slack = CLOCK_STEP_MS.unsigned_abs() + 500;
-        let me = self.opts.instance_id.clone();
-        for (name, j) in &mut self.jobs {
-            if j.changed <= since && !recheck.contains(name) {
-                continue;
-            }
-            // Something under way decides on the job again soon: looked at again next time,
-            // in case it does not.
-            if j.wake.is_some_and(|w| w <= now.mono.saturating_add(slack))
-                || j.busy.is_some()
-                || j.loading.is_some()
-                || j.sync.is_some()
-                || j.retry_at.is_some()
-                || self.probe_waiters.contains(name)
-            {
-                mark.recheck.insert(name.clone());
-                continue;
-            }
-            if j.phase != Phase::Active || j.leaving {
-                continue;
-            }
-            let Some(config) = j.config.clone() else {
-                continue;
-            };
-            let view = Arc::clone(j.cache.view());
-            // Only where the decision would come to the items, and claim from this server.
-            let standing = Standing::of(j, &view, &me, sid);
-            if !standing.enabled || !matches!(standing.gate(&view, &me), Gate::Items) {
-                continue;
-            }
-            // The decision's own state, put back afterwards: this only looks.
-            let kept = (
-                j.owned_since.clone(),
-                j.triggers.clone(),
-                j.trigger_run.clone(),
-                j.orphan_seen.clone(),
-                j.necessary_seen,
-                j.fires.clone(),
-            );
-            let mut wake = Vec::new();
-            let held = j.held_for_reshard(view.necessary.is_some(), &self.opts, now, &mut wake);
-            let claims_now = claims(
-                j, &view, &config, &me, sid, held, &self.opts, now, &mut wake,
-            );
-            (
-                j.owned_since,
-                j.triggers,
-                j.trigger_run,
-                j.orphan_seen,
-                j.necessary_seen,
-                j.fires,
-            ) = kept;
-            let wanted = if claims_now.is_some() {
-                Some(now.mono)
-            } else {
-                wake.into_iter().min()
-            };
-            if let Some(wanted) = wanted {
-                if j.wake
-                    .is_none_or(|w| w > wanted.max(now.mono).saturating_add(slack))
-                {
-                    late.push(LateWake {
-                        job: name.clone(),
-                        wake: j.wake,
-                        wanted,
-                    });
-                }
-            }
+            Gate::Items
         }
-        late
     }
 }

@@ -134,14 +134,19 @@
 #[cfg(feature = "plant-bugs")]
 pub mod plant;
 pub mod record;
-mod types;
-mod view;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
-use std::time::Duration;
+mod cache;
+mod collections;
+mod error;
+mod event;
+mod io;
+mod job_view;
+mod options;
+mod time;
 
 use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use crate::config::{JobConfig, Strictness};
 use crate::instance::{DELIMITER, InstanceId};
@@ -152,12 +157,15 @@ use crate::registry::{
 };
 use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_order};
 
+use cache::{Cache, Dir};
+pub use error::MachineError;
+pub use event::MachineEvent;
+pub use io::{CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec};
+use job_view::JobView;
+pub use options::MachineOptions;
 use record::{ItemRecord, RunKind, RunRecord, StartRecord};
-pub use types::{
-    AuditMark, CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec,
-    LateWake, MachineError, MachineEvent, MachineOptions, Now,
-};
-use view::{Cache, Dir, JobView};
+pub use time::Now;
+use time::{ms, waiting, wall_offset};
 
 /// Whether a planted bug is switched on; always `false` without the `plant-bugs` feature.
 #[cfg(feature = "plant-bugs")]
@@ -174,45 +182,40 @@ macro_rules! planted {
 }
 
 // After `planted!`, which they use.
-mod claiming;
+#[cfg(feature = "audit")]
+mod audit;
+mod claim;
+mod clock;
 mod decide;
 mod evaluate;
-mod events;
-mod executions;
-mod registration;
+mod execution;
+mod job;
+mod leader;
+mod leave;
+mod load;
 mod replies;
-mod resharding;
-#[cfg(feature = "self-check")]
+mod requests;
 mod selfcheck;
 mod session;
+mod setup;
+mod timer;
+mod watch;
 
-use claiming::*;
-use registration::*;
-use resharding::*;
-
-/// How often every job is evaluated on a timeout, whether due or not (ms).
-const SWEEP_MS: u64 = 10_000;
-/// How far (ms) the wall clock may drift against the monotonic one before the machine treats
-/// it as a step and works out every fire again. Wake times of fires are monotonic times taken
-/// from the wall clock; after a step forward they would come late by the step.
-const CLOCK_STEP_MS: i64 = 500;
-/// A machine that hosts jobs wakes at least this often (ms), so that it notices a clock step
-/// even when nothing else happens (a host suspended and resumed: the monotonic clock stood
-/// still meanwhile, the wall clock did not).
-const CLOCK_WATCH_MS: u64 = 10_000;
-/// The most jobs the rolling sweep evaluates in one timeout; the rest of its slice follows
-/// a millisecond later, so that ten thousand jobs never hold the machine for long.
-const SWEEP_CHUNK: usize = 64;
-/// The most runs claimed ahead handed out (or given back) in one timeout: the rest stay due,
-/// so a driver can carry out the first starts while the machine checks the next ones (see
-/// [`Machine::next_start`]).
-const START_CHUNK: usize = 32;
-/// How much older than the claim's lead the last registry reply may be when a run claimed
-/// ahead starts.
-const FRESH_VIEW_MS: u64 = 500;
-
-/// Most fires looked at when catching up missed fires of one item in one evaluation.
-const MAX_CATCH_UP_STEPS: usize = 100_000;
+#[cfg(feature = "audit")]
+pub use audit::{AuditMark, LateWake};
+use claim::*;
+use clock::*;
+use decide::*;
+use execution::adopt::*;
+use execution::*;
+use job::*;
+use leader::LeaderState;
+use leader::housekeeping::*;
+use leader::reshard::*;
+use requests::*;
+use session::*;
+use setup::*;
+use timer::*;
 
 /// A re-shard written in parts reports its progress ([`MachineEvent::ReshardProgress`]) each
 /// time this many more of its items are written: a job of the documented maximum of 100,000
@@ -222,467 +225,59 @@ pub const RESHARD_PROGRESS_STEP: usize = 10_000;
 /// The state machine of one shardjob instance. See the [module documentation](self).
 #[derive(Debug)]
 pub struct Machine {
-    opts: MachineOptions,
-    strategies: BTreeMap<String, Arc<dyn ShardingStrategy>>,
-    session: Session,
-    epoch: u64,
-    /// Monotonic send time of the latest request whose success proved the session alive.
-    confirmed: Option<u64>,
-    in_doubt: bool,
-    probe: Option<RequestId>,
-    last_probe: u64,
-    /// Boxed: a map node holds room for eleven entries, and a `Job` is large.
-    jobs: BTreeMap<String, Box<Job>>,
-    /// Every job's `wake`, ordered, so the next timeout is found without visiting each job.
-    wakes: BTreeSet<(u64, String)>,
-    /// Jobs to evaluate again once a probe confirms the session.
-    probe_waiters: BTreeSet<String>,
-    /// The number of the latest probe of the current session that succeeded (0: none).
-    probe_ok: u64,
-    /// Executions whose completion is retried at a time (entries may be stale: checked).
-    retries: BTreeSet<(u64, ExecutionId)>,
-    /// Executions claimed ahead, by the monotonic time of their fire (entries may be stale).
-    starts: BTreeSet<(u64, ExecutionId)>,
-    pending: BTreeMap<RequestId, Pending>,
-    executions: BTreeMap<ExecutionId, Exec>,
-    out: VecDeque<Command>,
-    next_request: u64,
-    next_execution: u64,
-    shutdown: Option<u64>,
-    stopped: bool,
-    last_sweep: u64,
-    /// The wall clock's lead on the monotonic one (ms) when it last stepped, or at the first
-    /// timeout.
-    clock_offset: Option<i64>,
-    /// The wall clock's offset at the last input, step or not (for [`Machine::late_wakes`]).
-    clock_last: Option<i64>,
+    pub(crate) opts: MachineOptions,
+    /// This instance's id (as in `opts`), shared with decisions without a copy.
+    pub(crate) me: Arc<InstanceId>,
+    pub(crate) strategies: BTreeMap<String, Arc<dyn ShardingStrategy>>,
+    /// The registry session and the lease running items rely on.
+    pub(crate) sess: SessionState,
+    /// The wall clock against the monotonic one.
+    pub(crate) clock: ClockWatch,
+    /// The hosted jobs.
+    pub(crate) jobs: Jobs,
+    /// When the machine wants to be woken, and for what.
+    pub(crate) timers: Timers,
+    /// The registry requests in flight.
+    pub(crate) requests: Requests,
+    pub(crate) executions: BTreeMap<ExecutionId, Exec>,
+    pub(crate) next_execution: u64,
+    pub(crate) out: VecDeque<Command>,
+    /// A graceful shutdown under way: its grace deadline (monotonic ms).
+    pub(crate) shutdown: Option<u64>,
+    pub(crate) stopped: bool,
     /// Counts the changes to jobs' views and the decisions on them; [`Job::changed`] holds
     /// the count at each job's last one (so that an audit can skip the jobs it saw as they are).
-    changes: u64,
-    /// When the machine last compared the clocks (monotonic ms).
-    clock_seen: u64,
-    /// The last job the rolling sweep evaluated.
-    sweep_cursor: Option<String>,
-    /// Jobs of the current sweep slice not evaluated yet.
-    sweep_left: usize,
-    /// When the rest of the slice is evaluated (set while `sweep_left > 0`).
-    sweep_at: Option<u64>,
+    pub(crate) changes: u64,
     /// Grows whenever a job's view of its disabled items or servers may have changed: on
-    /// every applied event that [`view::bears_on_disabled`], and on every load from scratch.
+    /// every applied event that [`cache::bears_on_disabled`], and on every load from scratch.
     /// A start skips the disabled check when this has not moved since its claim.
-    disables: u64,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Session {
-    None,
-    Live(SessionInfo),
-    Suspended(SessionInfo),
-}
-
-#[derive(Debug)]
-struct Pending {
-    epoch: u64,
-    sent: u64,
-    job: Option<String>,
-    purpose: Purpose,
-}
-
-#[derive(Debug)]
-enum Purpose {
-    Load,
-    Setup,
-    Elect,
-    Abdicate,
-    Reshard {
-        owners: BTreeMap<u32, InstanceId>,
-        moved_running: Vec<u32>,
-        /// Whether this transaction completes the plan (a plan too large for one transaction
-        /// is written in parts; only the last one clears `leader/sharding/necessary`).
-        last: bool,
-        /// Items it touches (a removed item counts twice), for halving on `TooLarge`.
-        units: usize,
-        /// Items it moves, creates or removes.
-        items: usize,
-        /// Items the re-shard still has to write after it.
-        remaining: usize,
-    },
-    Housekeeping {
-        /// Whether this transaction removes every stale server node (else another follows).
-        last: bool,
-        /// Server nodes it removes.
-        units: usize,
-    },
-    Flag,
-    Claim(Vec<Claim>),
-    /// Markers of this session found without an execution, confirmed by the transaction.
-    Adopt(Vec<(RunKey, Vec<(ExecItem, Revision)>)>),
-    ConsumeTrigger {
-        parameter: String,
-    },
-    Complete(ExecutionId),
-    Leave,
-    Probe,
-}
-
-/// A fire and why it runs: what groups items into one execution.
-type RunKey = (i64, RunKind);
-
-/// One group of a claim: the items that will start as one execution.
-#[derive(Debug)]
-struct Claim {
-    fire: i64,
-    kind: RunKind,
-    counts_as_fire: bool,
-    parameter: Option<String>,
-    items: Vec<ClaimedItem>,
-}
-
-#[derive(Debug, Clone)]
-struct ClaimedItem {
-    item: u32,
-    running_op: usize,
-    record_op: usize,
-    failover_op: Option<usize>,
-    /// The record as it will be after the claim.
-    record: ItemRecord,
-}
-
-#[derive(Debug)]
-struct Exec {
-    job: String,
-    epoch: u64,
-    fire: i64,
-    counts_as_fire: bool,
-    items: Vec<ExecItem>,
-    cancelled: bool,
-    finished: bool,
-    completing: bool,
-    /// How many of `items` (the first ones) the completion in flight records.
-    sending: usize,
-    retry_at: Option<u64>,
-    backoff: u32,
-    /// Claimed ahead of its fire and not started yet.
-    pending: Option<Ahead>,
-    /// Whether the driver was told to start it (a claim given back never was).
-    started: bool,
-    /// [`Machine::disables`] when the claim ahead was recorded with none of its items, nor
-    /// this server, disabled; `None` if some were, or nothing is claimed ahead.
-    enabled_at: Option<u64>,
-}
-
-/// A run claimed ahead of its fire, until the fire comes.
-#[derive(Debug)]
-enum Ahead {
-    /// Kept here, to hand to the driver with [`Command::Start`].
-    Held(Execution),
-    /// Announced to the driver with [`Command::Prepare`] ([`MachineOptions::prepare_ahead`]);
-    /// started with [`Command::StartPrepared`], or dropped with [`Command::Discard`].
-    Prepared,
-}
-
-#[derive(Debug, Clone)]
-struct ExecItem {
-    item: u32,
-    running_version: Version,
-    record_version: Version,
-    record: ItemRecord,
-    failover: Option<Version>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
-    /// No session yet.
-    Waiting,
-    /// Loading the subtree.
-    Loading,
-    /// Loaded; setup (configuration, skeleton, registration) not done.
-    Loaded,
-    /// Registered; runs.
-    Active,
-    /// Cannot run (type conflict, no usable configuration); waits for the registry to change.
-    Blocked,
-}
-
-#[derive(Debug)]
-struct Job {
-    paths: JobPaths,
-    /// The local configuration (see [`JobSpec::config`]); `config` shares it while the
-    /// registry's copy says the same.
-    local: Arc<JobConfig>,
-    /// The job type (see [`JobSpec::job_type`]).
-    job_type: String,
-    config: Option<Arc<JobConfig>>,
-    /// The cache's count of configuration changes when `config` was last read from it.
-    config_seen: Option<u64>,
-    /// The local configuration's YAML as this machine last wrote it, until the registry's
-    /// copy is next read: the same text needs no parse (at start-up with thousands of jobs,
-    /// parsing back what was just written was about a third of the work).
-    written_config: Option<String>,
-    phase: Phase,
-    cache: Cache,
-    buffer: Vec<crate::registry::WatchEvent>,
-    busy: Option<RequestId>,
-    sync: Option<(Revision, u64)>,
-    retry_at: Option<u64>,
-    backoff: u32,
-    /// A write of the job ended without a known outcome (a timeout, a lost connection) since
-    /// its tree was last loaded: the registry may hold nodes of this session that the view
-    /// does not show. A removed job reads its tree again before it leaves.
-    unsure: bool,
-    owned_since: BTreeMap<u32, i64>,
-    running: BTreeMap<u32, ExecutionId>,
-    /// Wall time (epoch ms) at which each item's last local run was recorded as finished:
-    /// fires up to then came while it ran.
-    last_end: BTreeMap<u32, i64>,
-    triggers: VecDeque<String>,
-    /// The trigger being claimed, when its items did not fit in one transaction.
-    trigger_run: Option<TriggerRun>,
-    reshard_wanted: Option<u64>,
-    /// The cache's [`Cache::plan_version`](view::Cache) at which the plan was last found to
-    /// need nothing: until the plan's inputs change, a re-shard is not worked out again.
-    reshard_idle: Option<u64>,
-    /// Items moved while running by the parts of a re-shard written so far.
-    reshard_moved: Vec<u32>,
-    /// Items written by the parts of a re-shard so far (its progress, reported every
-    /// [`RESHARD_PROGRESS_STEP`] items).
-    reshard_written: usize,
-    /// The re-shard being written in parts, as worked out for its first part.
-    reshard_plan: Option<Box<ReshardPlan>>,
-    /// The most items per transaction learned from `TooLarge` refusals (see
-    /// [`MachineOptions::max_txn_items`]).
-    txn_items: Option<usize>,
-    orphan_seen: BTreeMap<u32, u64>,
-    /// When this instance first saw `leader/sharding/necessary` set (monotonic ms): new runs
-    /// of the job are held from then until the flag clears, at most
-    /// [`MachineOptions::reshard_wait`].
-    necessary_seen: Option<u64>,
-    was_leader: bool,
-    leaving: bool,
-    leave_deadline: Option<u64>,
-    /// The session that owned this instance's node when the registry last showed it (in a
-    /// watch event or a tree read, whether the cache took it or not): a deletion of the node
-    /// seen in that same session is an operator's shutdown or the session's end, told apart by
-    /// a probe (see [`Job::node_gone`]).
-    registered_in: Option<crate::registry::SessionId>,
-    /// The node was seen deleted in [`Job::registered_in`]'s session when requests up to this
-    /// number had been sent: a probe with a later number that succeeds proves the session
-    /// outlived the deletion (an operator's shutdown).
-    node_gone: Option<u64>,
-    /// Leaving because an operator shut the job down here.
-    shut_down: bool,
-    reported_corrupt: BTreeSet<String>,
-    last_config_error: Option<String>,
-    /// Why the last load of the subtree failed, until one succeeds.
-    load_error: Option<String>,
-    last_housekeeping: Option<u64>,
-    last_reload: Option<u64>,
-    wake: Option<u64>,
-    /// The `wake` entered in `Machine::wakes`.
-    wake_indexed: Option<u64>,
-    /// The load in flight, if any.
-    loading: Option<RequestId>,
-    /// Next fires already computed.
-    fires: FireMemo,
-    /// [`Machine::changes`] at the last change to the job's view or decision on it.
-    changed: u64,
-}
-
-/// A trigger whose items are claimed in several transactions: the same fire and parameter for
-/// all of them.
-#[derive(Debug, Clone)]
-struct TriggerRun {
-    parameter: String,
-    fire: i64,
-    /// Items not claimed yet.
-    items: BTreeSet<u32>,
-}
-
-/// A job changed by a batch of node events.
-struct Touched {
-    job: String,
-    /// Changed by anything but the run markers and records of its items.
-    others: bool,
-    /// The items whose run marker or record changed.
-    items: Vec<u32>,
-}
-
-/// Remembers a few `next fire after t` answers of one configuration: the items of a job
-/// mostly share their last fire, and croner's search is the costly part of a decision.
-#[derive(Debug, Default, Clone)]
-struct FireMemo {
-    config: Option<Arc<JobConfig>>,
-    answers: Vec<(i64, Option<i64>)>,
-}
-
-impl FireMemo {
-    const SIZE: usize = 8;
-
-    /// The first fire strictly after `after_ms` (epoch ms) under `config`'s cron and zone.
-    fn next_after(&mut self, config: &Arc<JobConfig>, after_ms: i64) -> Option<i64> {
-        if !self.config.as_ref().is_some_and(|c| Arc::ptr_eq(c, config)) {
-            self.config = Some(Arc::clone(config));
-            self.answers.clear();
-        }
-        if let Some((_, answer)) = self.answers.iter().find(|(a, _)| *a == after_ms) {
-            return *answer;
-        }
-        let answer = config.cron.as_ref().and_then(|cron| {
-            let after = DateTime::<Utc>::from_timestamp_millis(after_ms)?;
-            cron.next_after(after, &config.time_zone)
-                .map(|t| t.timestamp_millis())
-        });
-        if self.answers.len() == Self::SIZE {
-            self.answers.remove(0);
-        }
-        self.answers.push((after_ms, answer));
-        answer
-    }
-}
-
-impl Job {
-    /// After a committed transaction of ours: hold decisions until the watch shows its last
-    /// write (or reload after `timeout_ms`), so they are not made on a view without it.
-    fn await_own_writes(&mut self, results: &[TxnOpResult], now: Now, timeout_ms: u64) {
-        if let Some(rev) = last_revision(results) {
-            self.sync = Some((rev, now.mono.saturating_add(timeout_ms)));
-        }
-    }
-
-    fn name(&self) -> &str {
-        self.paths.job_name()
-    }
-
-    /// The registry showed this instance's node of the job.
-    fn note_own_node(&mut self, stat: &crate::registry::Stat) {
-        if let Some(owner) = stat.ephemeral_owner {
-            self.registered_in = Some(owner);
-        }
-    }
-
-    /// Whether new runs of the job are held because its leader waits to move items
-    /// (`necessary`: the `leader/sharding/necessary` flag is set). While the leader waits for
-    /// runs to end, no new run starts here, as in ElasticJob: the runs drain and the items
-    /// move within one run's length, instead of the wait running out while the owners keep
-    /// starting fires. The hold ends `reshard_wait` after this instance first saw the flag,
-    /// even if it stays, so a leader that cannot finish the re-shard never stops the job.
-    /// Called at every evaluation, whether or not the instance may claim, so that a flag seen
-    /// again starts a new hold.
-    fn held_for_reshard(
-        &mut self,
-        necessary: bool,
-        opts: &MachineOptions,
-        now: Now,
-        wake: &mut Vec<u64>,
-    ) -> bool {
-        if !necessary {
-            self.necessary_seen = None;
-            return false;
-        }
-        waiting(&mut self.necessary_seen, ms(opts.reshard_wait), now, wake)
-    }
-
-    /// The most items one transaction of this job may touch, if limited.
-    fn txn_limit(&self, opts: &MachineOptions) -> Option<usize> {
-        let limit = match (opts.max_txn_items, self.txn_items) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        limit.map(|k| k.max(1))
-    }
-}
-
-/// What [`Machine::evaluate`] decided for a job.
-enum Action {
-    Txn(Purpose, Vec<TxnOp>),
-    Nothing,
-}
-
-/// An active job's instance as its view shows it: registered, on an enabled server, leading.
-struct Standing {
-    registered: bool,
-    enabled: bool,
-    i_lead: bool,
-}
-
-/// What a decision on an active job does before it looks at the job's items; each comes
-/// before the next. Shared by the decision and its audit ([`Machine::late_wakes`]), so the
-/// audit asks for claims exactly where the decision would make them.
-enum Gate<'v> {
-    /// This instance's node is gone: register again.
-    Register,
-    /// No leader, and this server is enabled: stand for election.
-    Elect,
-    /// Leading from a disabled server: step down.
-    Abdicate,
-    /// A trigger addressed to this instance, with its parameter: consume it.
-    Trigger(&'v str),
-    /// On to the items (the leader's duties, adoption, claims).
-    Items,
-}
-
-impl Standing {
-    fn of(j: &Job, view: &JobView, me: &InstanceId, sid: crate::registry::SessionId) -> Self {
-        let i_lead = view.leader.as_deref() == Some(me.as_str())
-            && j.cache
-                .leader()
-                .is_some_and(|s| s.ephemeral_owner.is_none_or(|o| o == sid));
-        Self {
-            registered: view.instances.contains(me),
-            enabled: view.server_enabled(me.server_ip()),
-            i_lead,
-        }
-    }
-
-    fn gate<'v>(&self, view: &'v JobView, me: &InstanceId) -> Gate<'v> {
-        if !self.registered {
-            Gate::Register
-        } else if view.leader.is_none() && self.enabled {
-            Gate::Elect
-        } else if self.i_lead && !self.enabled {
-            Gate::Abdicate
-        } else if let Some(param) = view.triggers.get(me) {
-            Gate::Trigger(param)
-        } else {
-            Gate::Items
-        }
-    }
+    pub(crate) disables: u64,
+    /// Inputs handled so far (debug builds check the invariants every so many).
+    #[cfg(debug_assertions)]
+    pub(crate) inputs: u64,
 }
 
 impl Machine {
     /// A machine for one instance, with no jobs yet.
     pub fn new(opts: MachineOptions) -> Self {
         Self {
+            me: Arc::new(opts.instance_id.clone()),
             opts,
             strategies: BTreeMap::new(),
-            session: Session::None,
-            epoch: 0,
-            confirmed: None,
-            in_doubt: false,
-            probe: None,
-            last_probe: 0,
-            jobs: BTreeMap::new(),
-            wakes: BTreeSet::new(),
-            retries: BTreeSet::new(),
-            probe_waiters: BTreeSet::new(),
-            probe_ok: 0,
-            starts: BTreeSet::new(),
-            pending: BTreeMap::new(),
+            sess: SessionState::default(),
+            clock: ClockWatch::default(),
+            jobs: Jobs::default(),
+            timers: Timers::default(),
+            requests: Requests::default(),
             executions: BTreeMap::new(),
-            out: VecDeque::new(),
-            next_request: 0,
             next_execution: 0,
+            out: VecDeque::new(),
             shutdown: None,
             stopped: false,
-            last_sweep: 0,
-            clock_offset: None,
-            clock_last: None,
             changes: 0,
-            clock_seen: 0,
-            sweep_cursor: None,
-            sweep_left: 0,
-            sweep_at: None,
             disables: 0,
+            #[cfg(debug_assertions)]
+            inputs: 0,
         }
     }
 
@@ -724,44 +319,46 @@ impl Machine {
 
     /// The names of the hosted jobs.
     pub fn job_names(&self) -> impl Iterator<Item = &str> {
-        self.jobs.keys().map(String::as_str)
+        self.jobs.names()
     }
 
     /// Whether this instance is the job's leader, as far as it knows.
     pub fn is_leader(&self, job: &str) -> bool {
-        self.jobs.get(job).is_some_and(|j| j.was_leader)
+        self.jobs.named(job).is_some_and(|j| j.leader.is_some())
     }
 
     /// The items of a job running here now.
     pub fn running_items(&self, job: &str) -> Vec<u32> {
         self.jobs
-            .get(job)
+            .named(job)
             .map(|j| j.running.keys().copied().collect())
             .unwrap_or_default()
     }
 
     /// The job's effective configuration: the registry's copy once it is loaded.
     pub fn config(&self, job: &str) -> Option<&JobConfig> {
-        self.jobs.get(job).and_then(|j| j.config.as_deref())
+        self.jobs.named(job).and_then(|j| j.config.as_deref())
     }
 
     /// The job's effective configuration, shared: the same `Arc` until the configuration
     /// changes, so a caller can tell a change with [`Arc::ptr_eq`].
     pub fn shared_config(&self, job: &str) -> Option<Arc<JobConfig>> {
-        self.jobs.get(job).and_then(|j| j.config.clone())
+        self.jobs.named(job).and_then(|j| j.config.clone())
     }
 
     /// Whether the job's leader has a re-shard pending (`leader/sharding/necessary`), as far
     /// as this instance's cache shows.
     pub fn resharding_pending(&self, job: &str) -> bool {
         self.jobs
-            .get(job)
+            .named(job)
             .is_some_and(|j| j.cache.view().necessary.is_some())
     }
 
     /// Whether the job is registered and runs here.
     pub fn is_active(&self, job: &str) -> bool {
-        self.jobs.get(job).is_some_and(|j| j.phase == Phase::Active)
+        self.jobs
+            .named(job)
+            .is_some_and(|j| j.phase == Phase::Active)
     }
 
     /// Starts hosting a job. Its configuration is validated first.
@@ -776,8 +373,8 @@ impl Machine {
                 job: name.clone(),
                 error: e.to_string(),
             })?;
-        match self.jobs.get(&name) {
-            Some(j) if j.leaving => return Err(MachineError::JobLeaving(name)),
+        match self.jobs.named(&name) {
+            Some(j) if j.leaving.is_some() => return Err(MachineError::JobLeaving(name)),
             Some(_) => return Err(MachineError::DuplicateJob(name)),
             None => {}
         }
@@ -796,9 +393,7 @@ impl Machine {
             phase: Phase::Waiting,
             cache: Cache::default(),
             buffer: Vec::new(),
-            busy: None,
-            sync: None,
-            retry_at: None,
+            wait: Wait::Idle,
             backoff: 0,
             unsure: false,
             owned_since: BTreeMap::new(),
@@ -806,35 +401,29 @@ impl Machine {
             last_end: BTreeMap::new(),
             triggers: VecDeque::new(),
             trigger_run: None,
-            reshard_wanted: None,
-            reshard_idle: None,
-            reshard_moved: Vec::new(),
-            reshard_written: 0,
-            reshard_plan: None,
+            leader: None,
             txn_items: None,
             orphan_seen: BTreeMap::new(),
             necessary_seen: None,
-            was_leader: false,
             registered_in: None,
             node_gone: None,
-            shut_down: false,
-            leaving: false,
-            leave_deadline: None,
+            leaving: None,
+            owned_reported: None,
+            necessary_reported: false,
             reported_corrupt: BTreeSet::new(),
             last_config_error: None,
             load_error: None,
-            last_housekeeping: None,
             last_reload: None,
-            loading: None,
             wake: None,
             wake_indexed: None,
             fires: FireMemo::default(),
             changed: 0,
         };
-        self.jobs.insert(name.clone(), Box::new(job));
-        if matches!(self.session, Session::Live(_)) {
-            self.start_load(&name, now);
+        let id = self.jobs.insert(job);
+        if matches!(self.sess.state, Session::Live(_)) {
+            self.start_load(id, now);
         }
+        self.debug_check();
         Ok(())
     }
 
@@ -844,15 +433,17 @@ impl Machine {
     /// suspended it waits for it to come back or to be found expired. Removing a job that is
     /// leaving already changes nothing.
     pub fn remove_job(&mut self, job: &str, now: Now) -> Result<(), MachineError> {
-        let j = self
+        let (id, j) = self
             .jobs
-            .get_mut(job)
+            .named_mut(job)
             .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
         // Removing a job that is leaving already changes nothing: its grace is not extended.
-        if !j.leaving {
-            j.leaving = true;
-            j.leave_deadline = Some(now.mono.saturating_add(ms(self.opts.shutdown_grace)));
-            self.noticing_clock(now, |m| m.evaluate(job, now));
+        if j.leaving.is_none() {
+            j.leaving = Some(Leaving {
+                cause: LeaveCause::Removed,
+                deadline: Some(now.mono.saturating_add(ms(self.opts.shutdown_grace))),
+            });
+            self.noticing_clock(now, |m| m.evaluate(id, now));
         }
         Ok(())
     }
@@ -868,12 +459,12 @@ impl Machine {
         if self.shutdown.is_some() {
             return Err(MachineError::ShuttingDown);
         }
-        let j = self
+        let (id, j) = self
             .jobs
-            .get_mut(job)
+            .named_mut(job)
             .ok_or_else(|| MachineError::UnknownJob(job.to_owned()))?;
         j.triggers.push_back(parameter.unwrap_or_default());
-        self.noticing_clock(now, |m| m.evaluate(job, now));
+        self.noticing_clock(now, |m| m.evaluate(id, now));
         Ok(())
     }
 
@@ -885,62 +476,20 @@ impl Machine {
         let deadline = now.mono.saturating_add(ms(self.opts.shutdown_grace));
         self.shutdown = Some(deadline);
         for job in self.jobs.values_mut() {
-            job.leaving = true;
+            job.leaving.get_or_insert(Leaving {
+                cause: LeaveCause::Shutdown,
+                deadline: None,
+            });
         }
         // Every job is decided on below: a step is acted on by that alone.
         self.observe_clock(now);
         self.evaluate_all(now);
+        self.debug_check();
     }
 
     /// The next command for the driver.
     pub fn poll_command(&mut self) -> Option<Command> {
         self.out.pop_front()
-    }
-
-    /// When the driver should call [`Machine::handle_timeout`] next (monotonic ms).
-    pub fn poll_timeout(&self) -> Option<u64> {
-        let mut next: Option<u64> = None;
-        let mut at = |t: Option<u64>| {
-            if let Some(t) = t {
-                next = Some(next.map_or(t, |n| n.min(t)));
-            }
-        };
-        at(self.wakes.first().map(|(t, _)| *t));
-        at(self.retries.first().map(|(t, _)| *t));
-        at(self.starts.first().map(|(t, _)| *t));
-        at(self.sweep_at);
-        if !self.jobs.is_empty() {
-            at(Some(self.clock_seen.saturating_add(CLOCK_WATCH_MS)));
-        }
-        if self.needs_probing() {
-            if let Session::Live(info) = self.session {
-                if self.probe.is_none() {
-                    at(Some(self.probe_due(info)));
-                }
-            }
-        }
-        let guards = if planted!(self.opts, LeaseTimerAfterEnd) {
-            !self.executions.is_empty()
-        } else {
-            self.lease_guards_runs()
-        };
-        if !self.in_doubt && guards {
-            at(self.lease_deadline());
-        }
-        at(self.shutdown);
-        next
-    }
-
-    /// The earliest time (monotonic ms) at which a run claimed ahead is due to start, if any.
-    /// It is also among what [`Machine::poll_timeout`] returns; a driver that wants runs to
-    /// start on the dot can wake a little before it and wait out the rest precisely, since
-    /// general-purpose timers fire a millisecond or two late.
-    ///
-    /// One [`Machine::handle_timeout`] hands out a bounded number of starts: while this is
-    /// still at or before the time just handled, carrying out the commands and calling
-    /// `handle_timeout` again at once starts the rest sooner than waiting for the next tick.
-    pub fn next_start(&self) -> Option<u64> {
-        self.starts.first().map(|(t, _)| *t)
     }
 
     /// A registry event from the watch on `/`, or a session change.
@@ -959,99 +508,6 @@ impl Machine {
         self.noticing_clock(now, |m| m.apply_registry_events(events, now));
     }
 
-    /// The monotonic clock reached [`Machine::poll_timeout`].
-    pub fn handle_timeout(&mut self, now: Now) {
-        let stepped = self.observe_clock(now);
-        self.check_lease(now);
-        let queued = self.out.len();
-        self.start_due(now);
-        // Runs that start now go out before anything else is worked on: the sweep waits a
-        // millisecond, so the driver can hand the runs their start first.
-        let started = self.out.len() > queued;
-        self.maybe_probe(now);
-        while let Some(&(t, id)) = self.retries.first() {
-            if t > now.mono {
-                break;
-            }
-            self.retries.remove(&(t, id));
-            // Entries of executions that are gone or were rescheduled are stale: skipped.
-            match self.executions.get_mut(&id) {
-                Some(e) if e.retry_at == Some(t) => e.retry_at = None,
-                _ => continue,
-            }
-            self.send_completion(id, now);
-        }
-        if self.shutdown.is_some_and(|d| now.mono >= d) {
-            self.cancel_all(CancelReason::Shutdown, now);
-        }
-        // Only the jobs whose time has come; every job now and then as a safety net (the
-        // decisions are level-triggered, so an extra evaluation is harmless, only costly).
-        // The sweep goes a tenth of the jobs at a time, so that ten thousand jobs do not stall
-        // the machine at once.
-        if self.shutdown.is_some() {
-            self.sweep_at = None;
-            self.sweep_left = 0;
-            self.evaluate_all(now);
-            return;
-        }
-        if stepped {
-            self.evaluate_all(now);
-            return;
-        }
-        let due: Vec<String> = self
-            .wakes
-            .iter()
-            .take_while(|(t, _)| *t <= now.mono)
-            .map(|(_, name)| name.clone())
-            .collect();
-        let mut swept: Vec<String> = Vec::new();
-        if self.opts.safety_sweep && now.mono >= self.last_sweep.saturating_add(SWEEP_MS / 10) {
-            self.last_sweep = now.mono;
-            self.sweep_left = self.jobs.len().div_ceil(10).max(1);
-            self.sweep_at = Some(now.mono);
-        }
-        if started && self.sweep_left > 0 {
-            self.sweep_at = Some(now.mono.saturating_add(1));
-        } else if self.sweep_at.is_some_and(|t| t <= now.mono) {
-            let chunk = self.sweep_left.min(SWEEP_CHUNK);
-            if planted!(self.opts, EndlessSweep) {
-                self.sweep_left /= chunk.max(1);
-            } else {
-                self.sweep_left -= chunk;
-            }
-            self.sweep_at = (self.sweep_left > 0).then(|| now.mono.saturating_add(1));
-            let after = self.sweep_cursor.take();
-            let mut next: Vec<String> = match &after {
-                Some(c) => self
-                    .jobs
-                    .range::<str, _>((
-                        std::ops::Bound::Excluded(c.as_str()),
-                        std::ops::Bound::Unbounded,
-                    ))
-                    .map(|(n, _)| n.clone())
-                    .take(chunk)
-                    .collect(),
-                None => Vec::new(),
-            };
-            if next.len() < chunk {
-                let more = chunk - next.len();
-                next.extend(self.jobs.keys().take(more).cloned());
-            }
-            self.sweep_cursor = next.last().cloned();
-            // A job both due and swept is evaluated once.
-            next.retain(|n| !due.contains(n));
-            swept = next;
-        }
-        for name in due {
-            self.evaluate(&name, now);
-        }
-        for name in swept {
-            self.evaluate_swept(&name, now);
-        }
-        self.maybe_probe(now);
-        self.finish_shutdown_if_done();
-    }
-
     /// An execution ended: every item's outcome.
     pub fn handle_execution_finished(
         &mut self,
@@ -1063,79 +519,5 @@ impl Machine {
         self.noticing_clock(now, |m| m.execution_finished(id, now));
     }
 
-    fn execution_finished(&mut self, id: ExecutionId, now: Now) {
-        let Some(exec) = self.executions.get_mut(&id) else {
-            return;
-        };
-        exec.finished = true;
-        let job = exec.job.clone();
-        if exec.epoch != self.epoch || self.session == Session::None {
-            self.complete_lost(id);
-        } else {
-            self.send_completion(id, now);
-        }
-        self.evaluate(&job, now);
-        self.maybe_probe(now);
-        self.finish_shutdown_if_done();
-    }
-
     // ----- session -----
-}
-
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn created_stat(results: &[TxnOpResult], index: usize) -> Option<crate::registry::Stat> {
-    match results.get(index) {
-        Some(TxnOpResult::Created(stat)) => Some(*stat),
-        _ => None,
-    }
-}
-
-fn written_version(results: &[TxnOpResult], index: usize) -> Option<Version> {
-    match results.get(index) {
-        Some(TxnOpResult::Created(stat) | TxnOpResult::Set(stat)) => Some(stat.version),
-        _ => None,
-    }
-}
-
-fn last_revision(results: &[TxnOpResult]) -> Option<Revision> {
-    results
-        .iter()
-        .filter_map(|r| match r {
-            TxnOpResult::Created(s) | TxnOpResult::Set(s) => Some(s.modified),
-            _ => None,
-        })
-        .max()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::registry::Stat;
-
-    /// A claim's run record counts as written, at its new version, whether the claim created
-    /// it or replaced it; a check, a deletion or a missing result is no write.
-    #[test]
-    fn written_version_reads_creates_and_sets_only() {
-        let stat = |v: i64| Stat {
-            version: Version(v),
-            created: Revision(1),
-            modified: Revision(v as u64),
-            ephemeral_owner: None,
-        };
-        let results = [
-            TxnOpResult::Checked,
-            TxnOpResult::Created(stat(0)),
-            TxnOpResult::Set(stat(4)),
-            TxnOpResult::Deleted,
-        ];
-        assert_eq!(written_version(&results, 0), None);
-        assert_eq!(written_version(&results, 1), Some(Version(0)));
-        assert_eq!(written_version(&results, 2), Some(Version(4)));
-        assert_eq!(written_version(&results, 3), None);
-        assert_eq!(written_version(&results, 4), None);
-        assert_eq!(last_revision(&results), Some(Revision(4)));
-    }
 }

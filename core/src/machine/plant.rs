@@ -87,11 +87,15 @@ pub enum Plant {
     /// off: the count stays at one, the sweep never ends, and the machine wakes every
     /// millisecond to evaluate one job again (right decisions, a thousand wakes a second).
     EndlessSweep,
+    /// Withdraw nothing of what was reported of a job's plan when the job stops being hosted:
+    /// a job hosted again reports only what changed since its own start, and the last word a
+    /// listener heard (a re-shard pending, items owned) stays the one from before it left.
+    StalePlanReport,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 28] = [
+    pub const ALL: [Plant; 29] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -120,6 +124,7 @@ impl Plant {
         Plant::LeaseTimerAfterEnd,
         Plant::AdoptDropsTriggerFailover,
         Plant::EndlessSweep,
+        Plant::StalePlanReport,
     ];
 
     /// The name used on the command line.
@@ -153,6 +158,7 @@ impl Plant {
             Plant::LeaseTimerAfterEnd => "lease-timer-after-end",
             Plant::AdoptDropsTriggerFailover => "adopt-drops-trigger-failover",
             Plant::EndlessSweep => "endless-sweep",
+            Plant::StalePlanReport => "stale-plan-report",
         }
     }
 }

@@ -2,11 +2,15 @@
 //! one live, registered, enabled instance, nothing is left beyond `n`, there is one leader and
 //! it is live, every running process is registered in each job it is meant to host
 //! ([`crate::cluster::Node::jobs`]) and in no other, and no process dropped such a job by
-//! itself.
+//! itself. What each machine last reported of its plan agrees with the registry: the items it
+//! owns ([`MachineEvent::ItemsOwned`]) and whether a re-shard is pending
+//! ([`MachineEvent::ReshardingPending`]), which the runtime logs, counts and hands to
+//! streaming jobs.
 
 use std::collections::BTreeSet;
 
 use shardjob_core::InstanceId;
+use shardjob_core::machine::MachineEvent;
 
 use super::Violation;
 use crate::cluster::Cluster;
@@ -70,6 +74,40 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
         }) {
             if !live.contains(n.id.as_str()) {
                 fail(format!("{job}: running process {} is not registered", n.id));
+            }
+            let owned: Vec<u32> = owners
+                .iter()
+                .filter(|(_, o)| o.as_str() == n.id.as_str())
+                .map(|(i, _)| *i)
+                .collect();
+            let reported = n.events.iter().rev().find_map(|(_, e)| match e {
+                MachineEvent::ItemsOwned { job: j, items } if j == job => Some(items),
+                _ => None,
+            });
+            if reported != Some(&owned) {
+                fail(format!(
+                    "{job}: process {} last reported owning {reported:?}, the plan gives it {owned:?}",
+                    n.id
+                ));
+            }
+            let pending = n
+                .events
+                .iter()
+                .rev()
+                .find_map(|(_, e)| match e {
+                    MachineEvent::ReshardingPending { job: j, pending } if j == job => {
+                        Some(*pending)
+                    }
+                    _ => None,
+                })
+                .unwrap_or(false);
+            let flag = c.exists(&format!("/{job}/leader/sharding/necessary"));
+            if pending != flag {
+                fail(format!(
+                    "{job}: process {} last reported a re-shard pending {pending}, the flag is {}",
+                    n.id,
+                    if flag { "set" } else { "clear" }
+                ));
             }
         }
         // A process that left the job (or never hosted it) must not hold its place.

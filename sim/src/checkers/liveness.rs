@@ -47,6 +47,26 @@ pub fn check(
             continue;
         };
         let end_ms = origin_ms + to.saturating_sub(job.bound_ms) as i64;
+        // By item: the completed runs by fire, with the earliest end of a run of that fire or
+        // a later one, so that each fire is one search.
+        let ends: Vec<(Vec<i64>, Vec<u64>)> = (0..c.sharding_total_count)
+            .map(|item| {
+                let mut done: Vec<(i64, u64)> = by_item
+                    .get(&(name.as_str(), item))
+                    .map_or(&[][..], |v| &v[..])
+                    .iter()
+                    .filter(|r| !r.cancelled)
+                    .filter_map(|r| r.end.map(|e| (r.fire, e)))
+                    .collect();
+                done.sort_unstable();
+                let fires = done.iter().map(|(f, _)| *f).collect();
+                let mut earliest: Vec<u64> = done.iter().map(|(_, e)| *e).collect();
+                for k in (0..earliest.len().saturating_sub(1)).rev() {
+                    earliest[k] = earliest[k].min(earliest[k + 1]);
+                }
+                (fires, earliest)
+            })
+            .collect();
         for fire in cron.fires_after(start, &c.time_zone).take(10_000) {
             let f = fire.timestamp_millis();
             if f > end_ms {
@@ -54,12 +74,10 @@ pub fn check(
             }
             let deadline = (f - origin_ms) as u64 + job.bound_ms;
             for item in 0..c.sharding_total_count {
-                let mine = by_item
-                    .get(&(name.as_str(), item))
-                    .map_or(&[][..], |v| &v[..]);
-                let done = mine
-                    .iter()
-                    .any(|r| r.fire >= f && !r.cancelled && r.end.is_some_and(|e| e <= deadline));
+                let done = ends.get(item as usize).is_some_and(|(fires, earliest)| {
+                    let k = fires.partition_point(|x| *x < f);
+                    earliest.get(k).is_some_and(|e| *e <= deadline)
+                });
                 if !done {
                     out.push(Violation {
                         checker: "liveness",

@@ -68,6 +68,78 @@ impl Facts<'_> {
     }
 }
 
+/// The facts a check asks once per fire, sorted once: the nemesis's acts, and by job the
+/// operator's edits under it.
+struct Sorted {
+    /// When the nemesis acted, ascending.
+    disruptions: Vec<u64>,
+}
+
+impl Sorted {
+    fn new(facts: &Facts) -> Self {
+        let mut disruptions = facts.disruptions.to_vec();
+        disruptions.sort_unstable();
+        Self { disruptions }
+    }
+
+    /// [`Facts::calmed`], by a search.
+    fn calmed(&self, at: u64, t: u64) -> u64 {
+        let k = self.disruptions.partition_point(|d| *d <= t);
+        k.checked_sub(1)
+            .and_then(|k| self.disruptions.get(k))
+            .copied()
+            .unwrap_or(0)
+            .max(at)
+    }
+}
+
+/// One item's runs (triggers left out), ready for the question [`late`] asks of every fire:
+/// which run first covers it.
+struct Covers<'r> {
+    /// The runs by fire, then start.
+    by_fire: Vec<&'r RunRecord>,
+    /// For each index of `by_fire`, the earliest start of a misfire or failover run at that
+    /// index or after.
+    collapsing_from: Vec<Option<u64>>,
+}
+
+impl<'r> Covers<'r> {
+    fn new(mine: &[&'r RunRecord]) -> Self {
+        let mut by_fire = mine.to_vec();
+        by_fire.sort_by_key(|r| (r.fire, r.start));
+        let mut collapsing_from = vec![None; by_fire.len() + 1];
+        for k in (0..by_fire.len()).rev() {
+            let here = matches!(by_fire[k].kind, RunKind::Misfire | RunKind::Failover)
+                .then_some(by_fire[k].start);
+            collapsing_from[k] = match (here, collapsing_from[k + 1]) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        Self {
+            by_fire,
+            collapsing_from,
+        }
+    }
+
+    /// The start of the first run that covers fire `f`: a run of `f`, or a misfire or
+    /// failover run of a later fire.
+    fn start(&self, f: i64) -> Option<u64> {
+        let at = self.by_fire.partition_point(|r| r.fire < f);
+        let exact = self
+            .by_fire
+            .get(at)
+            .filter(|r| r.fire == f)
+            .map(|r| r.start);
+        let after = self.by_fire.partition_point(|r| r.fire <= f);
+        let later = self.collapsing_from.get(after).copied().flatten();
+        match (exact, later) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
 /// Checks every fire up to the end, less each job's bound.
 pub fn check(
     runs: &[RunRecord],
@@ -78,6 +150,7 @@ pub fn check(
     let origin_ms = facts.origin.timestamp_millis();
     let by_item = super::runs_by_item(runs);
     let slack = facts.slack_ms;
+    let sorted = Sorted::new(facts);
     for (name, job) in jobs {
         let c = &job.config;
         if !(c.failover && c.misfire && c.monitor_execution) {
@@ -93,6 +166,15 @@ pub fn check(
             .map(|(t, _)| *t)
             .collect();
         let starts: Vec<&ClusterStart> = facts.starts.iter().filter(|s| s.job == *name).collect();
+        // The operator's writes under the job, ascending.
+        let under = format!("/{name}/");
+        let mut touches: Vec<u64> = facts
+            .operator
+            .iter()
+            .filter(|(_, p)| p.starts_with(&under))
+            .map(|(t, _)| *t)
+            .collect();
+        touches.sort_unstable();
         let catchup = c.misfire_catchup_ms();
         let last_fire = origin_ms + facts.end.saturating_sub(job.bound_ms) as i64;
         // The job's fires, listed once for all its items.
@@ -119,6 +201,7 @@ pub fn check(
                     })
                     .unwrap_or_default()
             });
+            let covers = Covers::new(&mine);
             // Fires run, and the latest fire a misfire or failover run collapsed.
             let mut ran: Vec<i64> = mine.iter().map(|r| r.fire).collect();
             ran.sort_unstable();
@@ -130,7 +213,12 @@ pub fn check(
             for &f in fires.iter().filter(|f| **f >= first) {
                 let covered = ran.binary_search(&f).is_ok() || collapsed.is_some_and(|m| m > f);
                 if covered {
-                    if let Some(v) = late(&mine, name, item, f, origin_ms, facts) {
+                    let cover = Cover {
+                        start: covers.start(f),
+                        touches: &touches,
+                        sorted: &sorted,
+                    };
+                    if let Some(v) = late(&mine, name, item, f, origin_ms, facts, &cover) {
                         out.push(v);
                     }
                     continue;
@@ -211,6 +299,16 @@ fn waits(mine: &[&RunRecord], name: &str, f: i64, at: u64, facts: &Facts) -> boo
         && in_time(facts.end)
 }
 
+/// What [`late`] asks of a fire, worked out once per item or job.
+struct Cover<'a> {
+    /// When the first run that covers the fire started ([`Covers::start`]).
+    start: Option<u64>,
+    /// The operator's writes under the job, ascending.
+    touches: &'a [u64],
+    /// The nemesis's acts, ascending.
+    sorted: &'a Sorted,
+}
+
 /// Whether the run that covers fire `f` of an item started too late: later than the job's
 /// calm bound after the fire and after the nemesis's last act before that start. Fires whose
 /// configuration may have changed are left to the rest of the check.
@@ -221,22 +319,27 @@ fn late(
     f: i64,
     origin_ms: i64,
     facts: &Facts,
+    cover: &Cover<'_>,
 ) -> Option<Violation> {
     let bound = *facts.calm_ms.get(name)?;
+    let start = cover.start?;
+    let at = u64::try_from(f - origin_ms).unwrap_or(0);
+    let calmed = cover.sorted.calmed(at, start);
+    // An operator's write under the job from `at - slack` to the start.
+    let from = cover
+        .touches
+        .partition_point(|t| t.saturating_add(facts.slack_ms) < at);
+    let edited = cover.touches.get(from).is_some_and(|t| *t <= start);
+    if edited || start <= calmed + bound {
+        return None;
+    }
+    // A violation: the covering run itself, for the message (the first of the earliest).
     let cover = mine
         .iter()
         .filter(|r| {
             r.fire == f || (r.fire > f && matches!(r.kind, RunKind::Misfire | RunKind::Failover))
         })
         .min_by_key(|r| r.start)?;
-    let at = u64::try_from(f - origin_ms).unwrap_or(0);
-    let calmed = facts.calmed(at, cover.start);
-    let edited = facts.operator.iter().any(|(t, p)| {
-        *t + facts.slack_ms >= at && *t <= cover.start && p.starts_with(&format!("/{name}/"))
-    });
-    if edited || cover.start <= calmed + bound {
-        return None;
-    }
     Some(Violation {
         checker: "late",
         time: calmed + bound,

@@ -1,10 +1,11 @@
-//! The transactions that register an instance in a job and take it out again.
+//! Setup: the job's skeleton, its configuration and this instance's registration, in one
+//! transaction.
 
 #[allow(clippy::wildcard_imports)]
 use super::*;
 
 /// The skeleton, configuration and registration of a job, in one transaction.
-pub(super) fn setup_ops(
+pub(crate) fn setup_ops(
     j: &mut Job,
     view: &JobView,
     me: &InstanceId,
@@ -113,65 +114,4 @@ pub(super) fn setup_ops(
         });
     }
     Ok(ops)
-}
-
-pub(super) fn leave_ops(
-    j: &Job,
-    view: &JobView,
-    me: &InstanceId,
-    sid: crate::registry::SessionId,
-    limit: Option<usize>,
-) -> Vec<TxnOp> {
-    let p = &j.paths;
-    let mut ops = vec![TxnOp::Check(Check::Session(sid))];
-    // Run markers and failover nodes of this session: by now no local run holds any, so they
-    // are claims whose reply was lost. Left, they would keep their items "running", or their
-    // failover taken, for the session's life; deleted, the fire is one whose attempt died.
-    // Within the transaction limit (in items); the next round deletes the rest.
-    let orphans = view
-        .items
-        .iter()
-        .filter(|(item, _)| !j.running.contains_key(item))
-        .filter_map(|(item, v)| {
-            let marker = session_marker(v, me, sid);
-            let failover = v.failover.filter(|stat| stat.ephemeral_owner == Some(sid));
-            let deletes: Vec<TxnOp> = marker
-                .map(|stat| (p.item_running(*item), stat.version))
-                .into_iter()
-                .chain(failover.map(|stat| (p.item_failover(*item), stat.version)))
-                .map(|(path, version)| TxnOp::Delete {
-                    path,
-                    expected: Some(version),
-                })
-                .collect();
-            (!deletes.is_empty()).then_some(deletes)
-        });
-    ops.extend(orphans.take(limit.unwrap_or(usize::MAX)).flatten());
-    if view.instances.contains(me) {
-        ops.push(TxnOp::delete(p.instance(me)));
-    }
-    if view.leader.as_deref() == Some(me.as_str()) {
-        ops.push(TxnOp::Check(Check::Value(
-            p.leader_instance(),
-            me.as_str().into(),
-        )));
-        ops.push(TxnOp::delete(p.leader_instance()));
-    }
-    if view.triggers.contains_key(me) {
-        ops.push(TxnOp::delete(p.trigger(me)));
-    }
-    // The server node goes with its last instance, unless an operator disabled it.
-    let ip = me.server_ip();
-    let others_on_ip = view
-        .instances
-        .iter()
-        .any(|i| i != me && i.server_ip() == ip);
-    if !others_on_ip && view.servers.get(ip).is_some_and(|v| v.trim() == "ENABLED") {
-        ops.push(TxnOp::Check(Check::Value(
-            p.server_of(me),
-            b"ENABLED".to_vec(),
-        )));
-        ops.push(TxnOp::delete(p.server_of(me)));
-    }
-    ops
 }

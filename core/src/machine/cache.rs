@@ -8,13 +8,16 @@
 //! outside the items) are not kept at all. Debug builds also keep every node and check now
 //! and then that the facts kept event by event equal those loaded from scratch.
 
-use std::collections::{BTreeMap, BTreeSet};
+#[cfg(any(test, debug_assertions, feature = "self-check"))]
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::instance::InstanceId;
 use crate::layout::{ItemLeaf, JobNode, JobPaths, parse_item};
 use crate::registry::{Node, NodePath, Revision, Stat, Version, WatchEvent, WatchEventKind};
 
+use super::job_view::{JobView, into_text};
 use super::record::{ItemRecord, StartRecord};
 
 /// The directories of the layout whose existence setup checks.
@@ -53,7 +56,7 @@ impl Dir {
         ]
     }
 
-    fn bit(self) -> u16 {
+    pub(crate) fn bit(self) -> u16 {
         1 << self as u16
     }
 }
@@ -61,21 +64,21 @@ impl Dir {
 /// The raw facts kept beside the view: what setup, leadership and re-sharding read that the
 /// view does not interpret.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Facts {
+pub(crate) struct Facts {
     /// The job root's data (the job type), if the node exists.
-    root: Option<Box<[u8]>>,
+    pub(crate) root: Option<Box<[u8]>>,
     /// The `config` node's data (the configuration YAML), if it exists.
-    config: Option<Box<[u8]>>,
+    pub(crate) config: Option<Box<[u8]>>,
     /// The [`Dir`]s that exist, one bit each.
-    dirs: u16,
+    pub(crate) dirs: u16,
     /// Metadata of this instance's own `instances/{id}` node.
-    own_instance: Option<Stat>,
+    pub(crate) own_instance: Option<Stat>,
     /// The version of the `instances` node (whose data is the cluster's [`StartRecord`]).
-    instances_version: Option<Version>,
+    pub(crate) instances_version: Option<Version>,
     /// Metadata of `leader/election/instance`.
-    leader: Option<Stat>,
+    pub(crate) leader: Option<Stat>,
     /// Nodes below `sharding/{item}` that the layout does not name: deleted with the item.
-    item_others: BTreeSet<NodePath>,
+    pub(crate) item_others: BTreeSet<NodePath>,
 }
 
 /// What one job's subtree says, kept current by watch events.
@@ -86,7 +89,7 @@ pub(crate) struct Cache {
     pub seen: Option<Revision>,
     /// The revision the last snapshot was read at, when the backend tells it: events at or
     /// below it are already in the snapshot, and are ignored (see [`Cache::is_stale`]).
-    floor: Option<Revision>,
+    pub(crate) floor: Option<Revision>,
     /// Grows with every change, so readers can tell a cache they have read already.
     pub version: u64,
     /// Grows with every change that can bear on the sharding plan (anything but the items'
@@ -95,22 +98,22 @@ pub(crate) struct Cache {
     pub plan_version: u64,
     /// The facts decisions read, shared with a decision in progress (a change meanwhile,
     /// which does not happen, would copy it).
-    view: Arc<JobView>,
-    facts: Facts,
+    pub(crate) view: Arc<JobView>,
+    pub(crate) facts: Facts,
     /// Grows whenever the `config` node's data changes, appears or goes.
-    config_changes: u64,
+    pub(crate) config_changes: u64,
     /// Debug builds and the `self-check` feature: every node, to check the kept facts
     /// against a load from scratch.
     #[cfg(any(debug_assertions, feature = "self-check"))]
-    shadow: BTreeMap<NodePath, (Vec<u8>, Stat)>,
+    pub(crate) shadow: BTreeMap<NodePath, (Vec<u8>, Stat)>,
     /// With the `self-check` feature: the first drift found, until taken.
     #[cfg(feature = "self-check")]
-    drift: Option<String>,
+    pub(crate) drift: Option<String>,
 }
 
 /// The metadata of a created or changed node whose event carries none and whose old
 /// metadata is not kept.
-const UNKNOWN_STAT: Stat = Stat {
+pub(crate) const UNKNOWN_STAT: Stat = Stat {
     version: Version(-1),
     created: Revision(0),
     modified: Revision(0),
@@ -216,7 +219,7 @@ impl Cache {
     /// A cache loaded from scratch with `nodes` (path → data and metadata), to check a kept
     /// one against.
     #[cfg(any(test, debug_assertions, feature = "self-check"))]
-    fn loaded(nodes: &BTreeMap<NodePath, (Vec<u8>, Stat)>, me: &InstanceId) -> Cache {
+    pub(crate) fn loaded(nodes: &BTreeMap<NodePath, (Vec<u8>, Stat)>, me: &InstanceId) -> Cache {
         let mut fresh = Cache::default();
         let nodes = nodes
             .iter()
@@ -234,7 +237,7 @@ impl Cache {
     /// those loaded from scratch. A debug build panics on a drift; a release build with the
     /// feature keeps it for [`Cache::take_drift`] (the simulator reports it as a violation).
     #[allow(unused_variables)]
-    fn check(&mut self, me: &InstanceId) {
+    pub(crate) fn check(&mut self, me: &InstanceId) {
         #[cfg(any(debug_assertions, feature = "self-check"))]
         if self.version % 64 == 0 {
             let fresh = Cache::loaded(&self.shadow, me);
@@ -277,7 +280,7 @@ impl Cache {
         &self.view
     }
 
-    fn note(&mut self, r: Revision) {
+    pub(crate) fn note(&mut self, r: Revision) {
         if self.seen.is_none_or(|s| r > s) {
             self.seen = Some(r);
         }
@@ -352,7 +355,7 @@ impl Cache {
 
 /// Whether `what` is one of the nodes that runs write: an item's run marker, record and
 /// misfire and failover flags.
-fn run_state(what: &JobNode) -> bool {
+pub(crate) fn run_state(what: &JobNode) -> bool {
     matches!(
         what,
         JobNode::ItemState(
@@ -369,7 +372,7 @@ fn run_state(what: &JobNode) -> bool {
 /// Whether a change of the node that [`JobNode::parse`] calls `what` can change what a
 /// re-shard decides: everything but the items' run state, their `disabled` flags, and
 /// triggers.
-fn bears_on_plan(what: Option<&JobNode>) -> bool {
+pub(crate) fn bears_on_plan(what: Option<&JobNode>) -> bool {
     what.is_none_or(|n| {
         !(run_state(n)
             || matches!(
@@ -401,7 +404,12 @@ pub(crate) fn bears_on_disabled(what: &JobNode) -> bool {
 impl Facts {
     /// The kept metadata of a node (`what` [`JobNode::parse`] says of its path), for the nodes
     /// whose metadata decisions read.
-    fn kept_stat(&self, view: &JobView, what: &JobNode, me: &InstanceId) -> Option<Stat> {
+    pub(crate) fn kept_stat(
+        &self,
+        view: &JobView,
+        what: &JobNode,
+        me: &InstanceId,
+    ) -> Option<Stat> {
         let version_only = |version: Version| Stat {
             version,
             ..UNKNOWN_STAT
@@ -427,7 +435,7 @@ impl Facts {
 
     /// The node at `path`, which [`JobNode::parse`] calls `what`, was created or changed.
     /// Returns whether the configuration's text changed.
-    fn set(
+    pub(crate) fn set(
         &mut self,
         view: &mut JobView,
         path: &NodePath,
@@ -539,7 +547,7 @@ impl Facts {
 
     /// The node at `path`, which [`JobNode::parse`] calls `what`, was deleted. Returns whether
     /// the configuration's text changed (it went).
-    fn unset(
+    pub(crate) fn unset(
         &mut self,
         view: &mut JobView,
         path: &NodePath,
@@ -626,14 +634,14 @@ impl Facts {
 }
 
 /// What a path [`JobNode::parse`] calls `Other` is to the cache.
-enum Other {
+pub(crate) enum Other {
     /// A directory setup creates.
     Dir(Dir),
     /// A node below `sharding/{item}` that the layout does not name.
     BelowItem,
 }
 
-fn other(path: &NodePath) -> Option<Other> {
+pub(crate) fn other(path: &NodePath) -> Option<Other> {
     let mut segments = path.segments().skip(1);
     let first = segments.next()?;
     let second = segments.next();
@@ -654,7 +662,7 @@ fn other(path: &NodePath) -> Option<Other> {
 }
 
 /// Every item leaf.
-const LEAVES: [ItemLeaf; 7] = [
+pub(crate) const LEAVES: [ItemLeaf; 7] = [
     ItemLeaf::Instance,
     ItemLeaf::Running,
     ItemLeaf::Misfire,
@@ -664,11 +672,11 @@ const LEAVES: [ItemLeaf; 7] = [
     ItemLeaf::Execution,
 ];
 
-fn leaf_bit(leaf: ItemLeaf) -> u8 {
+pub(crate) fn leaf_bit(leaf: ItemLeaf) -> u8 {
     1 << leaf as u8
 }
 
-fn leaf_path(paths: &JobPaths, item: u32, leaf: ItemLeaf) -> NodePath {
+pub(crate) fn leaf_path(paths: &JobPaths, item: u32, leaf: ItemLeaf) -> NodePath {
     match leaf {
         ItemLeaf::Instance => paths.item_instance(item),
         ItemLeaf::Running => paths.item_running(item),
@@ -677,229 +685,6 @@ fn leaf_path(paths: &JobPaths, item: u32, leaf: ItemLeaf) -> NodePath {
         ItemLeaf::Failover => paths.item_failover(item),
         ItemLeaf::Failovering => paths.item_failovering(item),
         ItemLeaf::Execution => paths.item_execution(item),
-    }
-}
-
-/// One item's state read off the cache.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct ItemView {
-    pub exists: bool,
-    pub owner: Option<InstanceId>,
-    pub owner_stat: Option<Stat>,
-    /// The `running` marker: who, and its metadata.
-    pub running: Option<(String, Stat)>,
-    pub disabled: bool,
-    pub failover: Option<Stat>,
-    pub record: Option<(ItemRecord, Version)>,
-    /// Which leaves exist, one bit per [`ItemLeaf`] (the entry goes when neither they nor the
-    /// item's node do).
-    leaves: u8,
-}
-
-impl ItemView {
-    /// Whether the leaf's node exists.
-    fn has(&self, leaf: ItemLeaf) -> bool {
-        self.leaves & leaf_bit(leaf) != 0
-    }
-}
-
-/// The facts of one job that decisions need.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct JobView {
-    pub instances: VecSet<InstanceId>,
-    /// Each server's node value, by ip.
-    pub servers: VecMap<String, String>,
-    pub leader: Option<String>,
-    pub necessary: Option<Version>,
-    /// The latest fire done by items since removed (the `sharding` node's record).
-    pub sharding_done: Option<i64>,
-    /// When the job's cluster last started (the `instances` node's [`StartRecord`]).
-    pub started: Option<i64>,
-    /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.
-    pub items: BTreeMap<u32, Box<ItemView>>,
-    /// How many items have a `running` marker.
-    pub running: usize,
-    /// The last fires done of the items' run records.
-    pub dones: Counted<i64>,
-    pub triggers: BTreeMap<InstanceId, String>,
-    pub corrupt: BTreeMap<NodePath, String>,
-}
-
-fn text(data: &[u8]) -> String {
-    String::from_utf8_lossy(data).into_owned()
-}
-
-/// [`text`] of data the caller gives up: valid UTF-8 (nearly always) is kept, not copied.
-fn into_text(data: Vec<u8>) -> String {
-    String::from_utf8(data).unwrap_or_else(|e| text(e.as_bytes()))
-}
-
-impl JobView {
-    /// One node of item `i` is gone: drop the entry with the last one.
-    fn release(&mut self, i: u32) {
-        if self
-            .items
-            .get(&i)
-            .is_some_and(|item| !item.exists && item.leaves == 0)
-        {
-            self.items.remove(&i);
-        }
-    }
-
-    /// Whether a server (by ip) is enabled: its node is absent or not `DISABLED`.
-    pub fn server_enabled(&self, ip: &str) -> bool {
-        self.servers.get(ip).is_none_or(|v| v.trim() != "DISABLED")
-    }
-
-    /// Live instances whose server is enabled.
-    pub fn eligible(&self) -> Vec<InstanceId> {
-        self.instances
-            .iter()
-            .filter(|i| self.server_enabled(i.server_ip()))
-            .cloned()
-            .collect()
-    }
-}
-
-/// A multiset: each value with how many times it is held.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Counted<T>(BTreeMap<T, usize>);
-
-impl<T> Default for Counted<T> {
-    fn default() -> Self {
-        Self(BTreeMap::new())
-    }
-}
-
-impl<T: Ord> Counted<T> {
-    /// Holds `new` instead of `old` (either may be none).
-    pub fn replace(&mut self, old: Option<T>, new: Option<T>) {
-        if let Some(old) = old {
-            if let Some(n) = self.0.get_mut(&old) {
-                *n -= 1;
-                if *n == 0 {
-                    self.0.remove(&old);
-                }
-            }
-        }
-        if let Some(new) = new {
-            *self.0.entry(new).or_insert(0) += 1;
-        }
-    }
-
-    /// The largest value held.
-    pub fn max(&self) -> Option<&T> {
-        self.0.keys().next_back()
-    }
-}
-
-/// A small ordered set kept as a sorted vector: a job has a few instances, and a B-tree node
-/// holds room for eleven.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct VecSet<T>(Vec<T>);
-
-impl<T> Default for VecSet<T> {
-    fn default() -> Self {
-        Self(Vec::new())
-    }
-}
-
-impl<T: Ord> VecSet<T> {
-    /// Whether `x` is in the set.
-    pub fn contains(&self, x: &T) -> bool {
-        self.0.binary_search(x).is_ok()
-    }
-
-    /// Adds `x`; whether it was not there.
-    pub fn insert(&mut self, x: T) -> bool {
-        match self.0.binary_search(&x) {
-            Ok(_) => false,
-            Err(at) => {
-                self.0.insert(at, x);
-                true
-            }
-        }
-    }
-
-    /// Removes `x`; whether it was there.
-    pub fn remove(&mut self, x: &T) -> bool {
-        match self.0.binary_search(x) {
-            Ok(at) => {
-                self.0.remove(at);
-                true
-            }
-            Err(_) => false,
-        }
-    }
-
-    /// The elements in ascending order.
-    pub fn iter(&self) -> std::slice::Iter<'_, T> {
-        self.0.iter()
-    }
-}
-
-/// A small ordered map kept as a vector sorted by key: a job has a few servers, and a B-tree
-/// node holds room for eleven entries.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct VecMap<K, V>(Vec<(K, V)>);
-
-impl<K, V> Default for VecMap<K, V> {
-    fn default() -> Self {
-        Self(Vec::new())
-    }
-}
-
-impl<K: Ord, V> VecMap<K, V> {
-    fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        self.0.binary_search_by(|(k, _)| k.borrow().cmp(key))
-    }
-
-    /// The value of `key`.
-    pub fn get<Q: Ord + ?Sized>(&self, key: &Q) -> Option<&V>
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        self.find(key).ok().map(|at| &self.0[at].1)
-    }
-
-    /// Whether `key` has a value.
-    pub fn contains_key<Q: Ord + ?Sized>(&self, key: &Q) -> bool
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        self.find(key).is_ok()
-    }
-
-    /// Sets `key`'s value; returns the old one.
-    pub fn insert(&mut self, key: K, value: V) -> Option<V> {
-        match self.find(&key) {
-            Ok(at) => Some(std::mem::replace(&mut self.0[at].1, value)),
-            Err(at) => {
-                self.0.insert(at, (key, value));
-                None
-            }
-        }
-    }
-
-    /// Removes `key`; returns its value.
-    pub fn remove<Q: Ord + ?Sized>(&mut self, key: &Q) -> Option<V>
-    where
-        K: std::borrow::Borrow<Q>,
-    {
-        self.find(key).ok().map(|at| self.0.remove(at).1)
-    }
-}
-
-/// The entries in ascending key order.
-impl<'a, K: Ord, V> IntoIterator for &'a VecMap<K, V> {
-    type Item = (&'a K, &'a V);
-    type IntoIter = std::iter::Map<std::slice::Iter<'a, (K, V)>, fn(&'a (K, V)) -> (&'a K, &'a V)>;
-
-    fn into_iter(self) -> Self::IntoIter {
-        self.0.iter().map(|(k, v)| (k, v))
     }
 }
 

@@ -1,13 +1,14 @@
-//! The leader's re-shard: the plan, written whole or in parts, and the housekeeping of items.
+//! The leader's re-shard: the plan, written whole or in parts.
 
 #[allow(clippy::wildcard_imports)]
-use super::*;
+use crate::machine::*;
 
 /// The leader's re-sharding decision: the transaction to send, if any, or what is wrong with
 /// the assignment the strategy gave (the plan then stays as it is).
 #[allow(clippy::too_many_arguments)]
-pub(super) fn reshard(
-    j: &mut Job,
+pub(crate) fn reshard(
+    lead: &mut LeaderState,
+    j: &Job,
     view: &JobView,
     config: &JobConfig,
     custom: Option<Arc<dyn ShardingStrategy>>,
@@ -25,7 +26,7 @@ pub(super) fn reshard(
         .items
         .range(n..)
         .any(|(_, v)| v.exists && v.running.is_none());
-    if j.reshard_idle == Some(j.cache.plan_version) && !removable {
+    if lead.idle == Some(j.cache.plan_version) && !removable {
         return Ok(None);
     }
     let candidates = registry_order(view.eligible());
@@ -38,7 +39,7 @@ pub(super) fn reshard(
         strategy: config.job_sharding_strategy_type.clone(),
         static_sharding: config.static_sharding,
     };
-    if let Some(action) = next_part(j, view, &key, me, sid, opts, now) {
+    if let Some(action) = next_part(lead, j, view, &key, me, sid, opts, now) {
         return Ok(Some(action));
     }
     let candidates = key.candidates.clone();
@@ -54,7 +55,7 @@ pub(super) fn reshard(
     if let Some(problem) = assignment_problem(&target, &live, n) {
         // A custom strategy broke its contract. Keep the plan; work the assignment out again
         // only when what it depends on changes.
-        j.reshard_idle = Some(j.cache.plan_version);
+        lead.idle = Some(j.cache.plan_version);
         return Err(problem);
     }
     // Each item's target owner, in one pass (a search per item would cost the whole
@@ -89,14 +90,14 @@ pub(super) fn reshard(
         .map(|(i, _)| *i)
         .collect();
     if moving.is_empty() && removed.is_empty() && view.necessary.is_none() {
-        j.reshard_wanted = None;
-        j.reshard_moved.clear();
-        j.reshard_written = 0;
-        j.reshard_plan = None;
-        j.reshard_idle = Some(j.cache.plan_version);
+        lead.wanted = None;
+        lead.moved.clear();
+        lead.written = 0;
+        lead.plan = None;
+        lead.idle = Some(j.cache.plan_version);
         return Ok(None);
     }
-    if waiting(&mut j.reshard_wanted, ms(opts.reshard_debounce), now, wake) {
+    if waiting(&mut lead.wanted, ms(opts.reshard_debounce), now, wake) {
         return Ok(None);
     }
     // Items that run under a live owner wait for their run to end, up to a deadline. The
@@ -115,7 +116,7 @@ pub(super) fn reshard(
         .filter(|i| is_running(i) && owner_live(i))
         .collect();
     // The debounce above started `reshard_wanted`: the wait for running items counts from it.
-    let wanted = j.reshard_wanted.unwrap_or(now.mono);
+    let wanted = lead.wanted.unwrap_or(now.mono);
     let wait_end = wanted.saturating_add(ms(opts.reshard_wait));
     let p = &j.paths;
     let mut ops = vec![
@@ -161,7 +162,7 @@ pub(super) fn reshard(
     // A re-shard of more parts to come, with nothing that holds it (runs, items to remove, the
     // flag): the parts after this one are taken from the plan as worked out now (see
     // [`next_part`]), not by working the whole plan out again for each.
-    j.reshard_plan = (!last && removed.is_empty() && view.running == 0 && view.necessary.is_none())
+    lead.plan = (!last && removed.is_empty() && view.running == 0 && view.necessary.is_none())
         .then(|| {
             Box::new(ReshardPlan {
                 key,
@@ -256,7 +257,7 @@ pub(super) fn reshard(
 }
 
 /// The latest fire done by any item, those removed included (the `sharding` node's record).
-pub(super) fn latest_done(view: &JobView) -> Option<i64> {
+pub(crate) fn latest_done(view: &JobView) -> Option<i64> {
     view.dones
         .max()
         .copied()
@@ -268,7 +269,7 @@ pub(super) fn latest_done(view: &JobView) -> Option<i64> {
 /// The operations that give `item` to `owner`: creating it first (with a record whose last
 /// fire done is `start`) if it does not exist, and checking that it does not run unless it
 /// moves `running`.
-pub(super) fn move_ops(
+pub(crate) fn move_ops(
     p: &JobPaths,
     view: &JobView,
     item: u32,
@@ -298,29 +299,29 @@ pub(super) fn move_ops(
 
 /// What a re-shard is worked out from: the same inputs give the same plan.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct PlanKey {
+pub(crate) struct PlanKey {
     /// The candidates, in registry order.
-    candidates: Vec<InstanceId>,
+    pub(crate) candidates: Vec<InstanceId>,
     /// The item count.
-    total: u32,
+    pub(crate) total: u32,
     /// The sharding strategy's type.
-    strategy: String,
+    pub(crate) strategy: String,
     /// Whether items keep a live owner.
-    static_sharding: bool,
+    pub(crate) static_sharding: bool,
 }
 
 /// A re-shard too large for one transaction, as worked out for its first part: the parts
 /// after it are taken from it, so that each costs the items it writes rather than the whole
 /// job (a job of n items written k items at a time would cost n²/k).
 #[derive(Debug)]
-pub(super) struct ReshardPlan {
-    key: PlanKey,
+pub(crate) struct ReshardPlan {
+    pub(crate) key: PlanKey,
     /// Each item's owner in the plan.
-    owners: BTreeMap<u32, InstanceId>,
+    pub(crate) owners: BTreeMap<u32, InstanceId>,
     /// The items whose owner the plan changes, ascending.
-    todo: Vec<u32>,
+    pub(crate) todo: Vec<u32>,
     /// The items of `todo` before this one are written.
-    cursor: usize,
+    pub(crate) cursor: usize,
 }
 
 /// The next part of the re-shard in progress, taken from its plan, if there is one for `key`
@@ -328,8 +329,11 @@ pub(super) struct ReshardPlan {
 /// with no item running, no item beyond the count, the flag not set, and more than one
 /// part's worth of items left (the last part is worked out in full, which also finds what
 /// changed meanwhile behind the plan's back).
-pub(super) fn next_part(
-    j: &mut Job,
+// A pure decision takes each of its inputs by name.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn next_part(
+    lead: &mut LeaderState,
+    j: &Job,
     view: &JobView,
     key: &PlanKey,
     me: &InstanceId,
@@ -337,19 +341,19 @@ pub(super) fn next_part(
     opts: &MachineOptions,
     now: Now,
 ) -> Option<Action> {
-    let debounced = j
-        .reshard_wanted
+    let debounced = lead
+        .wanted
         .is_some_and(|w| now.mono >= w.saturating_add(ms(opts.reshard_debounce)));
     let plain = debounced
         && view.running == 0
         && view.necessary.is_none()
         && view.items.range(key.total..).next().is_none();
-    if !plain || j.reshard_plan.as_ref().is_none_or(|plan| plan.key != *key) {
-        j.reshard_plan = None;
+    if !plain || lead.plan.as_ref().is_none_or(|plan| plan.key != *key) {
+        lead.plan = None;
         return None;
     }
     let limit = j.txn_limit(opts).unwrap_or(usize::MAX);
-    let plan = j.reshard_plan.as_mut()?;
+    let plan = lead.plan.as_mut()?;
     // The first `limit` items the plan still changes; one more shows there is another part.
     // Those before the cursor are written (the parts that wrote them succeeded), even if the
     // view does not show it yet: ZooKeeper's watch can report the nodes of one transaction in
@@ -369,7 +373,7 @@ pub(super) fn next_part(
         k += 1;
     }
     if part.len() <= limit {
-        j.reshard_plan = None;
+        lead.plan = None;
         return None;
     }
     part.truncate(limit);
@@ -405,7 +409,7 @@ pub(super) fn next_part(
 
 /// What is wrong with a strategy's assignment of the items `0..total` to the candidates
 /// `live`, if anything: each item must go to exactly one of them.
-pub(super) fn assignment_problem(
+pub(crate) fn assignment_problem(
     target: &Assignment,
     live: &BTreeSet<&InstanceId>,
     total: u32,
@@ -423,58 +427,4 @@ pub(super) fn assignment_problem(
         ));
     }
     None
-}
-
-/// The leader's periodic clean-up: server nodes left ENABLED by instances that are gone, at
-/// most `limit` of them per transaction.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn housekeeping(
-    j: &mut Job,
-    view: &JobView,
-    config: &JobConfig,
-    me: &InstanceId,
-    sid: crate::registry::SessionId,
-    limit: Option<usize>,
-    now: Now,
-    wake: &mut Vec<u64>,
-) -> Option<Action> {
-    let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
-    if interval == 0 {
-        return None;
-    }
-    let last = *j.last_housekeeping.get_or_insert(now.mono);
-    if now.mono < last.saturating_add(interval) {
-        wake.push(last.saturating_add(interval));
-        return None;
-    }
-    let live_ips: BTreeSet<&str> = view.instances.iter().map(InstanceId::server_ip).collect();
-    let p = &j.paths;
-    let mut ops = vec![
-        TxnOp::Check(Check::Session(sid)),
-        TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
-    ];
-    let limit = limit.unwrap_or(usize::MAX);
-    let mut units = 0usize;
-    let mut last = true;
-    for (ip, value) in &view.servers {
-        if value.trim() == "ENABLED" && !live_ips.contains(ip.as_str()) {
-            if units >= limit {
-                last = false;
-                break;
-            }
-            if let Ok(path) = p.server(ip) {
-                units += 1;
-                ops.push(TxnOp::Check(Check::Value(
-                    path.clone(),
-                    b"ENABLED".to_vec(),
-                )));
-                ops.push(TxnOp::delete(path));
-            }
-        }
-    }
-    if ops.len() == 2 {
-        j.last_housekeeping = Some(now.mono);
-        return None;
-    }
-    Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
 }

@@ -1,0 +1,166 @@
+//! Failover: recorded runs whose `running` marker vanished died with their session.
+//!
+//! With `failover` (and `monitorExecution`) on, every live instance works out the same split
+//! of such orphans (ElasticJob's average allocation over the eligible instances, in registry
+//! order) and claims its share at once, all of it in one transaction; an orphan that is not
+//! its share is taken by anyone after [`MachineOptions::failover_takeover_delay`], so a share
+//! whose instance is gone too is not lost. A disabled item is not failed over; its orphaned
+//! fire runs once it is enabled again.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::instance::InstanceId;
+use crate::machine::job_view::JobView;
+use crate::sharding::{BuiltinStrategy, ShardingStrategy};
+
+/// The items of the job's first `n` whose recorded run is an orphan: its marker is gone and no
+/// failover node claims it. `here` says an item runs in an execution of this instance;
+/// `failover_finished` is a planted bug (a finished item of a dead owner counts too).
+pub(crate) fn orphans(
+    view: &JobView,
+    n: u32,
+    here: impl Fn(u32) -> bool,
+    run_disabled: bool,
+    failover_finished: bool,
+) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (i, v) in &view.items {
+        if *i >= n || v.running.is_some() || here(*i) {
+            continue;
+        }
+        if v.disabled && !run_disabled {
+            continue;
+        }
+        if let Some((r, _)) = &v.record {
+            let orphan = r.run.is_some() && v.failover.is_none();
+            let finished_of_dead = failover_finished
+                && r.done.is_some()
+                && v.owner
+                    .as_ref()
+                    .is_some_and(|o| !view.instances.contains(o));
+            if orphan || finished_of_dead {
+                out.push(*i);
+            }
+        }
+    }
+    out
+}
+
+/// This instance's share of `orphans` (ascending): the split every instance works out alike
+/// from the same candidates (the eligible instances, in registry order).
+pub(crate) fn share(
+    orphans: &[u32],
+    candidates: &[InstanceId],
+    job: &str,
+    me: &InstanceId,
+) -> BTreeSet<u32> {
+    if candidates.is_empty() {
+        return BTreeSet::new();
+    }
+    let split = BuiltinStrategy::AverageAllocation.shard(
+        candidates,
+        job,
+        u32::try_from(orphans.len()).unwrap_or(u32::MAX),
+    );
+    split
+        .items_of(me)
+        .iter()
+        .filter_map(|k| orphans.get(*k as usize).copied())
+        .collect()
+}
+
+/// What failover asks of this instance now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FailoverPlan {
+    /// The orphans to claim now, ascending.
+    pub(crate) take: Vec<u32>,
+    /// When each orphan was first seen (monotonic ms): the takeover delay counts from it.
+    pub(crate) seen: BTreeMap<u32, u64>,
+    /// The earliest takeover of an orphan that is not this instance's share, if any waits.
+    pub(crate) wake: Option<u64>,
+}
+
+/// Which orphans this instance claims at `now` (monotonic ms): its share at once, the others
+/// once `delay` ms have passed since they were first seen (`seen`, from earlier decisions).
+pub(crate) fn plan(
+    orphans: &[u32],
+    mine: &BTreeSet<u32>,
+    seen: &BTreeMap<u32, u64>,
+    delay: u64,
+    now: u64,
+) -> FailoverPlan {
+    let mut plan = FailoverPlan {
+        take: Vec::new(),
+        seen: BTreeMap::new(),
+        wake: None,
+    };
+    for &i in orphans {
+        let first = seen.get(&i).copied().unwrap_or(now);
+        plan.seen.insert(i, first);
+        let takeover = first.saturating_add(delay);
+        if !mine.contains(&i) && now < takeover {
+            plan.wake = Some(plan.wake.map_or(takeover, |w| w.min(takeover)));
+            continue;
+        }
+        plan.take.push(i);
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> InstanceId {
+        InstanceId::new(s).unwrap()
+    }
+
+    /// The instances split the orphans alike; each takes its share at once and the rest after
+    /// the takeover delay, counted from when it first saw each.
+    #[test]
+    fn shares_and_the_takeover_delay() {
+        let (a, b) = (id("10.0.0.1@-@1"), id("10.0.0.2@-@2"));
+        let candidates = [a.clone(), b.clone()];
+        let orphans = [3, 5, 8];
+        let mine_a = share(&orphans, &candidates, "j", &a);
+        let mine_b = share(&orphans, &candidates, "j", &b);
+        assert!(mine_a.is_disjoint(&mine_b));
+        let all: BTreeSet<u32> = mine_a.union(&mine_b).copied().collect();
+        assert_eq!(
+            all,
+            orphans.into_iter().collect(),
+            "every orphan is someone's share"
+        );
+        assert!(
+            share(&orphans, &[], "j", &a).is_empty(),
+            "no candidate, no share"
+        );
+
+        let seen = BTreeMap::from([(3, 1_000)]);
+        #[rustfmt::skip]
+        #[allow(clippy::type_complexity)]
+        let cases: Vec<(&str, BTreeSet<u32>, u64, Vec<u32>, Option<u64>)> = vec![
+            ("my share at once; the others wait", BTreeSet::from([5]), 1_500, vec![5], Some(3_000)),
+            ("past the delay of the one seen first", BTreeSet::from([5]), 3_000, vec![3, 5], Some(5_000)),
+            ("past every delay", BTreeSet::new(), 5_000, vec![3, 5, 8], None),
+            ("all mine", BTreeSet::from([3, 5, 8]), 1_500, vec![3, 5, 8], None),
+        ];
+        for (what, mine, now, take, wake) in cases {
+            // Orphans not seen before are first seen now.
+            let mut seen = seen.clone();
+            if now >= 3_000 {
+                seen.entry(5).or_insert(3_000);
+                seen.entry(8).or_insert(3_000);
+            }
+            let got = plan(&orphans, &mine, &seen, 2_000, now);
+            assert_eq!(got.take, take, "{what}: taken");
+            assert_eq!(got.wake, wake, "{what}: wake");
+            assert_eq!(got.seen.len(), 3, "{what}: every orphan is remembered");
+            assert_eq!(
+                got.seen.get(&3),
+                Some(&1_000),
+                "{what}: the first sight stays"
+            );
+        }
+    }
+}

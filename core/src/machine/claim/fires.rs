@@ -1,0 +1,280 @@
+//! Scheduled fires and misfires: which fire of an item this instance owns is due now.
+//!
+//! An item's record says the last fire it ran (`done`). The next fire after it is due when it
+//! comes (claimed up to [`MachineOptions::claim_ahead`] before, started at the fire); when
+//! several were missed, they collapse into one run of the latest. A fire that came while the
+//! item ran here, or later than [`MachineOptions::misfire_tolerance`], is a misfire: it runs
+//! right after as a MISFIRE run, or, with `misfire` off, is given up for the next fire. Fires
+//! before the job's cluster last started (a registration into an empty `instances/`) were
+//! missed while no instance was registered: only those within the job's catch-up bound are
+//! due, as one MISFIRE run (see "Start-up after downtime" in the machine's documentation).
+
+use std::sync::Arc;
+
+use crate::config::JobConfig;
+use crate::machine::job::FireMemo;
+use crate::machine::record::{ItemRecord, RunKind};
+
+/// Most fires looked at when catching up missed fires of one item in one evaluation.
+pub(crate) const MAX_CATCH_UP_STEPS: usize = 100_000;
+
+/// What the planner reads of one item this instance owns (and neither runs nor sees running).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ItemFires<'a> {
+    /// Its execution record, if it has one.
+    pub(crate) record: Option<&'a ItemRecord>,
+    /// Since when (epoch ms) this instance owns it, if it saw that; now otherwise.
+    pub(crate) owned_since: Option<i64>,
+    /// When its last run here was recorded as ended (epoch ms): fires up to then came while it
+    /// ran.
+    pub(crate) last_end: Option<i64>,
+}
+
+/// The rules a job's fires follow now.
+#[derive(Debug, Clone)]
+pub(crate) struct FireRules<'a> {
+    /// The job's configuration (cron, time zone, `misfire`, `failover`).
+    pub(crate) config: &'a Arc<JobConfig>,
+    /// When the job's cluster last started (epoch ms), if it did.
+    pub(crate) started: Option<i64>,
+    /// How far before the start fires are still caught up (ms).
+    pub(crate) catchup_ms: i64,
+    /// How late a fire may start and still be on time when `misfire` is off (ms).
+    pub(crate) tolerance_ms: i64,
+    /// How long before its fire an item is claimed (ms).
+    pub(crate) ahead_ms: i64,
+    /// Planted bug: missed fires are dropped even with `misfire` on.
+    pub(crate) drop_misfires: bool,
+}
+
+/// What an item's fires ask of this instance now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FireStep {
+    /// Claim this fire (epoch ms) now, to run as `kind`.
+    Claim {
+        /// The fire.
+        fire: i64,
+        /// Why it runs.
+        kind: RunKind,
+    },
+    /// Nothing is due yet: decide again at this wall time (epoch ms).
+    WakeAt(i64),
+    /// Nothing to claim: the item's run died and failover takes it, or no fire comes.
+    Nothing,
+}
+
+/// The fire of `item` due at `now_ms` (epoch ms), if any. `memo` remembers the cron's answers.
+pub(crate) fn plan_item(
+    item: ItemFires<'_>,
+    rules: &FireRules<'_>,
+    now_ms: i64,
+    memo: &mut FireMemo,
+) -> FireStep {
+    let config = rules.config;
+    if config.cron.is_none() {
+        return FireStep::Nothing;
+    }
+    let mut done = item.record.and_then(|r| r.done);
+    if let Some(run) = item.record.and_then(|r| r.run.as_ref()) {
+        if config.failover {
+            return FireStep::Nothing; // an orphan: failover takes it
+        }
+        // With failover off the dead run's fire is given up (a trigger is no fire).
+        if run.kind != RunKind::Trigger {
+            done = Some(done.map_or(run.fire, |d| d.max(run.fire)));
+        }
+    }
+    let mut baseline = done.unwrap_or_else(|| item.owned_since.unwrap_or(now_ms));
+    if let Some(s) = rules.started {
+        // Fires earlier than `s - catchup_ms` are given up.
+        baseline = baseline.max(s.saturating_sub(rules.catchup_ms).saturating_sub(1));
+    }
+    let Some(first) = memo.next_after(config, baseline) else {
+        return FireStep::Nothing;
+    };
+    // Claimed up to `claim_ahead` before the fire, started at the fire.
+    if first > now_ms.saturating_add(rules.ahead_ms) {
+        return FireStep::WakeAt(first.saturating_sub(rules.ahead_ms));
+    }
+    // The latest fire at or before now: several missed fires collapse into one. Through the
+    // memo: the items of a job mostly share their last fire.
+    let mut last = first;
+    for _ in 0..MAX_CATCH_UP_STEPS {
+        match memo.next_after(config, last) {
+            Some(t) if t <= now_ms => last = t,
+            _ => break,
+        }
+    }
+    let late = now_ms - last;
+    // A fire that came while the item ran here is a misfire, however recent.
+    let overlapped = item.last_end.is_some_and(|end| last <= end);
+    let on_time = late <= rules.tolerance_ms && !overlapped;
+    // A fire from before the cluster's start, within the catch-up bound: it runs once, as a
+    // misfire, whatever `misfire` says (catching up is its own opt-in).
+    let caught_up = rules.started.is_some_and(|s| last <= s);
+    let kind = if caught_up {
+        RunKind::Misfire
+    } else if last == first && on_time {
+        RunKind::Scheduled
+    } else if config.misfire && !rules.drop_misfires {
+        RunKind::Misfire
+    } else if on_time {
+        RunKind::Scheduled
+    } else {
+        // Missed with misfire off: wait for the next fire.
+        return match memo.next_after(config, now_ms) {
+            Some(next) => FireStep::WakeAt(next),
+            None => FireStep::Nothing,
+        };
+    };
+    FireStep::Claim { fire: last, kind }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CronExpr;
+    use crate::machine::record::RunRecord;
+
+    /// 2026-01-01 00:00:00 UTC, a whole minute.
+    const T0: i64 = 1_767_225_600_000;
+    const S: i64 = 1_000;
+
+    fn config(cron: &str, misfire: bool, failover: bool) -> Arc<JobConfig> {
+        let mut c = JobConfig::new("j", 1).with_cron(CronExpr::parse(cron).unwrap());
+        c.misfire = misfire;
+        c.failover = failover;
+        Arc::new(c)
+    }
+
+    fn rules(config: &Arc<JobConfig>) -> FireRules<'_> {
+        FireRules {
+            config,
+            started: None,
+            catchup_ms: 0,
+            tolerance_ms: 1_000,
+            ahead_ms: 250,
+            drop_misfires: false,
+        }
+    }
+
+    fn done(at: i64) -> ItemRecord {
+        ItemRecord {
+            done: Some(at),
+            run: None,
+        }
+    }
+
+    fn running(done_at: i64, fire: i64, kind: RunKind) -> ItemRecord {
+        ItemRecord {
+            done: Some(done_at),
+            run: Some(RunRecord {
+                fire,
+                kind,
+                instance: crate::InstanceId::new("10.0.0.9@-@9").unwrap(),
+            }),
+        }
+    }
+
+    /// Every-second and every-five-seconds jobs, item by item: (what the item's record and
+    /// history say, now) → what is due.
+    #[test]
+    fn the_due_fire_of_an_item() {
+        use FireStep::{Claim, Nothing, WakeAt};
+        use RunKind::{Misfire, Scheduled};
+        let every_second = config("* * * * * ?", true, true);
+        let every_five = config("0/5 * * * * ?", true, true);
+        let no_misfire = config("0/5 * * * * ?", false, true);
+        let no_failover = config("0/5 * * * * ?", true, false);
+        let rec_done_t0 = done(T0);
+        let rec_done_t5 = done(T0 + 5 * S);
+        let rec_dead_run = running(T0, T0 + 5 * S, Scheduled);
+        let rec_dead_trigger = running(T0, T0 + 3 * S, RunKind::Trigger);
+        let item = |record, owned_since, last_end| ItemFires {
+            record,
+            owned_since,
+            last_end,
+        };
+        #[rustfmt::skip]
+        let cases: Vec<(&str, &Arc<JobConfig>, ItemFires<'_>, i64, FireStep)> = vec![
+            ("the next fire is far: wake ahead of it", &every_five, item(Some(&rec_done_t0), None, None), T0 + 2 * S, WakeAt(T0 + 5 * S - 250)),
+            ("within the lead: claimed ahead", &every_five, item(Some(&rec_done_t0), None, None), T0 + 5 * S - 100, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+            ("at the fire", &every_five, item(Some(&rec_done_t0), None, None), T0 + 5 * S, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+            ("late within the tolerance", &every_five, item(Some(&rec_done_t0), None, None), T0 + 5 * S + 900, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+            ("late past the tolerance: a misfire", &every_five, item(Some(&rec_done_t0), None, None), T0 + 6 * S + 500, Claim { fire: T0 + 5 * S, kind: Misfire }),
+            ("missed fires collapse into the latest", &every_second, item(Some(&rec_done_t0), None, None), T0 + 7 * S + 200, Claim { fire: T0 + 7 * S, kind: Misfire }),
+            ("a fire that came while it ran here is a misfire", &every_five, item(Some(&rec_done_t0), None, Some(T0 + 5 * S + 10)), T0 + 5 * S + 20, Claim { fire: T0 + 5 * S, kind: Misfire }),
+            ("misfire off: late is given up for the next fire", &no_misfire, item(Some(&rec_done_t0), None, None), T0 + 7 * S, WakeAt(T0 + 10 * S)),
+            ("misfire off: on time still runs", &no_misfire, item(Some(&rec_done_t0), None, None), T0 + 5 * S + 300, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+            ("done up to the latest fire: wait", &every_five, item(Some(&rec_done_t5), None, None), T0 + 6 * S, WakeAt(T0 + 10 * S - 250)),
+            ("no record: from when it was owned", &every_five, item(None, Some(T0 + 6 * S), None), T0 + 7 * S, WakeAt(T0 + 10 * S - 250)),
+            ("no record, owned before a fire: that fire", &every_five, item(None, Some(T0 + 4 * S), None), T0 + 5 * S, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+            ("a dead run with failover on: failover's", &every_five, item(Some(&rec_dead_run), None, None), T0 + 9 * S, Nothing),
+            ("a dead run with failover off: its fire is given up", &no_failover, item(Some(&rec_dead_run), None, None), T0 + 9 * S, WakeAt(T0 + 10 * S - 250)),
+            ("a dead trigger with failover off is no fire", &no_failover, item(Some(&rec_dead_trigger), None, None), T0 + 5 * S, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+        ];
+        for (what, config, item, now, want) in cases {
+            let mut memo = FireMemo::default();
+            assert_eq!(
+                plan_item(item, &rules(config), now, &mut memo),
+                want,
+                "{what}"
+            );
+        }
+    }
+
+    /// After downtime: fires before the cluster's start are given up, or caught up as one
+    /// MISFIRE run within the catch-up bound, whatever `misfire` says.
+    #[test]
+    fn fires_before_the_start_are_given_up_or_caught_up() {
+        let every_five = config("0/5 * * * * ?", false, true);
+        let record = done(T0);
+        let item = ItemFires {
+            record: Some(&record),
+            ..ItemFires::default()
+        };
+        let start = T0 + 62 * S;
+        let mut r = rules(&every_five);
+        r.started = Some(start);
+        let mut memo = FireMemo::default();
+        assert_eq!(
+            plan_item(item, &r, start + 100, &mut memo),
+            FireStep::WakeAt(T0 + 65 * S - 250),
+            "no catch-up: the missed fires are given up"
+        );
+        r.catchup_ms = 10_000;
+        assert_eq!(
+            plan_item(item, &r, start + 100, &mut memo),
+            FireStep::Claim {
+                fire: T0 + 60 * S,
+                kind: RunKind::Misfire
+            },
+            "within the bound: one MISFIRE run of the latest, with misfire off"
+        );
+    }
+
+    /// A job without a cron has no fires; the planted bug drops misfires.
+    #[test]
+    fn no_cron_no_fire_and_the_dropped_misfire_plant() {
+        let mut bare = JobConfig::new("j", 1);
+        bare.cron = None;
+        let bare = Arc::new(bare);
+        let record = done(T0);
+        let item = ItemFires {
+            record: Some(&record),
+            ..ItemFires::default()
+        };
+        let mut memo = FireMemo::default();
+        assert_eq!(
+            plan_item(item, &rules(&bare), T0 + 60 * S, &mut memo),
+            FireStep::Nothing
+        );
+        let every_five = config("0/5 * * * * ?", true, true);
+        let mut r = rules(&every_five);
+        r.drop_misfires = true;
+        assert_eq!(
+            plan_item(item, &r, T0 + 7 * S, &mut memo),
+            FireStep::WakeAt(T0 + 10 * S)
+        );
+    }
+}

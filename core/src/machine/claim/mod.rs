@@ -1,0 +1,486 @@
+//! Claims: which of an instance's items are due, and the transaction that claims them.
+
+#[allow(clippy::wildcard_imports)]
+use crate::machine::*;
+
+pub(crate) mod failover;
+pub(crate) mod fires;
+pub(crate) mod limit;
+pub(crate) mod triggers;
+
+use fires::{FireRules, FireStep, ItemFires};
+use triggers::{Dequeue, TriggerItems};
+
+/// A fire and why it runs: what groups items into one execution.
+pub(crate) type RunKey = (i64, RunKind);
+
+/// One group of a claim: the items that will start as one execution.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    pub(crate) fire: i64,
+    pub(crate) kind: RunKind,
+    pub(crate) counts_as_fire: bool,
+    pub(crate) parameter: Option<String>,
+    pub(crate) items: Vec<ClaimedItem>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct ClaimedItem {
+    pub(crate) item: u32,
+    pub(crate) running_op: usize,
+    pub(crate) record_op: usize,
+    pub(crate) failover_op: Option<usize>,
+    /// The record as it will be after the claim.
+    pub(crate) record: ItemRecord,
+}
+
+/// What a decision on a job reads besides the job and its view: who this instance is, its
+/// session, its options and the time.
+pub(crate) struct Ctx<'a> {
+    /// This instance.
+    pub(crate) me: &'a InstanceId,
+    /// Its live session.
+    pub(crate) sid: crate::registry::SessionId,
+    /// Its options.
+    pub(crate) opts: &'a MachineOptions,
+    /// Now.
+    pub(crate) now: Now,
+}
+
+/// The claim decision on a job: the transaction to send, if any, and what the decision
+/// changes in the job's own bookkeeping (applied by [`Job::apply_claims`] when the machine
+/// acts on it; an audit that only looks drops it).
+pub(crate) struct ClaimDecision {
+    /// The claim to send.
+    pub(crate) action: Option<Action>,
+    /// The items this instance owns now, ascending.
+    pub(crate) mine: Vec<u32>,
+    /// The trigger run after this decision, and what it takes off the queue.
+    pub(crate) trigger: (Option<TriggerRun>, Dequeue),
+    /// When each failover orphan was first seen (`None`: failover is off, nothing changes).
+    pub(crate) orphans_seen: Option<BTreeMap<u32, u64>>,
+}
+
+impl Job {
+    /// Applies what a claim decision changes in the job's bookkeeping (see [`ClaimDecision`]).
+    pub(crate) fn apply_claims(&mut self, d: &ClaimDecision, now_ms: i64) {
+        let is_mine = |i: &u32| d.mine.binary_search(i).is_ok();
+        self.owned_since.retain(|i, _| is_mine(i));
+        for &i in &d.mine {
+            self.owned_since.entry(i).or_insert(now_ms);
+        }
+        let (run, dequeue) = &d.trigger;
+        match dequeue {
+            Dequeue::Nothing => {}
+            Dequeue::First => {
+                self.triggers.pop_front();
+            }
+            Dequeue::All => self.triggers.clear(),
+        }
+        self.trigger_run.clone_from(run);
+        if let Some(seen) = &d.orphans_seen {
+            self.orphan_seen.clone_from(seen);
+        }
+    }
+}
+
+/// The items of a job as the trigger planner reads them.
+struct Items<'a> {
+    view: &'a JobView,
+    running: &'a BTreeMap<u32, ExecutionId>,
+    me: &'a InstanceId,
+    skip_owner_check: bool,
+}
+
+impl TriggerItems for Items<'_> {
+    fn mine(&self, item: u32) -> bool {
+        self.skip_owner_check
+            || self.view.items.get(&item).and_then(|v| v.owner.as_ref()) == Some(self.me)
+    }
+    fn disabled(&self, item: u32) -> bool {
+        self.view.items.get(&item).is_some_and(|v| v.disabled)
+    }
+    fn running(&self, item: u32) -> bool {
+        self.running.contains_key(&item)
+            || self
+                .view
+                .items
+                .get(&item)
+                .is_some_and(|v| v.running.is_some())
+    }
+}
+
+/// The claim decision: own due items (cron, misfire, triggers) and failover orphans, within
+/// the transaction limit, as one transaction. While `held` (see [`hold_for_reshard`]) only
+/// failover is claimed: an orphan's owner is gone, so its item never blocks a move; missed
+/// fires run after the move as misfires. Pure but for `memo`, a cache of the cron's answers;
+/// wake times go to `wake`.
+pub(crate) fn claims(
+    j: &Job,
+    view: &JobView,
+    config: &Arc<JobConfig>,
+    cx: &Ctx<'_>,
+    held: bool,
+    memo: &mut FireMemo,
+    wake: &mut Vec<u64>,
+) -> ClaimDecision {
+    let (me, opts, now) = (cx.me, cx.opts, cx.now);
+    let n = config.sharding_total_count;
+    let now_ms = now.wall_ms();
+    let items = Items {
+        view,
+        running: &j.running,
+        me,
+        skip_owner_check: planted!(opts, SkipOwnerCheck),
+    };
+    let mine: Vec<u32> = (0..n).filter(|i| items.mine(*i)).collect();
+    let run_disabled = planted!(opts, RunDisabledItems);
+
+    // (fire, kind) → items with their current record.
+    let mut groups: ClaimGroups = BTreeMap::new();
+
+    // Manual triggers.
+    // A trigger waits for a complete plan: before the first one is written this instance owns
+    // nothing, and a plan with items not written yet would leave them out of the run.
+    let planned = (0..n).all(|i| view.items.get(&i).is_some_and(|v| v.owner.is_some()));
+    let trigger = triggers::plan(
+        &mine,
+        j.triggers.front().map(String::as_str),
+        j.trigger_run.as_ref(),
+        &items,
+        planned,
+        held,
+        now_ms,
+        run_disabled,
+    );
+    if let Some(run) = &trigger.run {
+        for &i in &trigger.due {
+            let rec = view.items.get(&i).and_then(|v| v.record.clone());
+            groups
+                .entry((run.fire, RunKind::Trigger))
+                .or_default()
+                .push((i, rec));
+        }
+    }
+    let trigger_param = trigger.run.as_ref().map(|r| r.parameter.clone());
+
+    // Scheduled fires and misfires of my items; a trigger under way comes first.
+    if trigger.run.is_none() && !held {
+        let rules = FireRules {
+            config,
+            started: view
+                .started
+                .filter(|_| !planted!(opts, CatchUpAfterDowntime)),
+            catchup_ms: if planted!(opts, IgnoreCatchUpBound) {
+                0
+            } else {
+                config.misfire_catchup_ms()
+            },
+            tolerance_ms: i64::try_from(opts.misfire_tolerance.as_millis()).unwrap_or(i64::MAX),
+            ahead_ms: i64::try_from(opts.claim_ahead.as_millis()).unwrap_or(0),
+            drop_misfires: planted!(opts, DropMisfires),
+        };
+        for &i in &mine {
+            if j.running.contains_key(&i) {
+                continue;
+            }
+            let Some(v) = view.items.get(&i) else {
+                continue;
+            };
+            if (v.disabled && !run_disabled) || v.running.is_some() {
+                continue;
+            }
+            let item = ItemFires {
+                record: v.record.as_ref().map(|(r, _)| r),
+                owned_since: j.owned_since.get(&i).copied(),
+                last_end: j.last_end.get(&i).copied(),
+            };
+            match fires::plan_item(item, &rules, now_ms, memo) {
+                FireStep::Claim { fire, kind } => {
+                    groups
+                        .entry((fire, kind))
+                        .or_default()
+                        .push((i, v.record.clone()));
+                }
+                FireStep::WakeAt(at) => wake.push(now.mono_at(at)),
+                FireStep::Nothing => {}
+            }
+        }
+    }
+
+    // Failover: recorded runs whose marker vanished with their session.
+    let mut failover_items: Vec<(u32, RunRecord, CurrentRecord)> = Vec::new();
+    let mut orphans_seen = None;
+    if config.failover && config.monitor_execution {
+        let orphans = failover::orphans(
+            view,
+            n,
+            |i| j.running.contains_key(&i),
+            run_disabled,
+            planted!(opts, FailoverFinished),
+        );
+        let share = if orphans.is_empty() {
+            BTreeSet::new()
+        } else {
+            let candidates = registry_order(view.eligible());
+            failover::share(&orphans, &candidates, j.paths.job_name(), me)
+        };
+        let plan = failover::plan(
+            &orphans,
+            &share,
+            &j.orphan_seen,
+            ms(opts.failover_takeover_delay),
+            now.mono,
+        );
+        wake.extend(plan.wake);
+        for i in plan.take {
+            let Some(v) = view.items.get(&i) else {
+                continue;
+            };
+            let Some((r, ver)) = v.record.clone() else {
+                continue;
+            };
+            let run = match (r.run.clone(), r.done, v.owner.clone()) {
+                (Some(run), _, _) => run,
+                (None, Some(done), Some(owner)) if planted!(opts, FailoverFinished) => RunRecord {
+                    fire: done,
+                    kind: RunKind::Scheduled,
+                    instance: owner,
+                },
+                _ => continue,
+            };
+            // Our own items of this job may also be due; they are claimed separately.
+            groups.retain(|_, items| {
+                items.retain(|(it, _)| *it != i);
+                !items.is_empty()
+            });
+            failover_items.push((i, run, Some((r, ver))));
+        }
+        orphans_seen = Some(plan.seen);
+    }
+
+    // Within the transaction limit.
+    if let Some(limit) = j.txn_limit(opts) {
+        let total = groups.values().map(Vec::len).sum::<usize>() + failover_items.len();
+        if total > limit {
+            let done = |rec: &CurrentRecord| rec.as_ref().and_then(|(r, _)| r.done);
+            let due = failover_items
+                .iter()
+                .map(|(item, _, rec)| limit::Due {
+                    done: done(rec),
+                    own: false,
+                    item: *item,
+                })
+                .chain(groups.values().flatten().map(|(item, rec)| limit::Due {
+                    done: done(rec),
+                    own: true,
+                    item: *item,
+                }))
+                .collect();
+            let (own, failover) = limit::within(limit, due);
+            groups.retain(|_, items| {
+                items.retain(|(i, _)| own.contains(i));
+                !items.is_empty()
+            });
+            failover_items.retain(|(i, _, _)| failover.contains(i));
+        }
+    }
+
+    let action = (!groups.is_empty() || !failover_items.is_empty())
+        .then(|| claim_txn(j, config, cx, groups, trigger_param, failover_items));
+    ClaimDecision {
+        action,
+        mine,
+        trigger: (trigger.run, trigger.dequeue),
+        orphans_seen,
+    }
+}
+
+/// The claim's transaction: its session, this instance's registration, and for each item its
+/// ownership (own items) and that it is not disabled, its session-bound `running` marker and
+/// its record of the run.
+fn claim_txn(
+    j: &Job,
+    config: &JobConfig,
+    cx: &Ctx<'_>,
+    groups: ClaimGroups,
+    trigger_param: Option<String>,
+    failover_items: Vec<(u32, RunRecord, CurrentRecord)>,
+) -> Action {
+    let (me, opts) = (cx.me, cx.opts);
+    let p = &j.paths;
+    let mut ops = vec![TxnOp::Check(Check::Session(cx.sid))];
+    // Still registered: an operator's shutdown (the instance node deleted) stops new
+    // claims at once, before this instance has seen it.
+    ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
+    let mut claims_out: Vec<Claim> = Vec::new();
+    for ((fire, kind), items) in groups {
+        let mut claimed = Vec::new();
+        for (i, rec) in items {
+            if !planted!(opts, SkipOwnerCheck) {
+                ops.push(TxnOp::Check(Check::Value(
+                    p.item_instance(i),
+                    me.as_str().into(),
+                )));
+            }
+            if !planted!(opts, RunDisabledItems) {
+                // The cache may not show an operator's disable yet: the registry checks it.
+                ops.push(TxnOp::Check(Check::Absent(p.item_disabled(i))));
+            }
+            let running_op = ops.len();
+            ops.push(running_marker(p.item_running(i), me, opts));
+            let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
+            let done = match &prior.run {
+                Some(run) if run.kind != RunKind::Trigger && !config.failover => {
+                    Some(prior.done.map_or(run.fire, |d| d.max(run.fire)))
+                }
+                _ => prior.done,
+            };
+            let record = ItemRecord {
+                done,
+                run: Some(RunRecord {
+                    fire,
+                    kind,
+                    instance: me.clone(),
+                }),
+            };
+            let record_op = ops.len();
+            let version = rec.as_ref().map(|(_, v)| *v);
+            if planted!(opts, SkipOwnerCheck) && version.is_some() {
+                ops.push(TxnOp::set(p.item_execution(i), record.to_bytes()));
+            } else {
+                ops.push(record_write(p.item_execution(i), &record, version));
+            }
+            claimed.push(ClaimedItem {
+                item: i,
+                running_op,
+                record_op,
+                failover_op: None,
+                record,
+            });
+        }
+        let counts_as_fire = kind != RunKind::Trigger;
+        claims_out.push(Claim {
+            fire,
+            kind,
+            counts_as_fire,
+            parameter: if kind == RunKind::Trigger {
+                trigger_param.clone()
+            } else {
+                None
+            },
+            items: claimed,
+        });
+    }
+    // Failover items, grouped by the fire they re-run.
+    let mut by_fire: BTreeMap<(i64, bool), Vec<ClaimedItem>> = BTreeMap::new();
+    for (i, run, rec) in failover_items {
+        if !planted!(opts, RunDisabledItems) {
+            // The cache may not show an operator's disable yet: the registry checks it.
+            ops.push(TxnOp::Check(Check::Absent(p.item_disabled(i))));
+        }
+        let running_op = ops.len();
+        ops.push(running_marker(p.item_running(i), me, opts));
+        let failover_op = ops.len();
+        ops.push(TxnOp::create_ephemeral(p.item_failover(i), me.as_str()));
+        let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
+        // A manual trigger's run stays one when it moves: its time is not a scheduled fire,
+        // and must never count as one, even if this run dies too and moves again.
+        let kind = if run.kind == RunKind::Trigger {
+            RunKind::Trigger
+        } else {
+            RunKind::Failover
+        };
+        let record = ItemRecord {
+            done: prior.done,
+            run: Some(RunRecord {
+                fire: run.fire,
+                kind,
+                instance: me.clone(),
+            }),
+        };
+        let record_op = ops.len();
+        ops.push(record_write(
+            p.item_execution(i),
+            &record,
+            rec.as_ref().map(|(_, v)| *v),
+        ));
+        let counts = run.kind != RunKind::Trigger;
+        by_fire
+            .entry((run.fire, counts))
+            .or_default()
+            .push(ClaimedItem {
+                item: i,
+                running_op,
+                record_op,
+                failover_op: Some(failover_op),
+                record,
+            });
+    }
+    for ((fire, counts_as_fire), items) in by_fire {
+        claims_out.push(Claim {
+            fire,
+            kind: if counts_as_fire {
+                RunKind::Failover
+            } else {
+                RunKind::Trigger
+            },
+            counts_as_fire,
+            parameter: None,
+            items,
+        });
+    }
+    Action::Txn(Purpose::Claim(claims_out), ops)
+}
+
+/// Whether new runs of the job are held because its leader waits to move items
+/// (`necessary`: the `leader/sharding/necessary` flag is set), and since when this instance
+/// saw the flag (`seen`, updated). While the leader waits for runs to end, no new run starts
+/// here, as in ElasticJob: the runs drain and the items move within one run's length, instead
+/// of the wait running out while the owners keep starting fires. The hold ends `wait` ms after
+/// this instance first saw the flag, even if it stays, so a leader that cannot finish the
+/// re-shard never stops the job. Looked at on every decision, whether or not the instance may
+/// claim, so that a flag seen again starts a new hold.
+pub(crate) fn hold_for_reshard(
+    seen: &mut Option<u64>,
+    necessary: bool,
+    wait: u64,
+    now: Now,
+    wake: &mut Vec<u64>,
+) -> bool {
+    if !necessary {
+        *seen = None;
+        return false;
+    }
+    waiting(seen, wait, now, wake)
+}
+
+/// An item's execution record as cached, with its version, if it has one.
+pub(crate) type CurrentRecord = Option<(ItemRecord, Version)>;
+
+/// Due items by (fire, kind), each with its current record.
+pub(crate) type ClaimGroups = BTreeMap<(i64, RunKind), Vec<(u32, CurrentRecord)>>;
+
+/// The creation of an item's `running` marker, bound to the session.
+pub(crate) fn running_marker(path: NodePath, me: &InstanceId, opts: &MachineOptions) -> TxnOp {
+    let _ = opts;
+    if planted!(opts, PersistentRunningMarkers) {
+        return TxnOp::create(path, me.as_str());
+    }
+    TxnOp::create_ephemeral(path, me.as_str())
+}
+
+pub(crate) fn record_write(path: NodePath, record: &ItemRecord, version: Option<Version>) -> TxnOp {
+    match version {
+        Some(v) => TxnOp::Set {
+            path,
+            data: record.to_bytes(),
+            expected: Some(v),
+        },
+        None => TxnOp::Create {
+            path,
+            data: record.to_bytes(),
+            mode: CreateMode::Persistent,
+        },
+    }
+}

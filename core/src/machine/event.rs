@@ -1,0 +1,167 @@
+//! What the machine reports: events for logs, tracing, metrics and tests.
+
+use std::collections::BTreeMap;
+
+use crate::instance::InstanceId;
+use crate::registry::RegistryError;
+
+/// Things that happened, for logs, tracing and tests.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MachineEvent {
+    /// The job is registered and runs on this instance.
+    JobActive {
+        /// The job.
+        job: String,
+    },
+    /// The registry's configuration of a job cannot be used; the job keeps its last good
+    /// configuration, or does not run if it has none. Other jobs are not affected.
+    ConfigInvalid {
+        /// The job.
+        job: String,
+        /// What is wrong.
+        error: String,
+    },
+    /// The job root holds another job type; the job does not run here.
+    JobTypeConflict {
+        /// The job.
+        job: String,
+        /// The type in the registry.
+        registry: String,
+        /// The local type.
+        local: String,
+    },
+    /// The items of the job this instance owns in the sharding plan changed (reported once the
+    /// plan gives an item to anyone; ascending).
+    ItemsOwned {
+        /// The job.
+        job: String,
+        /// The items.
+        items: Vec<u32>,
+    },
+    /// The job's leader set or cleared `leader/sharding/necessary`: while it is set, a re-shard
+    /// is pending, and streaming jobs stop fetching so that their items can move.
+    ReshardingPending {
+        /// The job.
+        job: String,
+        /// Whether the flag is set.
+        pending: bool,
+    },
+    /// This instance became the job's leader.
+    BecameLeader {
+        /// The job.
+        job: String,
+    },
+    /// The leader wrote a new sharding plan.
+    Resharded {
+        /// The job.
+        job: String,
+        /// The new owners, item by item.
+        owners: BTreeMap<u32, InstanceId>,
+        /// Items that moved while a run of theirs lasted (after the wait deadline, or because
+        /// their owner was gone): the new owner starts them once that run ends.
+        moved_running: Vec<u32>,
+    },
+    /// A re-shard too large for one transaction is being written in parts: `written` of its
+    /// `total` items are written (reported every
+    /// [`RESHARD_PROGRESS_STEP`](super::RESHARD_PROGRESS_STEP) items, never for the last
+    /// part, which [`MachineEvent::Resharded`] reports). `total` is what the re-shard has to
+    /// write as the leader last worked it out; it changes if the plan does meanwhile.
+    ReshardProgress {
+        /// The job.
+        job: String,
+        /// Items moved, created or removed by the parts written so far.
+        written: usize,
+        /// Items written so far plus those still to write.
+        total: usize,
+    },
+    /// The job's sharding strategy gave an assignment that breaks its contract (an item given
+    /// to no one, to two instances, or to one that is not a candidate, or an item out of
+    /// range): the leader keeps the plan as it is. Reported once, until the candidates, the
+    /// configuration or the items change.
+    PlanRefused {
+        /// The job.
+        job: String,
+        /// The strategy's type name.
+        strategy: String,
+        /// What is wrong with the assignment.
+        problem: String,
+    },
+    /// The registry refused a transaction of the job as too large
+    /// ([`RegistryError::TooLarge`]): from now on the job's transactions touch at most `items`
+    /// items each, and the refused work is tried again at once in smaller parts.
+    TxnSplit {
+        /// The job.
+        job: String,
+        /// The new most items per transaction.
+        items: usize,
+    },
+    /// A node the machine reads holds something it cannot understand; it is treated as absent.
+    CorruptNode {
+        /// The node.
+        path: String,
+        /// What is wrong.
+        error: String,
+    },
+    /// A registry request failed.
+    RegistryFailed {
+        /// The job, if the request was for one.
+        job: Option<String>,
+        /// What the request was for.
+        purpose: &'static str,
+        /// The error.
+        error: RegistryError,
+    },
+    /// The end of an execution was recorded: its markers are gone and the fire counts as done.
+    RunRecorded {
+        /// The job.
+        job: String,
+        /// The items.
+        items: Vec<u32>,
+    },
+    /// The end of an execution, or of one part of it, could not be recorded: the session was
+    /// lost (the fire will be failed over if failover is on), or the registry refused it
+    /// (often because an earlier attempt applied and only its reply was lost).
+    CompletionLost {
+        /// The job.
+        job: String,
+        /// The items.
+        items: Vec<u32>,
+    },
+    /// The wall clock stepped against the monotonic one (a correction, a suspended host that
+    /// resumed): every job's next fire is worked out again, and runs claimed ahead start by
+    /// the new clock.
+    ClockStepped {
+        /// How far it stepped, in milliseconds (negative: back).
+        by_ms: i64,
+    },
+    /// The session could not be confirmed in time: items were cancelled and none start until
+    /// it is confirmed again.
+    SessionInDoubt,
+    /// The session ended; the instance re-registers with a new one.
+    SessionLost,
+    /// The instance leaves a job whose registry subtree it has not loaded (a load that
+    /// keeps failing, or is still in flight) without deleting anything: a job never loaded
+    /// has written nothing, and past a shutdown's grace the closed session takes this
+    /// instance's nodes with it. [`MachineEvent::JobLeft`] follows.
+    LeftUnloaded {
+        /// The job.
+        job: String,
+        /// Why, for the log.
+        reason: String,
+    },
+    /// An operator shut the job down on this instance: its instance node was deleted while
+    /// its session lived (a probe sent after the deletion was seen confirmed the session, so
+    /// the deletion was not the session's expiry). The job's running items are cancelled and
+    /// recorded, so that their items move at once, and the instance leaves the job
+    /// ([`MachineEvent::JobLeft`] follows); it runs nothing more of it until the job is added
+    /// again (in `shardjob run`, until the process restarts), as in ElasticJob.
+    OperatorShutdown {
+        /// The job.
+        job: String,
+    },
+    /// The instance left the job (removed, or shut down).
+    JobLeft {
+        /// The job.
+        job: String,
+    },
+}

@@ -1,0 +1,179 @@
+//! Adoption: running markers of this session that no execution holds (a claim whose reply was
+//! lost did apply) are started after all.
+
+#[allow(clippy::wildcard_imports)]
+use crate::machine::*;
+
+/// Whether the view shows `running` markers of this session that no local execution holds.
+pub(crate) fn adoptable(
+    view: &JobView,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+    running: &BTreeMap<u32, ExecutionId>,
+) -> bool {
+    view.items
+        .iter()
+        .any(|(item, v)| !running.contains_key(item) && session_marker(v, me, sid).is_some())
+}
+
+/// The item's `running` marker, if this instance holds it under this session.
+pub(crate) fn session_marker<'a>(
+    v: &'a crate::machine::job_view::ItemView,
+    me: &InstanceId,
+    sid: crate::registry::SessionId,
+) -> Option<&'a crate::registry::Stat> {
+    let (holder, stat) = v.running.as_ref()?;
+    (holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)).then_some(stat)
+}
+
+impl Machine {
+    /// Starts executions for running markers this session created but holds no execution
+    /// for (their claim's reply was lost).
+    pub(crate) fn adopt(
+        &mut self,
+        job: JobId,
+        view: &JobView,
+        me: &InstanceId,
+        sid: crate::registry::SessionId,
+    ) -> Option<Action> {
+        let j = self.jobs.get(&job)?;
+        // Asked on every decision, and nearly always empty: the transaction's own checks are
+        // made only once there is something to adopt.
+        let mut groups: BTreeMap<RunKey, Vec<(ExecItem, Revision)>> = BTreeMap::new();
+        let mut ops = Vec::new();
+        // Within the transaction limit; the next evaluation adopts the rest.
+        let limit = j.txn_limit(&self.opts).unwrap_or(usize::MAX);
+        let mut taken = 0usize;
+        for (item, v) in &view.items {
+            if taken >= limit {
+                break;
+            }
+            if let Some(id) = j.running.get(item) {
+                // Planted bug: a run that ended here, its completion not recorded yet, counts
+                // as one whose claim's reply was lost.
+                let ended = self
+                    .executions
+                    .get(id)
+                    .is_some_and(|e| e.has_ended() && e.was_started());
+                if !(planted!(self.opts, RerunFinished) && ended) {
+                    continue;
+                }
+            }
+            let Some(stat) = session_marker(v, me, sid) else {
+                continue;
+            };
+            // Not while an operator has it disabled: it stays claimed, and starts once the
+            // item is enabled again.
+            if v.disabled && !planted!(self.opts, RunDisabledItems) {
+                continue;
+            }
+            let Some((record, version)) = &v.record else {
+                continue;
+            };
+            let Some(run) = &record.run else { continue };
+            if run.instance != *me {
+                continue;
+            }
+            // The `failover` node this claim created, to be removed with the run's end: a
+            // failed-over run is recorded as a failover, or, for a manual trigger's run, as
+            // a trigger still (see `claims`), so the node is recognised by its session too.
+            // Left behind, a live session's node would keep the item from ever being failed
+            // over again.
+            let failover = match (run.kind, &v.failover) {
+                (RunKind::Failover, Some(f)) => Some(f.version),
+                (_, Some(f))
+                    if f.ephemeral_owner == Some(sid)
+                        && !planted!(self.opts, AdoptDropsTriggerFailover) =>
+                {
+                    Some(f.version)
+                }
+                _ => None,
+            };
+            // The cache may be behind: start only what the registry confirms is still ours.
+            ops.push(TxnOp::Check(Check::Version(
+                j.paths.item_running(*item),
+                stat.version,
+            )));
+            ops.push(TxnOp::Check(Check::Value(
+                j.paths.item_running(*item),
+                me.as_str().into(),
+            )));
+            ops.push(TxnOp::Check(Check::Version(
+                j.paths.item_execution(*item),
+                *version,
+            )));
+            ops.push(TxnOp::Check(Check::Absent(j.paths.item_disabled(*item))));
+            taken += 1;
+            groups.entry((run.fire, run.kind)).or_default().push((
+                ExecItem {
+                    item: *item,
+                    running_version: stat.version,
+                    record_version: *version,
+                    record: record.clone(),
+                    failover,
+                },
+                stat.created,
+            ));
+        }
+        if groups.is_empty() {
+            return None;
+        }
+        ops.splice(
+            0..0,
+            [
+                TxnOp::Check(Check::Session(sid)),
+                TxnOp::Check(Check::Exists(j.paths.instance(me))),
+            ],
+        );
+        Some(Action::Txn(
+            Purpose::Adopt(groups.into_iter().collect()),
+            ops,
+        ))
+    }
+
+    /// The reply to an adoption: the markers the registry confirmed are this session's start
+    /// as executions (those of items beyond a count that shrank meanwhile are only recorded as
+    /// ended).
+    pub(crate) fn on_adopt(
+        &mut self,
+        job: Option<JobId>,
+        groups: Vec<(RunKey, Vec<(ExecItem, Revision)>)>,
+        reply: RegistryReply,
+        now: Now,
+    ) {
+        let Some(job) = job else { return };
+        match reply {
+            RegistryReply::Transacted(_) if self.lease_valid(now) => {
+                let total = self
+                    .jobs
+                    .get(&job)
+                    .and_then(|j| j.config.as_ref())
+                    .map(|c| c.sharding_total_count);
+                for ((fire, kind), items) in groups {
+                    // Claimed before the count shrank under it: not started now (the
+                    // item's work belongs to others by the new count), but recorded
+                    // as ended, so that its marker goes and the item can be removed.
+                    let (gone, items): (Vec<_>, Vec<_>) = items
+                        .into_iter()
+                        .partition(|(it, _)| total.is_some_and(|n| it.item >= n));
+                    if !gone.is_empty() {
+                        let gone = gone.into_iter().map(|(it, _)| it).collect();
+                        let id = self.insert_execution(job, fire, false, gone, Life::NEVER_STARTED);
+                        self.send_completion(id, now);
+                    }
+                    if !items.is_empty() {
+                        let counts = kind != RunKind::Trigger;
+                        self.start_execution(job, fire, kind, counts, None, items, now);
+                    }
+                }
+            }
+            RegistryReply::Failed(error) => {
+                let units = groups.iter().map(|(_, items)| items.len()).sum();
+                if !self.split_on_too_large(job, &error, units) {
+                    self.after_failure(job, error.class(), now);
+                }
+            }
+            _ => {}
+        }
+    }
+}

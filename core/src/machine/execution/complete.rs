@@ -1,0 +1,211 @@
+//! The end of an execution, recorded in one transaction (or in parts under a transaction limit).
+
+#[allow(clippy::wildcard_imports)]
+use crate::machine::*;
+
+impl Machine {
+    pub(crate) fn send_completion(&mut self, id: ExecutionId, now: Now) {
+        let Some(sid) = self.session_id() else {
+            // Suspended: retry when reconnected (or lose it on expiry).
+            if let Some(e) = self.executions.get_mut(&id) {
+                let t = now.mono.saturating_add(ms(self.opts.retry_backoff));
+                e.set_recording(Recording::Retry { at: t });
+                self.timers.retries.insert((t, id));
+            }
+            return;
+        };
+        let Some(exec) = self.executions.get_mut(&id) else {
+            return;
+        };
+        if exec.sending().is_some() {
+            return;
+        }
+        let Some(j) = self.jobs.get(&exec.job) else {
+            self.executions.remove(&id);
+            return;
+        };
+        // With a transaction limit the end is recorded in parts, the first items first: each
+        // part removes only its own items' markers and records only their fire.
+        let take = j
+            .txn_limit(&self.opts)
+            .map_or(exec.items.len(), |k| k.min(exec.items.len()));
+        exec.set_recording(Recording::Sending { items: take });
+        let part = &exec.items[..take];
+        let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+        for it in part {
+            ops.push(TxnOp::Delete {
+                path: j.paths.item_running(it.item),
+                expected: Some(it.running_version),
+            });
+            if let Some(v) = it.failover {
+                ops.push(TxnOp::Delete {
+                    path: j.paths.item_failover(it.item),
+                    expected: Some(v),
+                });
+            }
+        }
+        for it in part {
+            let done = if exec.counts_as_fire && !planted!(self.opts, ForgetCompletion) {
+                Some(it.record.done.map_or(exec.fire, |d| d.max(exec.fire)))
+            } else {
+                it.record.done
+            };
+            let record = ItemRecord { done, run: None };
+            ops.push(TxnOp::Set {
+                path: j.paths.item_execution(it.item),
+                data: record.to_bytes(),
+                expected: Some(it.record_version),
+            });
+        }
+        let job = exec.job;
+        self.request(
+            Some(job),
+            Purpose::Complete(id),
+            RegistryOp::Transact(ops),
+            now,
+        );
+    }
+
+    pub(crate) fn on_complete(&mut self, id: ExecutionId, reply: RegistryReply, now: Now) {
+        match reply {
+            RegistryReply::Transacted(results) => {
+                let Some(exec) = self.executions.get_mut(&id) else {
+                    return;
+                };
+                let take = exec.sending().unwrap_or(0).min(exec.items.len());
+                let recorded: Vec<ExecItem> = exec.items.drain(..take).collect();
+                let (job, started) = (exec.job, exec.was_started());
+                if planted!(self.opts, SplitCompletionDropsParts) {
+                    exec.items.clear();
+                }
+                let rest = !exec.items.is_empty();
+                if rest {
+                    exec.set_recording(Recording::Unsent);
+                    exec.backoff = 0;
+                } else {
+                    self.executions.remove(&id);
+                }
+                if let (true, Some(j)) = (started, self.jobs.get(&job)) {
+                    self.out
+                        .push_back(Command::Event(MachineEvent::RunRecorded {
+                            job: j.name().to_owned(),
+                            items: recorded.iter().map(|i| i.item).collect(),
+                        }));
+                }
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    for it in &recorded {
+                        if j.running.get(&it.item) == Some(&id) {
+                            j.running.remove(&it.item);
+                        }
+                        j.last_end.insert(it.item, now.wall_ms());
+                    }
+                    j.await_own_writes(&results, now, ms(self.opts.sync_timeout));
+                }
+                if rest {
+                    // The next part at once.
+                    self.send_completion(id, now);
+                }
+            }
+            RegistryReply::Failed(error) => {
+                let class = error.class();
+                let sent = self
+                    .executions
+                    .get(&id)
+                    .map(|e| (e.job, e.sending().unwrap_or(0)));
+                if let Some((job, units)) = sent {
+                    if self.split_on_too_large(job, &error, units) {
+                        if let Some(e) = self.executions.get_mut(&id) {
+                            e.set_recording(Recording::Unsent);
+                        }
+                        self.send_completion(id, now);
+                        return;
+                    }
+                }
+                match class {
+                    ErrorClass::Transient => {
+                        if let Some(e) = self.executions.get_mut(&id) {
+                            let delay = ms(self.opts.retry_backoff) << e.backoff.min(4);
+                            e.backoff += 1;
+                            let t = now.mono.saturating_add(delay);
+                            e.set_recording(Recording::Retry { at: t });
+                            self.timers.retries.insert((t, id));
+                        }
+                    }
+                    class
+                    @ (ErrorClass::LostSession | ErrorClass::Conflict | ErrorClass::Fatal) => {
+                        let job = self.executions.get(&id).map(|e| e.job);
+                        self.failed(job, "completion", error);
+                        if class == ErrorClass::LostSession {
+                            self.complete_lost(id);
+                        } else {
+                            self.lose_part(id, now);
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Gives up the part of an execution's end that the registry refused while the session
+    /// lives (a conflict: the part's markers or records are not as the run left them, most
+    /// often because an earlier attempt whose reply was lost did apply), and goes on with the
+    /// later parts. Those were never sent: their `running` markers are still this session's
+    /// and, once out of `running`, would look like a claim whose reply was lost; adopted, the
+    /// fire would start again under the same fencing token. See [`Machine::adopt`].
+    pub(crate) fn lose_part(&mut self, id: ExecutionId, now: Now) {
+        let Some(exec) = self.executions.get_mut(&id) else {
+            return;
+        };
+        let take = exec.sending().unwrap_or(0).min(exec.items.len());
+        if take == 0 || take == exec.items.len() || planted!(self.opts, ConflictDropsRest) {
+            self.complete_lost(id);
+            return;
+        }
+        let lost: Vec<ExecItem> = exec.items.drain(..take).collect();
+        exec.set_recording(Recording::Unsent);
+        exec.backoff = 0;
+        let (job, started) = (exec.job, exec.was_started());
+        self.give_up_items(job, id, &lost, started);
+        self.send_completion(id, now);
+    }
+
+    /// Takes `items` of execution `id` out of the job's `running`, and, if the run started,
+    /// says their end was not recorded ([`MachineEvent::CompletionLost`]).
+    pub(crate) fn give_up_items(
+        &mut self,
+        job: JobId,
+        id: ExecutionId,
+        items: &[ExecItem],
+        started: bool,
+    ) {
+        let Some(j) = self.jobs.get_mut(&job) else {
+            return;
+        };
+        for it in items {
+            if j.running.get(&it.item) == Some(&id) {
+                j.running.remove(&it.item);
+            }
+        }
+        let job = j.name().to_owned();
+        if started {
+            self.out
+                .push_back(Command::Event(MachineEvent::CompletionLost {
+                    job,
+                    items: items.iter().map(|i| i.item).collect(),
+                }));
+        }
+    }
+
+    /// Forgets an execution whose end cannot be recorded.
+    pub(crate) fn complete_lost(&mut self, id: ExecutionId) {
+        let Some(exec) = self.executions.remove(&id) else {
+            return;
+        };
+        if matches!(exec.life, Life::Ahead(Ahead::Prepared)) {
+            self.out.push_back(Command::Discard(id));
+        }
+        let started = exec.was_started();
+        self.give_up_items(exec.job, id, &exec.items, started);
+    }
+}

@@ -1,0 +1,93 @@
+//! A job's registry subtree read as the facts decisions need: [`JobView`] and its items'
+//! [`ItemView`]s, kept current by the [`Cache`](super::cache::Cache).
+
+use std::collections::BTreeMap;
+
+use crate::instance::InstanceId;
+use crate::layout::ItemLeaf;
+use crate::registry::{NodePath, Stat, Version};
+
+use super::cache::leaf_bit;
+use super::collections::{Counted, VecMap, VecSet};
+use super::record::ItemRecord;
+
+/// One item's state read off the cache.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct ItemView {
+    pub exists: bool,
+    pub owner: Option<InstanceId>,
+    pub owner_stat: Option<Stat>,
+    /// The `running` marker: who, and its metadata.
+    pub running: Option<(String, Stat)>,
+    pub disabled: bool,
+    pub failover: Option<Stat>,
+    pub record: Option<(ItemRecord, Version)>,
+    /// Which leaves exist, one bit per [`ItemLeaf`] (the entry goes when neither they nor the
+    /// item's node do).
+    pub(crate) leaves: u8,
+}
+
+impl ItemView {
+    /// Whether the leaf's node exists.
+    pub(crate) fn has(&self, leaf: ItemLeaf) -> bool {
+        self.leaves & leaf_bit(leaf) != 0
+    }
+}
+
+/// The facts of one job that decisions need.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct JobView {
+    pub instances: VecSet<InstanceId>,
+    /// Each server's node value, by ip.
+    pub servers: VecMap<String, String>,
+    pub leader: Option<String>,
+    pub necessary: Option<Version>,
+    /// The latest fire done by items since removed (the `sharding` node's record).
+    pub sharding_done: Option<i64>,
+    /// When the job's cluster last started (the `instances` node's [`StartRecord`]).
+    pub started: Option<i64>,
+    /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.
+    pub items: BTreeMap<u32, Box<ItemView>>,
+    /// How many items have a `running` marker.
+    pub running: usize,
+    /// The last fires done of the items' run records.
+    pub dones: Counted<i64>,
+    pub triggers: BTreeMap<InstanceId, String>,
+    pub corrupt: BTreeMap<NodePath, String>,
+}
+
+pub(crate) fn text(data: &[u8]) -> String {
+    String::from_utf8_lossy(data).into_owned()
+}
+
+/// [`text`] of data the caller gives up: valid UTF-8 (nearly always) is kept, not copied.
+pub(crate) fn into_text(data: Vec<u8>) -> String {
+    String::from_utf8(data).unwrap_or_else(|e| text(e.as_bytes()))
+}
+
+impl JobView {
+    /// One node of item `i` is gone: drop the entry with the last one.
+    pub(crate) fn release(&mut self, i: u32) {
+        if self
+            .items
+            .get(&i)
+            .is_some_and(|item| !item.exists && item.leaves == 0)
+        {
+            self.items.remove(&i);
+        }
+    }
+
+    /// Whether a server (by ip) is enabled: its node is absent or not `DISABLED`.
+    pub fn server_enabled(&self, ip: &str) -> bool {
+        self.servers.get(ip).is_none_or(|v| v.trim() != "DISABLED")
+    }
+
+    /// Live instances whose server is enabled.
+    pub fn eligible(&self) -> Vec<InstanceId> {
+        self.instances
+            .iter()
+            .filter(|i| self.server_enabled(i.server_ip()))
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,136 @@
+//! The registry requests in flight, what each is for, and what their results say.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// The registry requests in flight.
+#[derive(Debug, Default)]
+pub(crate) struct Requests {
+    /// What each request in flight is for.
+    pub(crate) pending: BTreeMap<RequestId, Pending>,
+    /// The number of the latest request sent.
+    pub(crate) next: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) epoch: u64,
+    pub(crate) sent: u64,
+    pub(crate) job: Option<JobId>,
+    pub(crate) purpose: Purpose,
+}
+
+#[derive(Debug)]
+pub(crate) enum Purpose {
+    Load,
+    Setup,
+    Elect,
+    Abdicate,
+    Reshard {
+        owners: BTreeMap<u32, InstanceId>,
+        moved_running: Vec<u32>,
+        /// Whether this transaction completes the plan (a plan too large for one transaction
+        /// is written in parts; only the last one clears `leader/sharding/necessary`).
+        last: bool,
+        /// Items it touches (a removed item counts twice), for halving on `TooLarge`.
+        units: usize,
+        /// Items it moves, creates or removes.
+        items: usize,
+        /// Items the re-shard still has to write after it.
+        remaining: usize,
+    },
+    Housekeeping {
+        /// Whether this transaction removes every stale server node (else another follows).
+        last: bool,
+        /// Server nodes it removes.
+        units: usize,
+    },
+    Flag,
+    Claim(Vec<Claim>),
+    /// Markers of this session found without an execution, confirmed by the transaction.
+    Adopt(Vec<(RunKey, Vec<(ExecItem, Revision)>)>),
+    ConsumeTrigger {
+        parameter: String,
+    },
+    Complete(ExecutionId),
+    Leave,
+    Probe,
+}
+
+pub(crate) fn created_stat(results: &[TxnOpResult], index: usize) -> Option<crate::registry::Stat> {
+    match results.get(index) {
+        Some(TxnOpResult::Created(stat)) => Some(*stat),
+        _ => None,
+    }
+}
+
+pub(crate) fn written_version(results: &[TxnOpResult], index: usize) -> Option<Version> {
+    match results.get(index) {
+        Some(TxnOpResult::Created(stat) | TxnOpResult::Set(stat)) => Some(stat.version),
+        _ => None,
+    }
+}
+
+pub(crate) fn last_revision(results: &[TxnOpResult]) -> Option<Revision> {
+    results
+        .iter()
+        .filter_map(|r| match r {
+            TxnOpResult::Created(s) | TxnOpResult::Set(s) => Some(s.modified),
+            _ => None,
+        })
+        .max()
+}
+
+impl Machine {
+    pub(crate) fn request(
+        &mut self,
+        job: Option<JobId>,
+        purpose: Purpose,
+        op: RegistryOp,
+        now: Now,
+    ) -> RequestId {
+        self.requests.next += 1;
+        let id = RequestId(self.requests.next);
+        self.requests.pending.insert(
+            id,
+            Pending {
+                epoch: self.sess.epoch,
+                sent: now.mono,
+                job,
+                purpose,
+            },
+        );
+        self.out.push_back(Command::Registry { id, op });
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Stat;
+
+    /// A claim's run record counts as written, at its new version, whether the claim created
+    /// it or replaced it; a check, a deletion or a missing result is no write.
+    #[test]
+    fn written_version_reads_creates_and_sets_only() {
+        let stat = |v: i64| Stat {
+            version: Version(v),
+            created: Revision(1),
+            modified: Revision(v as u64),
+            ephemeral_owner: None,
+        };
+        let results = [
+            TxnOpResult::Checked,
+            TxnOpResult::Created(stat(0)),
+            TxnOpResult::Set(stat(4)),
+            TxnOpResult::Deleted,
+        ];
+        assert_eq!(written_version(&results, 0), None);
+        assert_eq!(written_version(&results, 1), Some(Version(0)));
+        assert_eq!(written_version(&results, 2), Some(Version(4)));
+        assert_eq!(written_version(&results, 3), None);
+        assert_eq!(written_version(&results, 4), None);
+        assert_eq!(last_revision(&results), Some(Revision(4)));
+    }
+}

@@ -1,0 +1,168 @@
+//! Watch events: applied to the jobs' caches, then the jobs they bear on decided on.
+
+#[allow(clippy::wildcard_imports)]
+use super::*;
+
+/// A job changed by a batch of node events.
+pub(crate) struct Touched {
+    pub(crate) job: JobId,
+    /// Changed by anything but the run markers and records of its items.
+    pub(crate) others: bool,
+    /// The items whose run marker or record changed.
+    pub(crate) items: Vec<u32>,
+}
+
+impl Machine {
+    pub(crate) fn apply_registry_events(
+        &mut self,
+        events: impl IntoIterator<Item = RegistryEvent>,
+        now: Now,
+    ) {
+        let mut touched: Vec<Touched> = Vec::new();
+        for event in events {
+            match event {
+                RegistryEvent::Session(s) => {
+                    self.evaluate_touched(std::mem::take(&mut touched), now);
+                    self.handle_session(s, now);
+                }
+                RegistryEvent::Node(ev) => self.apply_node_event(ev, &mut touched),
+            }
+        }
+        self.evaluate_touched(touched, now);
+    }
+
+    /// Evaluates the jobs a batch of node events changed, but not one whose only changes are
+    /// other instances' run markers and records of items that bear on nothing this instance
+    /// decides (see [`Machine::bears_on_me`]). With every instance watching every job, each
+    /// run of an item is seen by all of them; only a few have anything to decide about it.
+    pub(crate) fn evaluate_touched(&mut self, mut touched: Vec<Touched>, now: Now) {
+        // In the order the jobs were added, as everywhere else.
+        touched.sort_unstable_by_key(|t| t.job);
+        for t in touched {
+            if t.others || t.items.iter().any(|i| self.bears_on_me(t.job, *i)) {
+                self.evaluate(t.job, now);
+                if planted!(self.opts, ForgetWakes) {
+                    if let Some(j) = self.jobs.get_mut(&t.job) {
+                        j.wake = None;
+                    }
+                    self.index_wake(t.job);
+                }
+            }
+        }
+    }
+
+    /// Whether item `i` of job `name`, whose run marker or record changed, bears on what this
+    /// instance decides. It does not when the job is active here and led by another instance,
+    /// nothing of ours waits on the registry or on an orphan, and the item is neither ours
+    /// (owned, run or recorded as run here) nor an orphan, nor, for the leader, beyond the count:
+    /// a decision on it would be the one taken before, and the wake it set still stands.
+    pub(crate) fn bears_on_me(&self, job: JobId, i: u32) -> bool {
+        let Some(j) = self.jobs.get(&job) else {
+            return false;
+        };
+        let me = &self.opts.instance_id;
+        let view = j.cache.view();
+        if j.phase != Phase::Active
+            || j.leaving.is_some()
+            || matches!(j.wait, Wait::Sync { revision, .. } if j.cache.seen.is_some_and(|s| s >= revision))
+            || !j.orphan_seen.is_empty()
+            || j.running.contains_key(&i)
+            || self.shutdown.is_some()
+            || !view.corrupt.is_empty()
+            || view.leader.as_deref().is_none_or(|l| {
+                l == me.as_str()
+                    && j.leader.as_ref().and_then(|lead| lead.idle) != Some(j.cache.plan_version)
+            })
+        {
+            return true;
+        }
+        // The leader removes an item beyond the count once its run ends.
+        let beyond = j
+            .config
+            .as_ref()
+            .is_some_and(|c| i >= c.sharding_total_count);
+        if beyond && view.leader.as_deref() == Some(me.as_str()) {
+            return true;
+        }
+        let Some(v) = view.items.get(&i) else {
+            return false;
+        };
+        let run = v.record.as_ref().and_then(|(r, _)| r.run.as_ref());
+        v.owner.as_ref() == Some(me)
+            || v.running
+                .as_ref()
+                .is_some_and(|(h, _)| h.trim() == me.as_str())
+            || run.is_some_and(|r| r.instance == *me)
+            || (run.is_some() && v.running.is_none() && v.failover.is_none())
+    }
+
+    /// Applies a node event to its job's cache and notes the job in `touched` if it should be
+    /// evaluated.
+    pub(crate) fn apply_node_event(
+        &mut self,
+        ev: crate::registry::WatchEvent,
+        touched: &mut Vec<Touched>,
+    ) {
+        let Some((name, node)) = JobNode::parse(&ev.path) else {
+            return;
+        };
+        let Some((job, j)) = self.jobs.named_mut(name) else {
+            return;
+        };
+        if let (JobNode::Instance(id), Some(stat)) = (&node, &ev.stat) {
+            if *id == self.opts.instance_id {
+                j.note_own_node(stat);
+            }
+        }
+        if j.phase == Phase::Waiting {
+            // Buffered while the subtree is read; without a load, the next one reads it all.
+            if j.loading() {
+                j.buffer.push(ev);
+            }
+            return;
+        }
+        // Older than the snapshot the cache was loaded from: nothing changes.
+        if j.cache.is_stale(&ev) {
+            return;
+        }
+        if planted!(self.opts, StaleCache)
+            && ev.kind == crate::registry::WatchEventKind::Deleted
+            && matches!(node, JobNode::ItemState(_, ItemLeaf::Disabled))
+        {
+            return;
+        }
+        if cache::bears_on_disabled(&node) {
+            self.disables += 1;
+        }
+        let config = matches!(node, JobNode::Config | JobNode::Root);
+        let run_item = match node {
+            JobNode::ItemState(i, ItemLeaf::Running | ItemLeaf::Execution) => Some(i),
+            _ => None,
+        };
+        let k = match touched.iter().position(|t| t.job == job) {
+            Some(k) => k,
+            None => {
+                touched.push(Touched {
+                    job,
+                    others: false,
+                    items: Vec::new(),
+                });
+                touched.len() - 1
+            }
+        };
+        let t = &mut touched[k];
+        // An item may be noted more than once (a search of the list per event would cost a
+        // batch of k events k²); only whether any of them bears on this instance is asked.
+        match run_item {
+            Some(i) if t.items.last() != Some(&i) => t.items.push(i),
+            Some(_) => {}
+            None => t.others = true,
+        }
+        j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
+        self.changes += 1;
+        j.changed = self.changes;
+        if config {
+            self.refresh_config(job);
+        }
+    }
+}
