@@ -159,7 +159,7 @@ use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_or
 
 use cache::{Cache, Dir};
 pub use error::MachineError;
-pub use event::MachineEvent;
+pub use event::{MachineEvent, StaleSettle};
 pub use io::{CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec};
 use job_view::JobView;
 pub use options::MachineOptions;
@@ -212,6 +212,7 @@ use job::*;
 use leader::LeaderState;
 use leader::housekeeping::*;
 use leader::reshard::*;
+use leader::stale::foreign_nodes;
 use requests::*;
 use session::*;
 use setup::*;

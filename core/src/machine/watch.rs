@@ -76,6 +76,10 @@ impl Machine {
         {
             return true;
         }
+        // The leader clears a marker no session holds once its owner is gone.
+        if view.persistent_running.contains(&i) && view.leader.as_deref() == Some(me.as_str()) {
+            return true;
+        }
         // The leader removes an item beyond the count once its run ends.
         let beyond = j
             .config
