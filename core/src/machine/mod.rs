@@ -405,6 +405,7 @@ impl Machine {
             leader: None,
             txn_items: None,
             orphan_seen: BTreeMap::new(),
+            markers_seen: BTreeMap::new(),
             necessary_seen: None,
             registered_in: None,
             node_gone: None,

@@ -61,11 +61,14 @@ pub(crate) struct StalePlan {
 
 /// Which markers no session holds are stale now. A marker's owner lives while `live` says so
 /// of its value; once the leader has seen it gone for `grace_ms`, the marker is cleared.
+/// `first_sight` tells when this instance first saw a marker (by item and creation revision),
+/// if it watched it appear (else it is first seen now).
 /// `seen` is what the leader remembered from earlier decisions; `now_mono`/`now_wall` the
 /// time.
 pub(crate) fn stale_markers<'a>(
     markers: impl IntoIterator<Item = (u32, &'a str, Revision)>,
     live: impl Fn(&str) -> bool,
+    first_sight: impl Fn(u32, Revision) -> Option<i64>,
     seen: &BTreeMap<u32, SeenMarker>,
     grace_ms: u64,
     now_mono: u64,
@@ -79,7 +82,7 @@ pub(crate) fn stale_markers<'a>(
             .copied()
             .unwrap_or(SeenMarker {
                 created,
-                seen_wall: now_wall,
+                seen_wall: first_sight(item, created).unwrap_or(now_wall),
                 stale_since: None,
             });
         if live(owner) {
@@ -227,9 +230,16 @@ pub(crate) fn foreign_nodes(
         let (value, stat) = view.items.get(i)?.running.as_ref()?;
         Some((*i, value.as_str(), stat.created))
     });
+    let sights = &j.markers_seen;
     let plan = stale_markers(
         markers,
         |owner| view.is_live(owner),
+        |i, created| {
+            sights
+                .get(&i)
+                .filter(|(c, _)| *c == created)
+                .map(|(_, at)| *at)
+        },
         &lead.stale_seen,
         grace_ms,
         now.mono,
@@ -327,6 +337,7 @@ mod tests {
         let first = stale_markers(
             [m(0, "10.0.0.1@-@1", 5), m(1, "10.9.9.9@-@9", 6)],
             live,
+            |_, _| None,
             &empty,
             10_000,
             1_000,
@@ -344,6 +355,7 @@ mod tests {
         let later = stale_markers(
             [m(0, "10.0.0.1@-@1", 5), m(1, "10.9.9.9@-@9", 6)],
             live,
+            |_, _| None,
             &first.seen,
             10_000,
             11_000,
@@ -356,6 +368,7 @@ mod tests {
         let renewed = stale_markers(
             [m(1, "10.9.9.9@-@9", 7)],
             live,
+            |_, _| None,
             &first.seen,
             10_000,
             11_000,
@@ -368,9 +381,24 @@ mod tests {
         assert_eq!(renewed.seen[&1].seen_wall, 60_000);
         assert!(!renewed.seen.contains_key(&0), "a marker gone is forgotten");
 
+        let watched = stale_markers(
+            [m(1, "10.9.9.9@-@9", 6)],
+            live,
+            |i, rev| (i == 1 && rev == Revision(6)).then_some(40_000),
+            &empty,
+            10_000,
+            1_000,
+            50_000,
+        );
+        assert_eq!(
+            watched.seen[&1].seen_wall, 40_000,
+            "a marker watched as it appeared is first seen then, not when this instance leads"
+        );
+
         let back = stale_markers(
             [m(1, "10.0.0.1@-@1", 6)],
             live,
+            |_, _| None,
             &first.seen,
             10_000,
             11_000,
