@@ -10,7 +10,7 @@ pub enum MachineError {
     #[error("job {0:?} is already hosted by this instance")]
     DuplicateJob(String),
     /// A job of that name is being removed from this instance: it can be added again once it
-    /// has left ([`MachineEvent::JobLeft`]).
+    /// has left ([`MachineEvent::JobLeft`](super::MachineEvent::JobLeft)).
     #[error("job {0:?} is still leaving this instance; add it again once it has left")]
     JobLeaving(String),
     /// The job's local configuration is invalid.

@@ -99,9 +99,9 @@ pub enum Command {
     /// Start running items.
     Start(Execution),
     /// Start the run announced with [`Command::Prepare`] under this id, as announced (only
-    /// with [`MachineOptions::prepare_ahead`]).
+    /// with [`MachineOptions::prepare_ahead`](super::MachineOptions::prepare_ahead)).
     StartPrepared(ExecutionId),
-    /// A run claimed ahead of its fire (only with [`MachineOptions::prepare_ahead`]). The
+    /// A run claimed ahead of its fire (only with [`MachineOptions::prepare_ahead`](super::MachineOptions::prepare_ahead)). The
     /// driver may set it up now (tasks, contexts) but must run nothing of it before
     /// [`Command::StartPrepared`] with its id; [`Command::Discard`] says it never will start.
     Prepare(Execution),

@@ -48,11 +48,11 @@ pub struct MachineOptions {
     /// the previous one. `None` (the default): no limit, one transaction per decision.
     ///
     /// Whatever this says, a transaction the registry refuses as
-    /// [`RegistryError::TooLarge`] halves the job's limit (down to one item) and is tried
+    /// [`RegistryError::TooLarge`](crate::registry::RegistryError::TooLarge) halves the job's limit (down to one item) and is tried
     /// again at once, so a limit is found without configuration; see
     /// [`MachineOptions::fit_txn_ops`] to derive this one from a registry's operation limit.
     pub max_txn_items: Option<usize>,
-    /// Announce runs claimed ahead with [`Command::Prepare`] as soon as the claim succeeds,
+    /// Announce runs claimed ahead with [`Command::Prepare`](super::Command::Prepare) as soon as the claim succeeds,
     /// so that the driver can set them up before the fire and the start itself costs little
     /// when many jobs fire at the same instant. Off (the default): a run claimed ahead shows
     /// only at its start.
