@@ -6,7 +6,7 @@
 //! ElasticJob has three default sets (the Java builder's, the YAML POJO's and the Spring Boot
 //! starter's) and a hand-written YAML without `monitorExecution` silently turns monitoring off.
 //! shardjob has one set, the Java builder's, used whether a key is missing from YAML or not set
-//! in code, and it writes every key so the registry copy is always explicit:
+//! in code, and it writes every key (but one) so the registry copy is always explicit:
 //!
 //! | key | default |
 //! |---|---|
@@ -16,10 +16,21 @@
 //! | `maxTimeDiffSeconds` | `-1` (off) |
 //! | `reconcileIntervalMinutes` | `10` |
 //! | `jobShardingStrategyType` | `AVG_ALLOCATION` |
-//! | `jobExecutorThreadPoolSizeProviderType` | `CPU` |
+//! | executor type (`jobExecutorServiceHandlerType` / `jobExecutorThreadPoolSizeProviderType`) | `CPU` |
 //! | `jobErrorHandlerType` | `LOG` |
 //! | `timeZone` | `UTC` (ElasticJob: the JVM's zone, which differs between hosts) |
 //! | everything else | empty / `false` |
+//!
+//! # Written so that ElasticJob reads it
+//!
+//! The `config` node stays readable by ElasticJob's `JobConfigurationPOJO`, whose reader
+//! refuses unknown keys ([`compat`] has the versions' keys): the executor type, whose key
+//! 3.0.5 renamed, is left out when it is the default (`CPU`, which every version assumes for
+//! a missing key) and otherwise written under the key of the version named by the job's
+//! [`COMPAT_PROP`] (3.0.4 by default); both keys are read. UTC is written `GMT`, the same zone
+//! under the one name ElasticJob's scheduler accepts (it refuses any `timeZone` that does
+//! not start with `GMT`); other IANA names are written as they are, and only shardjob can run
+//! such a job ([`JobConfig::elasticjob_unrunnable`] lists what ElasticJob cannot run).
 //!
 //! # Reading
 //!
@@ -52,6 +63,9 @@ pub const MAX_JOB_NAME_LEN: usize = 255;
 /// collapsed into one run of the latest (a MISFIRE run). `0` or absent: none run, as in
 /// ElasticJob, whose scheduler starts afresh from now.
 pub const MISFIRE_CATCHUP_PROP: &str = "shardjob.misfire.catchup.seconds";
+
+pub mod compat;
+pub use compat::{COMPAT_PROP, ElasticJobCompat};
 
 /// The largest [`MISFIRE_CATCHUP_PROP`]: a year.
 pub const MAX_MISFIRE_CATCHUP_SECONDS: u64 = 366 * 24 * 3600;
@@ -185,7 +199,8 @@ pub struct JobConfig {
     /// `jobShardingStrategyType`: a builtin strategy name or a custom one registered with the
     /// runtime.
     pub job_sharding_strategy_type: String,
-    /// `jobExecutorThreadPoolSizeProviderType`.
+    /// The executor type: `jobExecutorServiceHandlerType` up to ElasticJob 3.0.4,
+    /// `jobExecutorThreadPoolSizeProviderType` in 3.0.5 (see [`compat`]).
     pub job_executor_thread_pool_size_provider_type: ExecutorType,
     /// `jobErrorHandlerType`.
     pub job_error_handler_type: ErrorHandlerType,
@@ -267,6 +282,62 @@ impl JobConfig {
             ));
         }
         Ok(seconds)
+    }
+
+    /// The ElasticJob version whose key names the `config` node is written with: the job's
+    /// [`COMPAT_PROP`], or 3.0.4 when it is absent. A value that is not a version counts as
+    /// the default; [`JobConfig::validate`] reports it.
+    pub fn elasticjob_compat(&self) -> ElasticJobCompat {
+        self.props
+            .get(COMPAT_PROP)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    }
+
+    /// Sets [`COMPAT_PROP`] (builder style).
+    pub fn with_elasticjob_compat(mut self, compat: ElasticJobCompat) -> Self {
+        self.props
+            .insert(COMPAT_PROP.to_owned(), compat.name().to_owned());
+        self
+    }
+
+    /// What in this configuration ElasticJob instances (any 3.0.x) cannot run, each with the
+    /// key and why; empty when a Java instance sharing the job can schedule it. The `config`
+    /// node stays readable by ElasticJob's lifecycle API and console either way: these are
+    /// values its scheduler or executor refuses, or features only shardjob has.
+    pub fn elasticjob_unrunnable(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if !time_zone_text(&self.time_zone).starts_with(UTC_AS_GMT) {
+            out.push((
+                "timeZone",
+                format!(
+                    "ElasticJob's scheduler accepts only GMT offsets (GMT, GMT+08:00), not \
+                     {}; its instances fail to schedule the job",
+                    self.time_zone
+                ),
+            ));
+        }
+        if self.job_error_handler_type == ErrorHandlerType::Webhook {
+            out.push((
+                "jobErrorHandlerType",
+                "WEBHOOK is shardjob's; ElasticJob instances fail to start the job".to_owned(),
+            ));
+        }
+        if self
+            .job_sharding_strategy_type
+            .parse::<BuiltinStrategy>()
+            .is_err()
+        {
+            out.push((
+                "jobShardingStrategyType",
+                format!(
+                    "{:?} is not one of ElasticJob's strategies; its instances fail when they \
+                     shard",
+                    self.job_sharding_strategy_type
+                ),
+            ));
+        }
+        out
     }
 
     /// The parameter of an item, if it has one.
@@ -357,6 +428,18 @@ impl JobConfig {
         if let Err(p) = self.misfire_catchup() {
             report(MISFIRE_CATCHUP_PROP, p);
         }
+        if let Some(v) = self.props.get(COMPAT_PROP) {
+            if v.parse::<ElasticJobCompat>().is_err() {
+                report(
+                    COMPAT_PROP,
+                    Problem::WrongType {
+                        expected: "an ElasticJob version: 3.0.4 (the default, for 3.0.1 to \
+                                   3.0.4) or 3.0.5",
+                        found: format!("{v:?}"),
+                    },
+                );
+            }
+        }
     }
 
     /// Reads one job from ElasticJob's YAML (camelCase keys; missing keys take the defaults).
@@ -392,7 +475,11 @@ impl JobConfig {
     }
 
     /// Writes every key as ElasticJob's YAML, keys in alphabetical order as ElasticJob writes
-    /// them. Only `cron` (for a job without a schedule) and `label` (when unset) are left out.
+    /// them. Left out: `cron` for a job without a schedule, `label` when unset, and the
+    /// executor type when it is the default `CPU`; a set executor type is written under the
+    /// key of [`JobConfig::elasticjob_compat`]'s version. UTC is written `GMT`. So every key
+    /// written is one ElasticJob's `JobConfigurationPOJO` of that version reads (see
+    /// [`compat`]).
     pub fn to_yaml(&self) -> String {
         let mut m = BTreeMap::<&str, Value>::new();
         let s = |v: &str| Value::String(v.to_owned());
@@ -403,10 +490,10 @@ impl JobConfig {
         m.insert("disabled", Value::Bool(self.disabled));
         m.insert("failover", Value::Bool(self.failover));
         m.insert("jobErrorHandlerType", s(self.job_error_handler_type.name()));
-        m.insert(
-            "jobExecutorThreadPoolSizeProviderType",
-            s(self.job_executor_thread_pool_size_provider_type.name()),
-        );
+        let executor = self.job_executor_thread_pool_size_provider_type;
+        if executor != ExecutorType::default() {
+            m.insert(self.elasticjob_compat().executor_key(), s(executor.name()));
+        }
         m.insert(
             "jobExtraConfigurations",
             Value::Sequence(self.job_extra_configurations.clone()),
@@ -449,7 +536,7 @@ impl JobConfig {
             Value::Number(self.sharding_total_count.into()),
         );
         m.insert("staticSharding", Value::Bool(self.static_sharding));
-        m.insert("timeZone", s(&self.time_zone.to_string()));
+        m.insert("timeZone", s(&time_zone_text(&self.time_zone)));
         let mapping: Mapping = m.into_iter().map(|(k, v)| (s(k), v)).collect();
         // Serializing a mapping of strings, numbers, booleans and values read from YAML
         // cannot fail; should the library ever disagree, fall back to an empty document
@@ -457,6 +544,19 @@ impl JobConfig {
         serde_yaml_ng::to_string(&Value::Mapping(mapping)).unwrap_or_default()
     }
 }
+
+/// What `timeZone` is written as: UTC as `GMT` (ElasticJob's scheduler refuses every zone not
+/// written as a GMT offset), anything else by its name.
+fn time_zone_text(zone: &JobTimeZone) -> String {
+    if *zone == JobTimeZone::utc() {
+        UTC_AS_GMT.to_owned()
+    } else {
+        zone.to_string()
+    }
+}
+
+/// UTC as ElasticJob's scheduler accepts it.
+const UTC_AS_GMT: &str = "GMT";
 
 /// Names accepted for types that can be extended at run time.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -579,6 +679,17 @@ pub enum Problem {
         /// The known key nearest to it, when it looks like a typo of one.
         suggestion: Option<&'static str>,
     },
+    /// Two keys that say the same thing say different things (the executor type under both
+    /// ElasticJob versions' names).
+    #[error("is {this}, but {other} is {that}: write one of the two keys")]
+    ConflictingKey {
+        /// The other key.
+        other: &'static str,
+        /// This key's value.
+        this: &'static str,
+        /// The other key's value.
+        that: &'static str,
+    },
     /// Two jobs in one file share a name.
     #[error("another job in this file has the same name")]
     DuplicateJob,
@@ -672,9 +783,10 @@ fn parse_yaml(yaml: &str) -> Result<Value, JobConfigError> {
 }
 
 /// The top-level keys of a job's configuration that ElasticJob 3.0.x writes, with both names
-/// of the executor key (`jobExecutorServiceHandlerType` up to 3.0.4,
-/// `jobExecutorThreadPoolSizeProviderType` from 3.0.5). Job files, the operation API and the
-/// reader of the registry's copy all know a job's keys from this one list.
+/// of the executor key (`jobExecutorServiceHandlerType` from 3.0.0-alpha to 3.0.4,
+/// `jobExecutorThreadPoolSizeProviderType` in 3.0.5; see [`compat`]). Job files, the
+/// operation API and the reader of the registry's copy all know a job's keys from this one
+/// list.
 pub const KEYS: &[&str] = &[
     "cron",
     "description",
@@ -779,7 +891,13 @@ fn from_value(
         }
     }
     if let Some(text) = r.opt_string("timeZone").filter(|t| !t.trim().is_empty()) {
-        match JobTimeZone::parse(&text) {
+        // `GMT` is UTC: read it as the default zone, so that the default round-trips.
+        let parsed = if text.trim() == UTC_AS_GMT {
+            Ok(JobTimeZone::utc())
+        } else {
+            JobTimeZone::parse(&text)
+        };
+        match parsed {
             Ok(tz) => c.time_zone = tz,
             Err(e) => r.problem("timeZone", Problem::BadTimeZone(e.to_string())),
         }
@@ -833,14 +951,13 @@ fn from_value(
     {
         c.job_sharding_strategy_type = name;
     }
-    // 3.0.0-alpha wrote the executor type under another key; the 3.0.x key wins if both exist.
-    for key in [
-        "jobExecutorServiceHandlerType",
-        "jobExecutorThreadPoolSizeProviderType",
-    ] {
+    // The executor type is under 3.0.4's key (3.0.0-alpha to 3.0.4) or 3.0.5's: both are
+    // read. Both present with different types is a problem (no ElasticJob reads such a node).
+    let mut executors: Vec<(&'static str, ExecutorType)> = Vec::new();
+    for key in [compat::EXECUTOR_KEY_3_0_4, compat::EXECUTOR_KEY_3_0_5] {
         if let Some(name) = r.opt_string(key).filter(|t| !t.is_empty()) {
             match name.parse() {
-                Ok(t) => c.job_executor_thread_pool_size_provider_type = t,
+                Ok(t) => executors.push((key, t)),
                 Err(reason) => r.problem(
                     key,
                     Problem::UnknownType {
@@ -848,6 +965,24 @@ fn from_value(
                         reason,
                     },
                 ),
+            }
+        }
+    }
+    match executors.as_slice() {
+        [] => {}
+        [(_, t)] => c.job_executor_thread_pool_size_provider_type = *t,
+        [(_, a), (other, b), ..] => {
+            if a == b {
+                c.job_executor_thread_pool_size_provider_type = *a;
+            } else {
+                r.problem(
+                    other,
+                    Problem::ConflictingKey {
+                        other: compat::EXECUTOR_KEY_3_0_4,
+                        this: b.name(),
+                        that: a.name(),
+                    },
+                );
             }
         }
     }

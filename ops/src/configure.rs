@@ -7,6 +7,7 @@ use serde::Serialize;
 use serde_yaml_ng::{Mapping, Value};
 use shardjob_core::JobConfig;
 use shardjob_core::config::Strictness;
+use shardjob_core::config::compat::{COMPAT_PROP, EXECUTOR_KEY_3_0_4, EXECUTOR_KEY_3_0_5};
 use shardjob_core::registry::{Registry, RegistryError, Version};
 
 use crate::error::{OpsError, Result};
@@ -77,18 +78,15 @@ fn yaml_entries(yaml: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The executor key: ElasticJob 3.0.0 to 3.0.4 call it `jobExecutorServiceHandlerType`, 3.0.5
-/// and shardjob `jobExecutorThreadPoolSizeProviderType`.
-const EXECUTOR_KEY_304: &str = "jobExecutorServiceHandlerType";
-const EXECUTOR_KEY: &str = "jobExecutorThreadPoolSizeProviderType";
-
 /// Every top-level key ElasticJob 3.0.x writes (both names of the executor key).
 const KNOWN_KEYS: &[&str] = shardjob_core::config::KEYS;
 
-/// The YAML to store for `new` in place of `current`: shardjob's full YAML, written with the
-/// executor key's name that `current` uses (an ElasticJob 3.0.4 node keeps
-/// `jobExecutorServiceHandlerType`, which is all 3.0.4 can read), and keeping top-level keys
+/// The YAML to store for `new` in place of `current`: shardjob's YAML, keeping top-level keys
 /// of `current` that shardjob does not know (a newer version's), so an update loses nothing.
+/// A set executor type is written under the key of the ElasticJob version the job is kept
+/// readable by (`shardjob.elasticjob.compat`, see `shardjob_core::config::compat`); when the
+/// job does not say, under the key `current` uses, so that a node a 3.0.5 instance wrote stays
+/// readable by 3.0.5 (and one of 3.0.4 by 3.0.4).
 pub(crate) fn yaml_for_update(new: &JobConfig, current: &str) -> String {
     let written = new.to_yaml();
     let Ok(Value::Mapping(current)) = serde_yaml_ng::from_str::<Value>(current) else {
@@ -97,21 +95,29 @@ pub(crate) fn yaml_for_update(new: &JobConfig, current: &str) -> String {
     let Ok(Value::Mapping(fresh)) = serde_yaml_ng::from_str::<Value>(&written) else {
         return written;
     };
-    let old_key = current.contains_key(EXECUTOR_KEY_304) && !current.contains_key(EXECUTOR_KEY);
+    let has = |k: &str| current.contains_key(k);
+    let current_key = match (has(EXECUTOR_KEY_3_0_4), has(EXECUTOR_KEY_3_0_5)) {
+        (true, false) => Some(EXECUTOR_KEY_3_0_4),
+        (false, true) => Some(EXECUTOR_KEY_3_0_5),
+        _ => None,
+    };
+    let rename = current_key.filter(|_| !new.props.contains_key(COMPAT_PROP));
+    let mut reshaped = false;
     let mut out: BTreeMap<String, Value> = BTreeMap::new();
     for (k, v) in fresh {
         let Some(k) = k.as_str() else { continue };
-        let k = if old_key && k == EXECUTOR_KEY {
-            EXECUTOR_KEY_304
-        } else {
-            k
+        let k = match rename {
+            Some(key) if k == EXECUTOR_KEY_3_0_4 || k == EXECUTOR_KEY_3_0_5 => {
+                reshaped |= k != key;
+                key
+            }
+            _ => k,
         };
         out.insert(k.to_owned(), v);
     }
     // ElasticJob reads a missing `timeZone` as the JVM's zone and accepts only `GMT…` ids:
     // a node without the key keeps going without it while the zone stays shardjob's default
     // (which a missing key means to shardjob too).
-    let mut reshaped = false;
     if !current.contains_key("timeZone") && new.time_zone == shardjob_core::JobTimeZone::utc() {
         reshaped |= out.remove("timeZone").is_some();
     }
@@ -123,7 +129,7 @@ pub(crate) fn yaml_for_update(new: &JobConfig, current: &str) -> String {
             out.insert(k.to_owned(), v);
         }
     }
-    if !old_key && !reshaped {
+    if !reshaped {
         return written;
     }
     // Alphabetical, as ElasticJob writes the node.
@@ -284,15 +290,17 @@ mod tests {
 
     #[test]
     fn an_elasticjob_304_node_keeps_its_executor_key_and_unknown_keys() {
-        let current = "cron: 0/5 * * * * ?\njobExecutorServiceHandlerType: CPU\njobName: j\n\
-                       shardingTotalCount: 3\nfutureKey: 7\n";
-        let new = JobConfig::new("j", 4);
+        let current = "cron: 0/5 * * * * ?\njobExecutorServiceHandlerType: SINGLE_THREAD\n\
+                       jobName: j\nshardingTotalCount: 3\nfutureKey: 7\n";
+        let read = JobConfig::from_yaml(current, Strictness::Lenient).unwrap();
+        let mut new = read.clone();
+        new.sharding_total_count = 4;
         let yaml = yaml_for_update(&new, current);
         assert!(
-            yaml.contains("jobExecutorServiceHandlerType: CPU"),
+            yaml.contains("jobExecutorServiceHandlerType: SINGLE_THREAD"),
             "{yaml}"
         );
-        assert!(!yaml.contains(EXECUTOR_KEY), "{yaml}");
+        assert!(!yaml.contains(EXECUTOR_KEY_3_0_5), "{yaml}");
         assert!(yaml.contains("futureKey: 7"), "{yaml}");
         assert!(!yaml.contains("timeZone"), "{yaml}");
         let keys: Vec<String> = yaml_entries(&yaml).into_keys().collect();
@@ -302,11 +310,41 @@ mod tests {
         // shardjob reads it back to the same configuration.
         let back = JobConfig::from_yaml(&yaml, Strictness::Lenient).unwrap();
         assert_eq!(back, new);
+        // The default executor type is left out, whichever key the node had.
+        let yaml = yaml_for_update(&JobConfig::new("j", 4), current);
+        assert!(!yaml.contains("jobExecutor"), "{yaml}");
         // A node in shardjob's own form is written as shardjob writes it.
+        let new = JobConfig::new("j", 4);
         assert_eq!(
             yaml_for_update(&new, &JobConfig::new("j", 3).to_yaml()),
             new.to_yaml()
         );
+    }
+
+    #[test]
+    fn an_elasticjob_305_node_keeps_its_executor_key_unless_the_job_says() {
+        let current = "jobExecutorThreadPoolSizeProviderType: SINGLE_THREAD\njobName: j\n\
+                       shardingTotalCount: 3\n";
+        let mut new = JobConfig::from_yaml(current, Strictness::Lenient).unwrap();
+        new.description = "d".into();
+        let yaml = yaml_for_update(&new, current);
+        assert!(
+            yaml.contains("jobExecutorThreadPoolSizeProviderType: SINGLE_THREAD"),
+            "{yaml}"
+        );
+        assert!(!yaml.contains(EXECUTOR_KEY_3_0_4), "{yaml}");
+        assert_eq!(
+            JobConfig::from_yaml(&yaml, Strictness::Lenient).unwrap(),
+            new
+        );
+        // The job's own setting wins over the node's key.
+        let new = new.with_elasticjob_compat(shardjob_core::config::ElasticJobCompat::V3_0_4);
+        let yaml = yaml_for_update(&new, current);
+        assert!(
+            yaml.contains("jobExecutorServiceHandlerType: SINGLE_THREAD"),
+            "{yaml}"
+        );
+        assert!(!yaml.contains(EXECUTOR_KEY_3_0_5), "{yaml}");
     }
 
     #[test]

@@ -16,7 +16,10 @@ pub const SCRIPT_PROPS: &[&str] = script::PROPS;
 pub const HTTP_PROPS: &[&str] = http::PROPS;
 
 /// shardjob's own props (under `shardjob.`), read by the runtime for every job type.
-pub const SHARDJOB_PROPS: &[&str] = &[shardjob_core::config::MISFIRE_CATCHUP_PROP];
+pub const SHARDJOB_PROPS: &[&str] = &[
+    shardjob_core::config::MISFIRE_CATCHUP_PROP,
+    shardjob_core::config::COMPAT_PROP,
+];
 
 /// One problem of one prop: the key and what is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -72,13 +72,17 @@ fn writes_every_key_and_reads_it_back() {
     c.label = Some("blue".into());
     c.time_zone = JobTimeZone::parse("Asia/Shanghai").unwrap();
     let yaml = c.to_yaml();
-    for key in KEYS
-        .iter()
-        .filter(|k| **k != "jobExecutorServiceHandlerType")
-    {
+    let executor_keys = [compat::EXECUTOR_KEY_3_0_4, compat::EXECUTOR_KEY_3_0_5];
+    for key in KEYS.iter().filter(|k| !executor_keys.contains(k)) {
         assert!(
             yaml.contains(&format!("{key}:")),
             "{key} missing in\n{yaml}"
+        );
+    }
+    for key in executor_keys {
+        assert!(
+            !yaml.contains(key),
+            "the default executor type is left out:\n{yaml}"
         );
     }
     let keys_in_order: Vec<&str> = yaml
@@ -321,17 +325,180 @@ fn a_file_of_jobs() {
     assert!(parse_jobs_file("[]", Strictness::Strict, &KnownTypes::default()).is_err());
 }
 
+/// The top-level keys of a YAML mapping.
+fn top_keys(yaml: &str) -> Vec<String> {
+    match serde_yaml_ng::from_str::<Value>(yaml) {
+        Ok(Value::Mapping(m)) => m
+            .keys()
+            .filter_map(|k| k.as_str().map(str::to_owned))
+            .collect(),
+        other => panic!("not a mapping: {other:?}"),
+    }
+}
+
+/// A configuration with every key set away from its default (and `label`, `cron`, listeners,
+/// extras and props present), so that every key is written.
+fn everything_set() -> JobConfig {
+    let mut c = JobConfig::from_yaml(ELASTICJOB_EXAMPLE, Strictness::Strict).unwrap();
+    c.label = Some("blue".into());
+    c.time_zone = JobTimeZone::parse("GMT+08:00").unwrap();
+    c.job_executor_thread_pool_size_provider_type = ExecutorType::SingleThread;
+    c.job_listener_types = vec!["audit".into()];
+    c.job_extra_configurations = vec![Value::String("x".into())];
+    c.disabled = true;
+    c.overwrite = true;
+    c.static_sharding = true;
+    c.failover = true;
+    c.monitor_execution = true;
+    c
+}
+
 #[test]
-fn alpha_executor_key_is_understood() {
-    let c = JobConfig::from_yaml(
-        "jobName: j\nshardingTotalCount: 1\njobExecutorServiceHandlerType: SINGLE_THREAD\n",
-        Strictness::Strict,
-    )
-    .unwrap();
+fn a_written_config_has_only_keys_elasticjob_3_0_4_knows() {
+    let configs = [
+        JobConfig::new("j", 1),
+        everything_set(),
+        JobConfig::from_yaml(ELASTICJOB_EXAMPLE, Strictness::Strict).unwrap(),
+    ];
+    for c in configs {
+        assert_eq!(c.elasticjob_compat(), ElasticJobCompat::V3_0_4);
+        let yaml = c.to_yaml();
+        for key in top_keys(&yaml) {
+            assert!(
+                compat::POJO_KEYS_3_0_4.contains(&key.as_str()),
+                "3.0.4's JobConfigurationPOJO has no property {key:?}:\n{yaml}"
+            );
+        }
+    }
+    // Set to 3.0.5, the same holds for 3.0.5's POJO.
+    let c = everything_set().with_elasticjob_compat(ElasticJobCompat::V3_0_5);
+    for key in top_keys(&c.to_yaml()) {
+        assert!(compat::POJO_KEYS_3_0_5.contains(&key.as_str()), "{key}");
+    }
+}
+
+#[test]
+fn the_executor_key_is_left_out_when_default_and_follows_the_compat_setting() {
+    let default = JobConfig::new("j", 1).to_yaml();
+    assert!(!default.contains("jobExecutor"), "{default}");
+
+    let mut c = JobConfig::new("j", 1);
+    c.job_executor_thread_pool_size_provider_type = ExecutorType::SingleThread;
+    let v304 = c.to_yaml();
+    assert!(
+        v304.contains("jobExecutorServiceHandlerType: SINGLE_THREAD\n"),
+        "{v304}"
+    );
+    assert!(!v304.contains(compat::EXECUTOR_KEY_3_0_5), "{v304}");
+    assert_eq!(JobConfig::from_yaml(&v304, Strictness::Strict).unwrap(), c);
+
+    let c = c.with_elasticjob_compat(ElasticJobCompat::V3_0_5);
+    let v305 = c.to_yaml();
+    assert!(
+        v305.contains("jobExecutorThreadPoolSizeProviderType: SINGLE_THREAD\n"),
+        "{v305}"
+    );
+    assert!(!v305.contains(compat::EXECUTOR_KEY_3_0_4), "{v305}");
+    assert!(v305.contains("shardjob.elasticjob.compat: 3.0.5"), "{v305}");
+    assert_eq!(JobConfig::from_yaml(&v305, Strictness::Strict).unwrap(), c);
+}
+
+#[test]
+fn both_executor_keys_are_read() {
+    let base = "jobName: j\nshardingTotalCount: 1\n";
+    // As ElasticJob 3.0.0-alpha to 3.0.4 write it: read, and written back the same way.
+    let old = format!("{base}jobExecutorServiceHandlerType: SINGLE_THREAD\n");
+    let c = JobConfig::from_yaml(&old, Strictness::Strict).unwrap();
     assert_eq!(
         c.job_executor_thread_pool_size_provider_type,
         ExecutorType::SingleThread
     );
+    assert_eq!(c.elasticjob_compat(), ElasticJobCompat::V3_0_4);
+    assert!(
+        c.to_yaml()
+            .contains("jobExecutorServiceHandlerType: SINGLE_THREAD")
+    );
+
+    // As 3.0.5 writes it: read, and written with the key of the version the job is kept
+    // readable by, 3.0.4 unless the prop says 3.0.5 (the key a file used does not decide).
+    let new = format!("{base}jobExecutorThreadPoolSizeProviderType: SINGLE_THREAD\n");
+    let c = JobConfig::from_yaml(&new, Strictness::Strict).unwrap();
+    assert_eq!(
+        c.job_executor_thread_pool_size_provider_type,
+        ExecutorType::SingleThread
+    );
+    assert_eq!(c.elasticjob_compat(), ElasticJobCompat::V3_0_4);
+    assert!(
+        c.to_yaml()
+            .contains("jobExecutorServiceHandlerType: SINGLE_THREAD")
+    );
+    let pinned = format!("{new}props:\n  shardjob.elasticjob.compat: 3.0.5\n");
+    let c = JobConfig::from_yaml(&pinned, Strictness::Strict).unwrap();
+    assert_eq!(c.elasticjob_compat(), ElasticJobCompat::V3_0_5);
+    assert!(
+        c.to_yaml()
+            .contains("jobExecutorThreadPoolSizeProviderType: SINGLE_THREAD")
+    );
+
+    // The default type is not written at all, whichever key it was read from.
+    let c = JobConfig::from_yaml(
+        &format!("{base}jobExecutorThreadPoolSizeProviderType: CPU\n"),
+        Strictness::Strict,
+    )
+    .unwrap();
+    assert_eq!(c, JobConfig::new("j", 1));
+
+    // Both keys: the same type is fine, different types are a problem naming both.
+    let same = format!("{old}jobExecutorThreadPoolSizeProviderType: SINGLE_THREAD\n");
+    let c = JobConfig::from_yaml(&same, Strictness::Strict).unwrap();
+    assert_eq!(
+        c.job_executor_thread_pool_size_provider_type,
+        ExecutorType::SingleThread
+    );
+    let differ = format!("{old}jobExecutorThreadPoolSizeProviderType: CPU\n");
+    let p = problems(&differ);
+    assert_eq!(p.len(), 1, "{p:?}");
+    let msg = p[0].to_string();
+    assert!(
+        msg.contains("jobExecutorThreadPoolSizeProviderType")
+            && msg.contains("jobExecutorServiceHandlerType")
+            && msg.contains("SINGLE_THREAD"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn the_compat_setting_is_checked() {
+    let mut c = JobConfig::new("j", 1);
+    c.props.insert(COMPAT_PROP.to_owned(), "3.1".to_owned());
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains(COMPAT_PROP) && err.contains("3.0.5"), "{err}");
+    assert_eq!(c.elasticjob_compat(), ElasticJobCompat::V3_0_4);
+}
+
+#[test]
+fn utc_is_written_as_gmt_which_elasticjob_accepts() {
+    let c = JobConfig::new("j", 1);
+    let yaml = c.to_yaml();
+    assert!(yaml.contains("timeZone: GMT\n"), "{yaml}");
+    assert_eq!(JobConfig::from_yaml(&yaml, Strictness::Strict).unwrap(), c);
+    assert!(c.elasticjob_unrunnable().is_empty());
+    // Offsets are written as ElasticJob writes them.
+    let mut c = JobConfig::new("j", 1);
+    c.time_zone = JobTimeZone::parse("GMT+8").unwrap();
+    assert!(c.to_yaml().contains("timeZone: GMT+08:00\n"));
+    assert!(c.elasticjob_unrunnable().is_empty());
+    // An IANA zone is shardjob's: written as it is, and said to be unrunnable by ElasticJob.
+    c.time_zone = JobTimeZone::parse("Asia/Shanghai").unwrap();
+    assert!(c.to_yaml().contains("timeZone: Asia/Shanghai\n"));
+    let why = c.elasticjob_unrunnable();
+    assert_eq!(
+        why.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+        ["timeZone"]
+    );
+    c.job_error_handler_type = ErrorHandlerType::Webhook;
+    c.job_sharding_strategy_type = "MINE".into();
+    assert_eq!(c.elasticjob_unrunnable().len(), 3);
 }
 
 #[test]
