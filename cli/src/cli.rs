@@ -523,6 +523,17 @@ fn config_check(args: &ConfigCheckArgs, out: &mut dyn Write) -> Result<Outcome, 
     for warning in &file.warnings {
         writeln!(out, "# warning: {warning}")?;
     }
+    // Jobs an ElasticJob instance sharing the namespace could not run (docs/migration.md):
+    // said, not refused, since shardjob runs them.
+    for job in &file.jobs {
+        for (key, why) in job.config.elasticjob_unrunnable() {
+            writeln!(
+                out,
+                "# not for ElasticJob: {}: {key}: {why}",
+                job.config.job_name
+            )?;
+        }
+    }
     for job in &file.jobs {
         writeln!(out, "---")?;
         write!(out, "{}", job.config.to_yaml())?;

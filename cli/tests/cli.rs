@@ -258,6 +258,11 @@ fn config_check_prints_effective_config_or_every_problem() {
     assert_eq!(text.matches("---").count(), 2);
     assert!(text.contains("# runs: settle-payments (SCRIPT)"), "{text}");
     assert!(text.contains("# registry: none in the file"), "{text}");
+    // Its IANA zones are shardjob's: ElasticJob's scheduler takes only GMT offsets.
+    assert!(
+        text.contains("# not for ElasticJob: settle-payments: timeZone:"),
+        "{text}"
+    );
     assert!(
         text.contains("monitorExecution: true"),
         "defaults are filled in: {text}"

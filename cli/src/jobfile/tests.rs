@@ -284,6 +284,30 @@ fn shardjobs_own_props_are_known_to_every_job_type() {
 }
 
 #[test]
+fn the_elasticjob_compat_prop_is_known_and_checked() {
+    let with = |value: &str| {
+        CAMEL.replace(
+            "        script.command.line: echo SCRIPT Job\n",
+            &format!(
+                "        script.command.line: echo SCRIPT Job\n        \
+                 shardjob.elasticjob.compat: {value}\n"
+            ),
+        )
+    };
+    let file = load(&with("\"3.0.5\"")).unwrap();
+    assert_eq!(
+        file.jobs[0].config.elasticjob_compat(),
+        shardjob_core::config::ElasticJobCompat::V3_0_5
+    );
+    let err = problems(&with("\"3.1\""));
+    assert!(
+        err.iter()
+            .any(|e| e.contains("shardjob.elasticjob.compat") && e.contains("3.0.4")),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn the_dump_port_binds_loopback_unless_told_otherwise() {
     let file = load(&format!("{CAMEL}  dump:\n    port: 9888\n")).unwrap();
     assert_eq!(file.dump, Some("127.0.0.1:9888".parse().unwrap()));
