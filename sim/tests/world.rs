@@ -161,11 +161,11 @@ fn an_adopted_failover_of_a_trigger_leaves_no_failover_node() {
     // taken for a failover, so its end left the `failover` node of a live session behind. The
     // item's next owner crashed running it (+44 s), and with that node in place the run was
     // no orphan: no instance failed it over, nor claimed the item's later fires (44 lost).
-    let report = holds(&ci(77_786), "--instances 3 --jobs 4 --hours 0.03");
-    assert!(
-        ran(&report, "job0", 3, RunKind::Failover, 44),
-        "the world no longer has the failover this test is about"
-    );
+    // Since the machine's restructuring this seed's world no longer reaches that failover; the
+    // case is drawn on purpose by the `TriggerFailover` shape (`tests/shapes.rs`,
+    // `a_triggers_run_failed_over_with_its_reply_lost_holds`, and its planted bug
+    // `adopt-drops-trigger-failover`). The seed must still hold.
+    holds(&ci(77_786), "--instances 3 --jobs 4 --hours 0.03");
 }
 
 #[cfg(feature = "plant")]
