@@ -702,8 +702,8 @@ impl Cluster {
     /// Brings every watch slowed by [`Cluster::slow_watch`] back to
     /// [`Cluster::watch_delay`].
     pub fn restore_watches(&mut self) {
-        // `restore_watch` takes each node off the set itself (taking the whole set first left
-        // every watch slow after the heal).
+        // Each by [`Cluster::restore_watch`], which restores only a node still in `slowed`
+        // (taking the set first left it empty, and every slowed watch lagging past the heal).
         let slowed: Vec<usize> = self.slowed.iter().copied().collect();
         for n in slowed {
             self.restore_watch(n);

@@ -168,6 +168,32 @@ fn an_adopted_failover_of_a_trigger_leaves_no_failover_node() {
     holds(&ci(77_786), "--instances 3 --jobs 4 --hours 0.03");
 }
 
+#[test]
+fn a_trigger_run_that_holds_items_at_the_end_owes_their_fires_after_it() {
+    // Seed 29861 of CI's world: job1 (runs of 15 to 20 s every 2 s) owed items 0 and 3 the
+    // fires from +38 s, behind runs and a re-shard; a trigger queued on their new owner
+    // meanwhile went first at +93.4 s, as a trigger does, and its run held them past the end
+    // (+108 s), the fires' misfire run to follow it. The lost checker took only the runs of
+    // fires for those that hold an item at the end, and called the fires lost.
+    let report = holds(&ci(29_861), "--instances 3 --jobs 4 --hours 0.03");
+    assert!(
+        report.records.iter().any(|r| r.job == "job1"
+            && r.item == 0
+            && r.kind == RunKind::Trigger
+            && r.end.is_none()),
+        "the world no longer has the trigger run this test is about"
+    );
+}
+
+#[test]
+fn a_watch_slowed_by_a_session_flap_is_on_time_after_the_heal() {
+    // Seed 37604 of CI's world: a session flap slowed node 5's watch by 2,264 ms at +69.2 s;
+    // the heal (+75.6 s) meant to restore it but restored none, and node 5, which sees its own
+    // completions through that watch, started each misfire run of job0/1 2,438 ms after the
+    // run before it ended, past the misfire checker's slack (2,380 ms).
+    holds(&ci(37_604), "--instances 3 --jobs 4 --hours 0.03");
+}
+
 #[cfg(feature = "plant")]
 #[test]
 fn the_seed_catches_the_planted_conflict_drops_rest() {

@@ -17,13 +17,15 @@
 //! - no run of the item of an earlier fire since the job's last configuration edit before
 //!   the fire: the item may not have existed then (an item runs no fire from before its
 //!   creation);
-//! - no run of the item of a later fire at all, and a run of an earlier fire still going at
-//!   the end (its end never recorded, or within `slack_ms` of the end): a fire that comes
-//!   while a run holds its item is a misfire, run right after that run ends and its
-//!   completion is seen (a later fire's misfire run then collapses it), so it is not owed
-//!   yet (the timed misfire check of [`super::liveness`] leaves out such runs alike). It is
-//!   still lost if even a run at the end would come later than the job's calm bound (see
-//!   [`late`]) after the fire and the nemesis's last act.
+//! - no run of the item of a later fire at all, and a run of an earlier fire, or a manual
+//!   trigger's run, still going at the end (its end never recorded, or within `slack_ms` of
+//!   the end): a fire that comes while a run holds its item is a misfire, run right after
+//!   that run ends and its completion is seen (a later fire's misfire run then collapses
+//!   it), and a trigger waiting when a fire was owed goes first (the fire's misfire run
+//!   follows the trigger's), so it is not owed yet (the timed misfire check of
+//!   [`super::liveness`] leaves out such runs alike). It is still lost if even a run at the
+//!   end would come later than the job's calm bound (see [`late`]) after the fire and the
+//!   nemesis's last act.
 
 use std::collections::BTreeMap;
 
@@ -183,6 +185,8 @@ pub fn check(
             let mut mine: Vec<&RunRecord> = by_item
                 .get(&(name.as_str(), item))
                 .map_or_else(Vec::new, |v| v.clone());
+            // Triggers too: only whether one holds the item at the end ([`waits`]).
+            let with_triggers = mine.clone();
             mine.retain(|r| r.kind != RunKind::Trigger);
             if mine.is_empty() {
                 continue;
@@ -237,7 +241,7 @@ pub fn check(
                     continue;
                 }
                 let next = mine.iter().find(|r| r.fire > f);
-                if next.is_none() && waits(&mine, name, f, at, facts) {
+                if next.is_none() && waits(&with_triggers, name, f, at, facts) {
                     continue;
                 }
                 let hi = next.map_or(facts.end, |r| r.start).saturating_add(slack);
@@ -272,10 +276,15 @@ pub fn check(
 }
 
 /// Whether fire `f` (at `at` virtual ms) of an item, which no run of a later fire followed,
-/// still waits behind a run of an earlier fire that holds the item at the end: that run
-/// started in time (within the job's calm bound of the fire and of the nemesis's last act
-/// before it), and the fire's misfire run, which comes once it ends, would be in time at the
-/// end too (a job held to no calm bound is in time whenever).
+/// still waits behind a run of an earlier fire, or a manual trigger's run, that holds the
+/// item at the end: that run started in time (within the job's calm bound of the fire and of
+/// the nemesis's last act before it), and the fire's misfire run, which comes once it ends,
+/// would be in time at the end too (a job held to no calm bound is in time whenever). `mine`:
+/// the item's runs, triggers included. A trigger's run holds the item whatever its "fire"
+/// (the trigger's own time, which may be after `f`): an owner runs a trigger it was handed
+/// before the fires it owes, and their misfire run once the trigger's run ends (seed 29861:
+/// a trigger queued during a re-shard started with items 0 and 3, owed the fires from +38 s,
+/// at +93.4 s for 15 to 20 s, past the end at +108 s; their misfire run came at +113.3 s).
 fn waits(mine: &[&RunRecord], name: &str, f: i64, at: u64, facts: &Facts) -> bool {
     let bound = facts.calm_ms.get(name).copied();
     let in_time = |t: u64| bound.is_none_or(|b| t <= facts.calmed(at, t).saturating_add(b));
@@ -290,7 +299,7 @@ fn waits(mine: &[&RunRecord], name: &str, f: i64, at: u64, facts: &Facts) -> boo
     let Some(last) = mine.iter().max_by_key(|r| r.start) else {
         return false;
     };
-    last.fire < f
+    (last.kind == RunKind::Trigger || last.fire < f)
         && last
             .end
             .is_none_or(|e| e.saturating_add(facts.slack_ms) >= facts.end)
@@ -497,6 +506,44 @@ mod tests {
         after.start = 25_000;
         after.end = Some(26_000);
         assert_eq!(count(&[run(10, Scheduled), held, after], &[], &[]), 3);
+    }
+
+    #[test]
+    fn a_fire_behind_a_trigger_run_still_going_at_the_end_is_not_owed_yet() {
+        use RunKind::{Scheduled, Trigger};
+        // The fires at 20, 30 and 40 s were owed when a manual trigger, waiting, went first
+        // (at 36 s): its run still holds the item at the end (45 s), and their misfire run
+        // comes once it ends (seed 29861). A trigger's "fire" is its own time, after some of
+        // the fires it holds up.
+        let count = |runs: &[RunRecord], calm: &[(&str, u64)]| {
+            let calm = calm.iter().map(|(j, b)| ((*j).to_owned(), *b)).collect();
+            let facts = Facts {
+                starts: &[],
+                operator: &[],
+                origin: wall_origin(),
+                slack_ms: 1_000,
+                end: 45_000,
+                disruptions: &[],
+                calm_ms: &calm,
+            };
+            check(runs, &jobs(), &facts).len()
+        };
+        let mut trigger = run(36, Trigger);
+        trigger.end = None;
+        assert_eq!(count(&[run(10, Scheduled)], &[]), 3);
+        assert_eq!(count(&[run(10, Scheduled), trigger.clone()], &[]), 0);
+        // Ended before the end (not within the slack): the fires are lost.
+        let mut ended = trigger.clone();
+        ended.end = Some(40_000);
+        assert_eq!(count(&[run(10, Scheduled), ended], &[]), 3);
+        // Its session ended: it holds nothing.
+        let mut zombie = trigger.clone();
+        zombie.session_end = Some(38_000);
+        assert_eq!(count(&[run(10, Scheduled), zombie], &[]), 3);
+        // Held to a calm bound of 10 s, a trigger's run that started at 36 s came too late
+        // for the fire at 20 s (lost), and the misfire run at the end comes too late for the
+        // one at 30 s; the fire at 40 s still waits.
+        assert_eq!(count(&[run(10, Scheduled), trigger], &[("j", 10_000)]), 2);
     }
 
     #[test]
