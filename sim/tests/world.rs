@@ -37,17 +37,6 @@ fn planted(
     .violations
 }
 
-/// Whether the world started a run of `kind` of `job`'s `item` for its fire `fire_s` seconds
-/// after the world's origin: a test of a seed's trace asserts it still has the run it is
-/// about.
-fn ran(report: &SeedReport, job: &str, item: u32, kind: RunKind, fire_s: i64) -> bool {
-    let fire = report.wall_origin.timestamp_millis() + fire_s * 1_000;
-    report
-        .records
-        .iter()
-        .any(|r| r.job == job && r.item == item && r.kind == kind && r.fire == fire)
-}
-
 /// Runs a world and asserts it broke no invariant; `replay` is the binary's flags for it.
 fn holds(cfg: &WorldConfig, replay: &str) -> SeedReport {
     let report = world::run(cfg);
