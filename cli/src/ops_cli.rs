@@ -753,7 +753,11 @@ fn write_status(s: &JobStatus, out: &mut dyn Write) -> std::io::Result<()> {
                 } else {
                     flags.join(",")
                 },
-                time(i.last_done_ms),
+                if i.never_done {
+                    "never".to_owned()
+                } else {
+                    time(i.last_done_ms)
+                },
                 run,
             ]
         })

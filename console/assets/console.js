@@ -47,6 +47,67 @@
     if (count) count.dataset.shown = String(shown);
   }
 
+  // Brings `old` to what `fresh` shows, keeping the nodes that stay: a row (matched by its id)
+  // or a cell, form or button that is still there keeps its DOM node, only its text and
+  // attributes change. A button under the user's cursor does not move nor get replaced while
+  // the table is redrawn around it. Returns whether anything changed.
+  function morph(old, fresh) {
+    if (old.nodeType !== Node.ELEMENT_NODE) {
+      if (old.nodeValue === fresh.nodeValue) return false;
+      old.nodeValue = fresh.nodeValue;
+      return true;
+    }
+    let changed = false;
+    // The page's own marks (a row hidden by the search, the glow of an update) are no change.
+    const own = (name, value) => name === "hidden" ||
+      (name === "class" && value !== null && value.replace("flash-update", "").trim() === "");
+    for (const a of Array.from(old.attributes)) {
+      if (!fresh.hasAttribute(a.name)) {
+        old.removeAttribute(a.name);
+        if (!own(a.name, a.value)) changed = true;
+      }
+    }
+    for (const a of Array.from(fresh.attributes)) {
+      const was = old.getAttribute(a.name);
+      if (was !== a.value) {
+        old.setAttribute(a.name, a.value);
+        if (a.name !== "class" || (was || "").replace("flash-update", "").trim() !== a.value.trim()) changed = true;
+      }
+    }
+    const byId = new Map();
+    for (const c of old.children) if (c.id) byId.set(c.id, c);
+    let cur = old.firstChild;
+    for (const next of Array.from(fresh.childNodes)) {
+      let match = null;
+      if (next.nodeType === Node.ELEMENT_NODE && next.id) {
+        match = byId.get(next.id) || null;
+      } else if (cur && cur.nodeType === next.nodeType && cur.nodeName === next.nodeName && !cur.id) {
+        match = cur;
+      }
+      if (match && match.nodeType === Node.ELEMENT_NODE && match.nodeName !== next.nodeName) match = null;
+      if (!match) {
+        old.insertBefore(next, cur);
+        changed = true;
+        continue;
+      }
+      if (match === cur) cur = cur.nextSibling;
+      else { old.insertBefore(match, cur); changed = true; }
+      const rowChanged = morph(match, next);
+      if (rowChanged && match.tagName === "TR") {
+        match.classList.add("flash-update");
+        setTimeout(() => match.classList.remove("flash-update"), 900);
+      }
+      changed = rowChanged || changed;
+    }
+    while (cur) {
+      const gone = cur;
+      cur = cur.nextSibling;
+      old.removeChild(gone);
+      changed = true;
+    }
+    return changed;
+  }
+
   function place(id, html) {
     const el = document.getElementById(id);
     if (!el) return;
@@ -57,10 +118,18 @@
     tpl.innerHTML = html.trim();
     const fresh = tpl.content.firstElementChild;
     if (!fresh) return;
-    el.replaceWith(fresh);
+    if (fresh.nodeName !== el.nodeName) {
+      el.replaceWith(fresh);
+      localTimes(fresh);
+      return;
+    }
+    // The page shows its times in local form: the fresh ones too, before they are compared.
     localTimes(fresh);
-    fresh.classList.add("flash-update");
-    setTimeout(() => fresh.classList.remove("flash-update"), 900);
+    const changed = morph(el, fresh);
+    if (changed && el.tagName !== "TBODY") {
+      el.classList.add("flash-update");
+      setTimeout(() => el.classList.remove("flash-update"), 900);
+    }
   }
 
   function live() {

@@ -197,6 +197,16 @@ impl Live {
         }
     }
 
+    /// Whether the registry is still followed: its task runs (connecting, reading or
+    /// watching). `false` once [`Live::stop`] ended it (the watch is gone, the client closed).
+    pub fn is_following(&self) -> bool {
+        self.task
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|t| !t.is_finished())
+    }
+
     /// The history's per-job figures, if read within [`RUNS_TTL`].
     pub fn runs_cache(&self) -> Option<RunsByJob> {
         let cached = self.runs.lock().unwrap_or_else(|e| e.into_inner());
@@ -296,6 +306,13 @@ impl Live {
 async fn connect(live: &Live) -> Result<Arc<dyn Registry>, String> {
     #[cfg(feature = "mem")]
     if live.url == RegistryUrl::Mem {
+        // The demo's history is the console's own file: its tables are made before any page
+        // reads it (else the history page fails until the first run is recorded).
+        if let Some(h) = &live.history {
+            if let Err(e) = h.ensure_schema().await {
+                tracing::warn!(registry = %live.entry.name, "the demo's history: {e}");
+            }
+        }
         let mut demo = live.demo.lock().unwrap_or_else(|e| e.into_inner());
         let d = demo.get_or_insert_with(crate::demo::Demo::new);
         let client = d.client();

@@ -312,12 +312,18 @@ fn last_result(line: &JobLine, runs: Option<&JobRuns>) -> String {
             r.failures,
             r.runs
         ),
-        _ => match line.last_done_ms {
-            Some(ms) => format!(
+        // No run in the history: the execution records' last fire done, "never" where they
+        // prove none was done (`shardjob_ops::last_done`), else nothing known.
+        _ => match (line.last_done_ms, line.never_done) {
+            (Some(ms), _) => format!(
                 "<small class=\"muted\">fire done</small> {}",
                 time_ms(Some(ms))
             ),
-            None => "<span class=\"muted\">–</span>".to_owned(),
+            (None, true) => {
+                "<small class=\"muted\">fire done</small> <span class=\"never\">never</span>"
+                    .to_owned()
+            }
+            (None, false) => "<span class=\"muted\">–</span>".to_owned(),
         },
     }
 }
@@ -578,7 +584,11 @@ pub fn sharding_table(v: &Viewer, s: &JobStatus) -> String {
             } else {
                 ""
             },
-            time_ms(i.last_done_ms),
+            if i.never_done {
+                "<span class=\"muted never\">never</span>".to_owned()
+            } else {
+                time_ms(i.last_done_ms)
+            },
         );
     }
     if s.items.is_empty() {

@@ -98,7 +98,8 @@ pub use dump::{format_dump, mask_ipv4};
 pub use error::{ErrorKind, OpsError, Result};
 pub use operate::{Scope, Shutdown};
 pub use stats::{
-    InstanceInfo, ItemInfo, ItemState, JobBrief, JobState, JobStatus, RunInfo, ServerBrief,
+    InstanceInfo, ItemInfo, ItemState, JobBrief, JobState, JobStatus, LastDone, RunInfo,
+    ServerBrief, last_done,
 };
 
 pub use view::{JobLine, NamespaceView};

@@ -9,7 +9,7 @@ use serde::Serialize;
 use shardjob_core::machine::record::{ItemRecord, RunKind};
 use shardjob_core::{JobConfig, config::Strictness};
 
-use crate::tree::JobTree;
+use crate::tree::{ItemNodes, JobTree};
 
 /// A job's health, by ElasticJob's rules, checked in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -114,8 +114,11 @@ pub struct ItemInfo {
     pub failover: bool,
     /// `sharding/{item}/misfire` exists: a fire waits for the run in progress to end.
     pub misfire: bool,
-    /// The last scheduled fire whose run finished (epoch ms, UTC), from the execution record.
+    /// The last scheduled fire whose run finished (epoch ms, UTC), from the execution record;
+    /// `None` if the item never did one ([`ItemInfo::never_done`]) or has no record that reads.
     pub last_done_ms: Option<i64>,
+    /// The item is proven never to have done a fire since it was created ([`last_done`]).
+    pub never_done: bool,
     /// The run in progress, from the execution record.
     pub run: Option<RunInfo>,
     /// Why the execution record could not be read, if it could not.
@@ -174,6 +177,80 @@ pub struct ServerBrief {
     pub jobs: BTreeSet<String>,
     /// How many of those hold `DISABLED` (any case).
     pub disabled_jobs: usize,
+}
+
+/// What an item's execution record proves about the last fire the item did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastDone {
+    /// None since the item was created: proven by the record (see [`last_done`]).
+    Never,
+    /// The record's `done` (epoch ms, UTC).
+    At(i64),
+    /// Not known: no record, one that does not read, or one without `done` (created by a
+    /// claim, for an item that existed before its record, as ElasticJob's items do).
+    Unknown,
+}
+
+impl LastDone {
+    /// The fire's time, if one is known.
+    pub fn at(self) -> Option<i64> {
+        match self {
+            LastDone::At(ms) => Some(ms),
+            LastDone::Never | LastDone::Unknown => None,
+        }
+    }
+}
+
+/// The last fire an item did, from its execution record and whether that record was ever
+/// written since its creation (`as_created`: the node's last change is its creation).
+///
+/// A re-shard creates an item together with its record `{"done":S}`, where `S` is no fire but
+/// where the item's schedule starts (the leader's clock, or the latest fire the job had done):
+/// shown as a fire done, it would read as a run that never happened (a job fired once a year
+/// or only triggered would show its set-up time). Every run writes the record when it is
+/// claimed (a `run`), and again when its end is recorded; nothing else writes it. So a record
+/// still as created and holding exactly such a start (`done`, no `run`) proves that no run of
+/// the item was ever claimed, let alone ended: [`LastDone::Never`]. This is exact: it needs no
+/// guess about what `S` looks like, only the registry's revisions.
+///
+/// Once written again the record's `done` is shown as it is ([`LastDone::At`]), even though it
+/// may still be `S` (a trigger's run or a run in progress does not change it): the registry
+/// keeps no earlier value to compare with, so "never" is not claimed without proof. A record
+/// without `done` was created by a claim, for an item that existed before its record (as
+/// ElasticJob's do): what ran there before is not known ([`LastDone::Unknown`]).
+///
+/// Fires run by ElasticJob instances write no record: the rule speaks for shardjob's runs.
+pub fn last_done(record: &ItemRecord, as_created: bool) -> LastDone {
+    match (record.done, &record.run) {
+        (Some(_), None) if as_created => LastDone::Never,
+        (Some(done), _) => LastDone::At(done),
+        (None, _) => LastDone::Unknown,
+    }
+}
+
+/// An item's [`last_done`]; [`LastDone::Unknown`] without a record that reads.
+pub(crate) fn item_last_done(nodes: &ItemNodes) -> LastDone {
+    nodes
+        .execution
+        .as_deref()
+        .and_then(|d| ItemRecord::parse(d).ok())
+        .map_or(LastDone::Unknown, |r| {
+            last_done(&r, nodes.execution_as_created)
+        })
+}
+
+/// A job's last fire done: the latest over its items, and whether the job is proven never to
+/// have done one (it has items, each proven [`LastDone::Never`], and no re-shard removed
+/// items, which may have done fires: the `sharding` node holds no mark).
+pub(crate) fn job_last_done(tree: &JobTree) -> (Option<i64>, bool) {
+    let mut latest = None;
+    let mut never = !tree.items.is_empty() && !tree.sharding_mark;
+    for nodes in tree.items.values() {
+        let done = item_last_done(nodes);
+        never &= done == LastDone::Never;
+        latest = latest.max(done.at());
+    }
+    (latest, never)
 }
 
 /// The configuration as far as it can be read: leniently (a newer version's keys are fine);
@@ -280,6 +357,9 @@ pub(crate) fn status(name: &str, tree: &JobTree, now: DateTime<Utc>) -> Option<J
                 Err(e) => (None, Some(e)),
             },
         };
+        let done = record.as_ref().map_or(LastDone::Unknown, |r| {
+            last_done(r, nodes.execution_as_created)
+        });
         let run = record
             .as_ref()
             .and_then(|r| r.run.as_ref())
@@ -303,7 +383,8 @@ pub(crate) fn status(name: &str, tree: &JobTree, now: DateTime<Utc>) -> Option<J
             ),
             failover: nodes.failover,
             misfire: nodes.misfire,
-            last_done_ms: record.as_ref().and_then(|r| r.done),
+            last_done_ms: done.at(),
+            never_done: done == LastDone::Never,
             run,
             record_problem,
         });
@@ -395,7 +476,8 @@ pub(crate) fn java_cmp(a: &str, b: &str) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::{InstanceValue, ItemNodes};
+    use crate::tree::InstanceValue;
+    use shardjob_core::machine::record::RunRecord;
     use shardjob_core::registry::{Revision, Version};
 
     fn tree(instances: &[&str], servers: &[(&str, &str)], owners: &[Option<&str>]) -> JobTree {
@@ -456,6 +538,71 @@ mod tests {
     }
 
     #[test]
+    fn a_record_as_created_proves_no_fire_done() {
+        let run = |kind| RunRecord {
+            fire: 2000,
+            kind,
+            instance: "1.1.1.1@-@1".parse().unwrap(),
+        };
+        let record = |done, run| ItemRecord { done, run };
+        // A re-shard's start, never written since: never, whatever the start looks like.
+        for start in [1_764_050_400_000, 1_764_050_401_234] {
+            assert_eq!(last_done(&record(Some(start), None), true), LastDone::Never);
+            // Written since (a run claimed and ended): its done, as it is.
+            assert_eq!(
+                last_done(&record(Some(start), None), false),
+                LastDone::At(start)
+            );
+        }
+        // A run claimed (rewritten): the start still shows, "never" is not proven.
+        assert_eq!(
+            last_done(&record(Some(1000), Some(run(RunKind::Trigger))), false),
+            LastDone::At(1000)
+        );
+        // Created by a claim (the item existed before its record): not known, never "never".
+        assert_eq!(
+            last_done(&record(None, Some(run(RunKind::Scheduled))), true),
+            LastDone::Unknown
+        );
+        assert_eq!(last_done(&record(None, None), false), LastDone::Unknown);
+        // No creation writes done and run together; such a record is not a start.
+        assert_eq!(
+            last_done(&record(Some(1000), Some(run(RunKind::Scheduled))), true),
+            LastDone::At(1000)
+        );
+    }
+
+    #[test]
+    fn a_job_never_did_a_fire_only_if_every_item_proves_it() {
+        let start = br#"{"done":1764050400123}"#;
+        let mut t = tree(&[], &[], &[None, None]);
+        for nodes in t.items.values_mut() {
+            nodes.execution = Some(start.to_vec());
+            nodes.execution_as_created = true;
+        }
+        assert_eq!(job_last_done(&t), (None, true));
+        // Items were removed by a re-shard: they may have done fires.
+        t.sharding_mark = true;
+        assert_eq!(job_last_done(&t), (None, false));
+        t.sharding_mark = false;
+        // One item ran a fire: the job shows it.
+        let one = t.items.get_mut(&1).unwrap();
+        one.execution = Some(br#"{"done":1764050460000}"#.to_vec());
+        one.execution_as_created = false;
+        assert_eq!(job_last_done(&t), (Some(1_764_050_460_000), false));
+        // One item has no record (or one that does not read): not proven.
+        let one = t.items.get_mut(&1).unwrap();
+        one.execution = None;
+        assert_eq!(job_last_done(&t), (None, false));
+        let one = t.items.get_mut(&1).unwrap();
+        one.execution = Some(b"nonsense".to_vec());
+        one.execution_as_created = true;
+        assert_eq!(job_last_done(&t), (None, false));
+        // No items: nothing proven.
+        assert_eq!(job_last_done(&tree(&[], &[], &[])), (None, false));
+    }
+
+    #[test]
     fn item_state_precedence() {
         assert_eq!(item_state(true, true, false), ItemState::Disabled);
         assert_eq!(item_state(false, true, false), ItemState::Running);
@@ -482,6 +629,8 @@ mod tests {
         let s = status("j", &t, Utc::now()).unwrap();
         assert_eq!(s.items[0].status, ItemState::Running);
         assert_eq!(s.items[0].last_done_ms, Some(1000));
+        assert!(!s.items[0].never_done);
+        assert!(!s.items[1].never_done);
         let run = s.items[0].run.as_ref().unwrap();
         assert_eq!(
             (run.since_ms, run.kind, run.fencing_token),

@@ -24,6 +24,9 @@ pub(crate) struct JobTree {
     pub servers: BTreeMap<String, (String, Version)>,
     /// Whether the `sharding` node exists.
     pub sharding_dir: bool,
+    /// The `sharding` node holds data: the mark a re-shard leaves when it removes items (the
+    /// latest fire they did, `{}` if none). ElasticJob leaves the node empty.
+    pub sharding_mark: bool,
     /// `sharding/{item}` and its leaves.
     pub items: BTreeMap<u32, ItemNodes>,
     /// `leader/election/instance`.
@@ -88,6 +91,10 @@ pub(crate) struct ItemNodes {
     pub misfire: bool,
     /// `sharding/{item}/execution`: shardjob's execution record, raw.
     pub execution: Option<Vec<u8>>,
+    /// The execution record was never written since its creation: its last change is its
+    /// creation (the same revision; a node created in a transaction is created and last
+    /// changed at that transaction's revision). `false` if unknown.
+    pub execution_as_created: bool,
 }
 
 fn text(node: &Node) -> String {
@@ -118,7 +125,10 @@ impl JobTree {
                 JobNode::Server(ip) => {
                     t.servers.insert(ip, (text(node), node.stat.version));
                 }
-                JobNode::Sharding => t.sharding_dir = true,
+                JobNode::Sharding => {
+                    t.sharding_dir = true;
+                    t.sharding_mark = !node.data.is_empty();
+                }
                 JobNode::Item(item) => {
                     t.items.entry(item).or_default();
                 }
@@ -132,7 +142,10 @@ impl JobTree {
                         ItemLeaf::Disabled => i.disabled = Some((text(node), node.stat.version)),
                         ItemLeaf::Failover => i.failover = true,
                         ItemLeaf::Misfire => i.misfire = true,
-                        ItemLeaf::Execution => i.execution = Some(node.data.clone()),
+                        ItemLeaf::Execution => {
+                            i.execution = Some(node.data.clone());
+                            i.execution_as_created = node.stat.modified == node.stat.created;
+                        }
                         ItemLeaf::Failovering => {}
                     }
                 }
@@ -237,5 +250,23 @@ mod tests {
         assert!(t.necessary && !t.processing);
         assert_eq!(t.leader_dirs, (true, true));
         assert_eq!(t.triggers["10.0.0.1@-@7"], "p");
+        assert!(!t.sharding_mark);
+    }
+
+    #[test]
+    fn records_as_created_and_the_removed_items_mark() {
+        let mut rewritten = node("/j/sharding/1/execution", r#"{"done":5000}"#, 7);
+        rewritten.stat.modified = Revision(9);
+        let nodes = [
+            node("/j/sharding", r#"{"done":4000}"#, 2),
+            node("/j/sharding/0/execution", r#"{"done":1234}"#, 7),
+            rewritten,
+        ];
+        let t = JobTree::from_nodes("j", &nodes);
+        assert!(t.sharding_dir && t.sharding_mark);
+        assert!(t.items[&0].execution_as_created);
+        assert!(!t.items[&1].execution_as_created);
+        let t = JobTree::from_nodes("j", &[node("/j/sharding", "", 2)]);
+        assert!(t.sharding_dir && !t.sharding_mark);
     }
 }

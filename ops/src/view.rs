@@ -25,7 +25,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use shardjob_core::JobConfig;
-use shardjob_core::machine::record::ItemRecord;
 use shardjob_core::registry::{Node, NodePath, Revision, Tree, WatchEvent, WatchEventKind};
 
 use crate::stats::{self, JobBrief, JobStatus, ServerBrief};
@@ -80,7 +79,7 @@ impl JobCopy {
                 .map(|t| t.timestamp_millis())
         });
         let tree = self.tree(job);
-        let mut last_done_ms = None;
+        let (last_done_ms, never_done) = stats::job_last_done(tree);
         let mut running = 0;
         let mut disabled_items = 0;
         for nodes in tree.items.values() {
@@ -90,17 +89,12 @@ impl JobCopy {
             if nodes.disabled.is_some() {
                 disabled_items += 1;
             }
-            let done = nodes
-                .execution
-                .as_deref()
-                .and_then(|d| ItemRecord::parse(d).ok())
-                .and_then(|r| r.done);
-            last_done_ms = last_done_ms.max(done);
         }
         Some(JobLine {
             brief,
             next_fire_ms,
             last_done_ms,
+            never_done,
             running_items: running,
             disabled_items,
         })
@@ -133,8 +127,12 @@ pub struct JobLine {
     /// The schedule's next fire after the `now` given (epoch ms, UTC).
     pub next_fire_ms: Option<i64>,
     /// The latest scheduled fire whose run finished, over the items (epoch ms, UTC; shardjob's
-    /// execution records only).
+    /// execution records only; an item's record as created names no fire: see
+    /// [`crate::last_done`]).
     pub last_done_ms: Option<i64>,
+    /// The job is proven never to have done a fire (every item's record is as created, and no
+    /// item was removed): see [`crate::last_done`].
+    pub never_done: bool,
     /// Items running now (`running` markers).
     pub running_items: usize,
     /// Items disabled (`sharding/{item}/disabled`).
@@ -257,6 +255,13 @@ impl NamespaceView {
                     let copy = self.jobs.entry(job.clone()).or_default();
                     if let Some(node) = copy.nodes.get_mut(&event.path) {
                         node.data = event.data.clone();
+                        // Whatever else it says, the node's stat is no longer its creation's: a
+                        // record must not read as never written since ([`crate::last_done`]).
+                        if event.kind == WatchEventKind::Changed {
+                            let after_creation = Revision(node.stat.created.0.saturating_add(1));
+                            node.stat.modified =
+                                event.revision.unwrap_or(after_creation).max(after_creation);
+                        }
                     }
                     copy.changed();
                     return Some(job);
@@ -487,6 +492,48 @@ mod tests {
         }
         assert!(view.jobs().is_empty());
         assert!(view.names().is_empty());
+    }
+
+    #[test]
+    fn a_record_rewritten_since_its_creation_is_no_start() {
+        let mut view = NamespaceView::new();
+        view.start_reload();
+        let mut nodes = job_nodes("a", 5);
+        nodes.push(node("/a/sharding/0/execution", r#"{"done":1234}"#, 5));
+        view.finish_reload(vec![("a".into(), tree(nodes, Some(5)))]);
+        let line = view.line("a", Utc::now()).unwrap();
+        assert_eq!((line.last_done_ms, line.never_done), (None, true));
+        assert!(view.status("a", Utc::now()).unwrap().items[0].never_done);
+
+        // A claim rewrites the record (created at 5, changed at 9): no longer proven.
+        let mut claim = event(
+            WatchEventKind::Changed,
+            "/a/sharding/0/execution",
+            r#"{"done":1234,"run":{"fire":2000,"kind":"TRIGGER","instance":"10.0.0.1@-@1"}}"#,
+            9,
+        );
+        if let Some(stat) = &mut claim.stat {
+            stat.created = Revision(5);
+        }
+        view.apply(&claim);
+        let line = view.line("a", Utc::now()).unwrap();
+        assert_eq!((line.last_done_ms, line.never_done), (Some(1234), false));
+
+        // A backend that told no stat for a change: the record is no longer as created.
+        let mut view = NamespaceView::new();
+        view.start_reload();
+        let mut nodes = job_nodes("a", 5);
+        nodes.push(node("/a/sharding/0/execution", r#"{"done":1234}"#, 5));
+        view.finish_reload(vec![("a".into(), tree(nodes, Some(5)))]);
+        view.apply(&WatchEvent {
+            kind: WatchEventKind::Changed,
+            path: NodePath::new("/a/sharding/0/execution").unwrap(),
+            data: br#"{"done":6000}"#.to_vec(),
+            stat: None,
+            revision: None,
+        });
+        let line = view.line("a", Utc::now()).unwrap();
+        assert_eq!((line.last_done_ms, line.never_done), (Some(6000), false));
     }
 
     #[test]

@@ -184,7 +184,17 @@ pub async fn reads_a_shardjob_cluster(backend: &dyn Backend) {
     let item0 = &status.items[0];
     assert_eq!(item0.instance.as_deref(), Some(a.as_str()));
     assert_eq!(item0.server_ip.as_deref(), Some("10.0.0.1"));
+    // Item 0's record was written since its creation (its run was claimed): its done shows.
+    // The others' are as a re-shard created them: where their schedule starts, no fire.
     assert_eq!(item0.last_done_ms, Some(1_764_050_400_000));
+    assert!(!item0.never_done);
+    for item in &status.items[1..] {
+        assert_eq!(
+            (item.last_done_ms, item.never_done),
+            (None, true),
+            "{item:?}"
+        );
+    }
     let run = item0.run.as_ref().expect("a run in progress");
     assert_eq!(
         (run.since_ms, run.kind, run.instance.as_str()),
@@ -881,6 +891,115 @@ pub async fn live_view_follows_the_registry(backend: &dyn Backend) {
     assert!(view.job("report").is_none());
 }
 
+/// The last fire done by the items' execution records, as a running cluster writes them: a
+/// record as its re-shard created it (where the item's schedule starts) names no fire, on a
+/// whole second or not; once a run was claimed its `done` shows, and a completed fire after it.
+/// The live view says the same as the reads.
+pub async fn fires_done_from_the_records(backend: &dyn Backend) {
+    use shardjob_core::registry::{RegistryEvent, Version};
+    use shardjob_ops::NamespaceView;
+    let reg = backend.client("done").await;
+    let viewer = backend.client("done").await;
+    let job = JobPaths::new("tick").unwrap();
+    let a = InstanceId::new("10.0.0.1@-@101").unwrap();
+    let config = JobConfig::new("tick", 2).with_cron(CronExpr::parse("0 * * * * ?").unwrap());
+    // The starts a leader's clock gave: one on a whole second, one not.
+    let starts = [1_764_050_400_000_i64, 1_764_050_401_234];
+    let mut ops = vec![
+        TxnOp::create(job.root().clone(), "SIMPLE"),
+        TxnOp::create(job.config(), config.to_yaml()),
+        TxnOp::create(job.sharding(), ""),
+    ];
+    for (item, start) in (0..).zip(starts) {
+        let record = ItemRecord {
+            done: Some(start),
+            run: None,
+        };
+        ops.push(TxnOp::create(job.item(item), ""));
+        ops.push(TxnOp::create(job.item_instance(item), a.as_str()));
+        ops.push(TxnOp::create(job.item_execution(item), record.to_bytes()));
+    }
+    reg.transact(ops).await.unwrap();
+
+    let mut stream = viewer.watch(&NodePath::root()).await.unwrap();
+    let mut view = NamespaceView::new();
+    view.start_reload();
+    view.finish_reload(Ops::new(&*viewer).snapshot().await.unwrap());
+    let ops = Ops::new(&*reg);
+    let now = Utc::now();
+    // The view follows by its events until it says what a fresh read says.
+    let mut follow = async |view: &mut NamespaceView| {
+        let status = ops.status("tick", now).await.unwrap();
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        while view.status("tick", now).as_ref() != Some(&status) {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match tokio::time::timeout(left, stream.next()).await {
+                Ok(Some(RegistryEvent::Node(e))) => {
+                    view.apply(&e);
+                }
+                Ok(Some(RegistryEvent::Session(_))) => {}
+                Ok(None) => panic!("the watch ended"),
+                Err(_) => panic!("the view did not follow within 60 s: {status:?}"),
+            }
+        }
+        let line = view.line("tick", now).unwrap();
+        (status, (line.last_done_ms, line.never_done))
+    };
+
+    // As created: no fire done, proven.
+    let (status, line) = follow(&mut view).await;
+    for item in &status.items {
+        assert_eq!(
+            (item.last_done_ms, item.never_done),
+            (None, true),
+            "{item:?}"
+        );
+    }
+    assert_eq!(line, (None, true));
+
+    // Item 0's run of the next minute's fire is claimed: its record is rewritten, and its
+    // done (still the start) shows as it is; "never" is no longer proven.
+    let fire = 1_764_050_460_000;
+    let path = job.item_execution(0);
+    let version: Version = reg.get(&path).await.unwrap().unwrap().stat.version;
+    let claimed = ItemRecord {
+        done: Some(starts[0]),
+        run: Some(RunRecord {
+            fire,
+            kind: RunKind::Scheduled,
+            instance: a.clone(),
+        }),
+    };
+    let version = reg
+        .set(&path, claimed.to_bytes(), Some(version))
+        .await
+        .unwrap()
+        .version;
+    let (status, line) = follow(&mut view).await;
+    assert_eq!(
+        (status.items[0].last_done_ms, status.items[0].never_done),
+        (Some(starts[0]), false)
+    );
+    assert_eq!(
+        (status.items[1].last_done_ms, status.items[1].never_done),
+        (None, true)
+    );
+    assert_eq!(line, (Some(starts[0]), false));
+
+    // Its end is recorded: the fire is done.
+    let ended = ItemRecord {
+        done: Some(fire),
+        run: None,
+    };
+    reg.set(&path, ended.to_bytes(), Some(version))
+        .await
+        .unwrap();
+    let (status, line) = follow(&mut view).await;
+    assert_eq!(status.items[0].last_done_ms, Some(fire));
+    assert!(!status.items[0].never_done);
+    assert_eq!(line, (Some(fire), false));
+}
+
 /// Expands to one `#[tokio::test]` per check, each with a backend from `$make(test_name)`.
 #[macro_export]
 macro_rules! ops_tests {
@@ -888,7 +1007,8 @@ macro_rules! ops_tests {
         $crate::ops_tests!(@each $make;
             reads_a_shardjob_cluster, reads_an_elasticjob_namespace,
             operations_write_what_elasticjob_writes, config_update_is_compare_and_set,
-            bad_input_writes_nothing, live_view_follows_the_registry);
+            bad_input_writes_nothing, live_view_follows_the_registry,
+            fires_done_from_the_records);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(
