@@ -98,11 +98,16 @@ pub enum Plant {
     /// Count an `instances/` node that no session holds as a live candidate for items: the
     /// items the plan gives it never run while it stays.
     UnboundCandidates,
+    /// Remove a stale `running` marker checking only its version, as the leader saw it: a
+    /// leader whose view is late (a watch behind, an earlier removal that timed out but was
+    /// applied) removes a newer marker of the item created since, at version 0 again, under a
+    /// live run.
+    StaleRemovalByVersion,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 31] = [
+    pub const ALL: [Plant; 32] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -134,6 +139,7 @@ impl Plant {
         Plant::StalePlanReport,
         Plant::KeepStaleRunning,
         Plant::UnboundCandidates,
+        Plant::StaleRemovalByVersion,
     ];
 
     /// The name used on the command line.
@@ -170,6 +176,7 @@ impl Plant {
             Plant::StalePlanReport => "stale-plan-report",
             Plant::KeepStaleRunning => "keep-stale-running",
             Plant::UnboundCandidates => "unbound-candidates",
+            Plant::StaleRemovalByVersion => "stale-removal-by-version",
         }
     }
 }

@@ -275,6 +275,18 @@ pub(crate) fn foreign_nodes(
         let fire = attributed_fire(&mut j.fires, config, done, seen.seen_wall, tolerance);
         let settle = settle(record, fire, failover);
         let path = p.item_running(i);
+        // The version alone does not tell this marker from a newer one: a node created again
+        // starts again at version 0 on ZooKeeper, and a leader whose watch is late (or whose
+        // earlier removal timed out but was applied) still sees the old one. So the removal
+        // also checks what a newer marker would change: its value (who owns it), and the
+        // item's execution record, which every claim of a shardjob instance rewrites.
+        let guard = !planted!(opts, StaleRemovalByVersion);
+        if guard && !value.contains(char::REPLACEMENT_CHARACTER) {
+            ops.push(TxnOp::Check(Check::Value(
+                path.clone(),
+                value.as_bytes().to_vec(),
+            )));
+        }
         ops.push(TxnOp::Delete {
             path: path.clone(),
             expected: Some(stat.version),
@@ -295,9 +307,14 @@ pub(crate) fn foreign_nodes(
                 run: prior.run,
             }),
         };
-        if let Some(rec) = written {
-            let version = v.record.as_ref().map(|(_, ver)| *ver);
-            ops.push(record_write(p.item_execution(i), &rec, version));
+        let version = v.record.as_ref().map(|(_, ver)| *ver);
+        match (written, version) {
+            (Some(rec), version) => ops.push(record_write(p.item_execution(i), &rec, version)),
+            (None, _) if !guard => {}
+            (None, Some(version)) => {
+                ops.push(TxnOp::Check(Check::Version(p.item_execution(i), version)));
+            }
+            (None, None) => ops.push(TxnOp::Check(Check::Absent(p.item_execution(i)))),
         }
         cleared.push(Cleared {
             item: i,
