@@ -51,6 +51,11 @@ pub fn outcome<T, E: std::fmt::Display>(result: &Result<T, E>) -> String {
 /// `path = "text"`.
 pub fn written(path: &str, text: &str) -> String {
     if !path.ends_with("/config") {
+        // A value of several lines (an instance's YAML) reads as its lines, not escapes.
+        if text.contains('\n') {
+            let lines: Vec<&str> = text.lines().collect();
+            return format!("{path} = \"{}\"", lines.join("; "));
+        }
         return format!("{path} = {text:?}");
     }
     let setting = |key: &str| {
