@@ -1681,6 +1681,36 @@ impl Cluster {
         Ok(())
     }
 
+    /// Creates a persistent node no instance's session holds, as a hand or a foreign tool
+    /// would (a killed ElasticJob instance's `running` marker, an instance node written by
+    /// hand): only if it is missing and its parent exists. Returns whether it was created.
+    /// Not an operator's edit: nothing is excused by it.
+    pub fn foreign_create(&mut self, path: &str, data: &[u8]) -> Result<bool, ClusterError> {
+        let now = self.store_now();
+        let path = operator_path(path)?;
+        let parent_there = path.parent().is_some_and(|p| self.store.node(&p).is_some());
+        if self.store.node(&path).is_some() || !parent_there {
+            return Ok(false);
+        }
+        let session = self.operator_session(now);
+        let result = self.store.create(
+            session,
+            &path,
+            data.to_vec(),
+            registry::CreateMode::Persistent,
+            now,
+        );
+        let text = String::from_utf8_lossy(data).into_owned();
+        self.note(("foreign-write", path.to_string(), text.clone()), || {
+            format!(
+                "a foreign hand writes {} (persistent, no session): {}",
+                timeline::written(path.as_str(), &text),
+                timeline::outcome(&result)
+            )
+        });
+        Ok(result.is_ok())
+    }
+
     /// Deletes a node as an operator would; missing is fine. A path the registry cannot hold
     /// is refused, as by [`Cluster::operator_write`].
     pub fn operator_delete(&mut self, path: &str) -> Result<(), ClusterError> {

@@ -58,6 +58,8 @@ pub(crate) enum Timed {
     TriggerStarts { tries: u32 },
     /// A later step of one.
     Trigger(TriggerStep),
+    /// Foreign nodes are written into a job ([`Shape::Foreign`]).
+    Foreign,
 }
 
 /// A later step of a session flap ([`Shape::Flaps`]).
@@ -133,6 +135,9 @@ pub(crate) struct Nemesis<'a> {
     /// Whether a failed-over trigger got as far as its later crash: no other begins then, and
     /// the nemesis's other acts are over.
     trigger_done: bool,
+    foreign_rng: Rng,
+    /// How many foreign instance nodes were written (each gets its own id).
+    foreign_count: u32,
     /// What the cluster refused to do, as violations (none, as the choices were checked
     /// before the world ran).
     pub(crate) refusals: Vec<Violation>,
@@ -159,6 +164,7 @@ impl<'a> Nemesis<'a> {
             mut clocks_rng,
             mut flaps_rng,
             mut trigger_rng,
+            mut foreign_rng,
         } = streams;
         let slots = swarm.skews.len();
         let heal_at = swarm.heal_at;
@@ -237,6 +243,17 @@ impl<'a> Nemesis<'a> {
                 timed.push((at, Timed::TriggerStarts { tries: 60 }));
             }
         }
+        // Foreign nodes: early enough that the marker's grace (a session timeout, after the
+        // leader sees it) and the failover of its fire end well before the heal.
+        if swarm.shapes.contains(&Shape::Foreign) {
+            let last = heal_at.saturating_sub(2 * timeout + 30_000);
+            if last > mean_gap / 4 {
+                for _ in 0..foreign_rng.between(1, 3) {
+                    let at = foreign_rng.between(mean_gap / 4, last);
+                    timed.push((at, Timed::Foreign));
+                }
+            }
+        }
         Nemesis {
             stage: Stage {
                 jobs: &swarm.jobs,
@@ -276,6 +293,8 @@ impl<'a> Nemesis<'a> {
             trigger_rng,
             trigger_busy: false,
             trigger_done: false,
+            foreign_rng,
+            foreign_count: 0,
             refusals: Vec::new(),
             disruptions: Vec::new(),
         }
@@ -525,6 +544,10 @@ impl<'a> Nemesis<'a> {
                     }
                     Vec::new()
                 }
+                Timed::Foreign => {
+                    self.foreign(c);
+                    Vec::new()
+                }
                 Timed::Trigger(step) => {
                     let steps = self.trigger_step(c, step);
                     // No step left: the episode is over.
@@ -536,6 +559,51 @@ impl<'a> Nemesis<'a> {
             };
             self.timed
                 .extend(next.into_iter().map(|(at, e)| (at, Timed::Edit(e))));
+        }
+    }
+
+    /// Foreign nodes ([`Shape::Foreign`]): in a job drawn at random, a persistent instance node
+    /// of server `10.9.9.9` (an instance's YAML, or garbage), and a persistent `running` marker
+    /// on an item that exists and runs nowhere now, held by that node's id or by a dead
+    /// instance's.
+    fn foreign(&mut self, c: &mut Cluster) {
+        let Some(job) = self.foreign_rng.pick(self.jobs).map(|j| j.job_name.clone()) else {
+            return;
+        };
+        self.foreign_count += 1;
+        let pid = 90_000 + self.foreign_count;
+        let (id, value) = if self.foreign_rng.chance(50) {
+            let id = format!("10.9.9.9@-@{pid}");
+            let value = format!("jobInstanceId: {id}\nserverIp: 10.9.9.9\n");
+            (id, value)
+        } else {
+            (format!("10.9.9.9@-@junk{pid}"), "garbage".to_owned())
+        };
+        let result = c.foreign_create(&format!("/{job}/instances/{id}"), value.as_bytes());
+        refusal(c.now, result, &mut self.refusals);
+        let total = c
+            .config_of(&job)
+            .map_or(0, |config| config.sharding_total_count);
+        if total == 0 {
+            return;
+        }
+        let owner = if self.foreign_rng.chance(50) {
+            id
+        } else {
+            format!("10.9.9.8@-@{pid}")
+        };
+        let first = self.foreign_rng.between(0, u64::from(total) - 1) as u32;
+        for k in 0..total {
+            let item = (first + k) % total;
+            let path = format!("/{job}/sharding/{item}/running");
+            match c.foreign_create(&path, owner.as_bytes()) {
+                Ok(true) => return,
+                Ok(false) => {}
+                Err(e) => {
+                    refusal::<()>(c.now, Err(e), &mut self.refusals);
+                    return;
+                }
+            }
         }
     }
 

@@ -121,11 +121,18 @@ pub enum Shape {
     /// node behind got wrong, seed 77786 of CI's world). Drawn only by seeds whose faults
     /// include [`Fault::Crash`], in worlds of two instances or more.
     TriggerFailover,
+    /// Foreign nodes: a hand (or a killed ElasticJob instance) leaves nodes no session holds
+    /// in a job: a persistent `sharding/{item}/running` marker whose owner is no live
+    /// instance (a dead one's id, or that of the node below), and a persistent
+    /// `instances/10.9.9.9@-@…` node (an instance's YAML, which stays, or garbage, which the
+    /// leader deletes). The marker must not block its item for longer than about a session
+    /// timeout, and the instance node must never be given items. Drawn in any world.
+    Foreign,
 }
 
 impl Shape {
     /// Every shape.
-    pub const ALL: [Shape; 7] = [
+    pub const ALL: [Shape; 8] = [
         Shape::Edits,
         Shape::LeaderClocks,
         Shape::LargeJob,
@@ -133,6 +140,7 @@ impl Shape {
         Shape::Sessions,
         Shape::Flaps,
         Shape::TriggerFailover,
+        Shape::Foreign,
     ];
 
     /// The tag of the shape's own stream.
@@ -145,6 +153,7 @@ impl Shape {
             Shape::Sessions => 0x7365_7373_696f_6e73,   // "sessions"
             Shape::Flaps => 0x0066_6c61_7073,           // "flaps"
             Shape::TriggerFailover => 0x7472_6967_666f, // "trigfo"
+            Shape::Foreign => 0x0066_6f72_6569_676e,    // "foreign"
         }
     }
 
@@ -158,6 +167,7 @@ impl Shape {
             Shape::Sessions => 15,
             Shape::Flaps => 30,
             Shape::TriggerFailover => 40,
+            Shape::Foreign => 30,
         }
     }
 
@@ -173,6 +183,7 @@ impl Shape {
             Shape::TriggerFailover => {
                 "a trigger's run crashes, its failover's reply is lost, a later owner crashes"
             }
+            Shape::Foreign => "foreign nodes: a stale running marker, a session-less instance",
         }
     }
 }
@@ -251,6 +262,8 @@ pub(crate) struct Streams {
     pub flaps_rng: Rng,
     /// The failed-over triggers' stream ([`Shape::TriggerFailover`]).
     pub trigger_rng: Rng,
+    /// The foreign nodes' stream ([`Shape::Foreign`]).
+    pub foreign_rng: Rng,
 }
 
 /// Changes the options every node gets (the defaults if none are set yet).
@@ -334,6 +347,7 @@ impl Swarm {
                     Shape::Sessions => drawn_jobs && cfg.session_timeout.is_none(),
                     Shape::Flaps => faults.contains(&Fault::Partition) && cfg.instances >= 2,
                     Shape::TriggerFailover => faults.contains(&Fault::Crash) && cfg.instances >= 2,
+                    Shape::Foreign => true,
                 };
             if srng.chance(shape.percent()) && can {
                 shapes.insert(*shape);
@@ -551,6 +565,7 @@ impl Swarm {
             clocks_rng: shape_rng(Shape::LeaderClocks),
             flaps_rng: shape_rng(Shape::Flaps),
             trigger_rng: shape_rng(Shape::TriggerFailover),
+            foreign_rng: shape_rng(Shape::Foreign),
         };
         let swarm = Swarm {
             faults,

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use shardjob_core::InstanceId;
 use shardjob_core::machine::record::RunKind;
-use shardjob_core::machine::{CancelReason, MachineEvent};
+use shardjob_core::machine::{CancelReason, MachineEvent, StaleSettle};
 use shardjob_core::registry::SessionEvent;
 
 /// A virtual time, ms from the world's start, as `+12.345s`.
@@ -51,6 +51,11 @@ pub fn outcome<T, E: std::fmt::Display>(result: &Result<T, E>) -> String {
 /// `path = "text"`.
 pub fn written(path: &str, text: &str) -> String {
     if !path.ends_with("/config") {
+        // A value of several lines (an instance's YAML) reads as its lines, not escapes.
+        if text.contains('\n') {
+            let lines: Vec<&str> = text.lines().collect();
+            return format!("{path} = \"{}\"", lines.join("; "));
+        }
         return format!("{path} = {text:?}");
     }
     let setting = |key: &str| {
@@ -195,6 +200,32 @@ pub fn event(e: &MachineEvent) -> String {
             format!("{job}: shut down by an operator (instance node deleted, session alive)")
         }
         MachineEvent::JobLeft { job } => format!("{job}: left"),
+        MachineEvent::StaleRunningCleared {
+            job,
+            item,
+            value,
+            settled,
+            ..
+        } => {
+            let what = match settled {
+                StaleSettle::FailedOver { fire } => format!("fire {fire} failed over"),
+                StaleSettle::GivenUp { fire } => format!("fire {fire} given up"),
+                StaleSettle::Removed => "no fire owed".to_owned(),
+            };
+            format!(
+                "{job}/{item}: stale running marker of {:?} (no session, owner gone) removed, {what}",
+                value.trim()
+            )
+        }
+        MachineEvent::UnboundInstance {
+            job,
+            path,
+            deleting,
+            ..
+        } => {
+            let then = if *deleting { ", garbage: deleting" } else { "" };
+            format!("{job}: instance node {path} held by no session: never a candidate{then}")
+        }
     }
 }
 

@@ -163,15 +163,12 @@ fn a_trigger_run_that_holds_items_at_the_end_owes_their_fires_after_it() {
     // fires from +38 s, behind runs and a re-shard; a trigger queued on their new owner
     // meanwhile went first at +93.4 s, as a trigger does, and its run held them past the end
     // (+108 s), the fires' misfire run to follow it. The lost checker took only the runs of
-    // fires for those that hold an item at the end, and called the fires lost.
-    let report = holds(&ci(29_861), "--instances 3 --jobs 4 --hours 0.03");
-    assert!(
-        report.records.iter().any(|r| r.job == "job1"
-            && r.item == 0
-            && r.kind == RunKind::Trigger
-            && r.end.is_none()),
-        "the world no longer has the trigger run this test is about"
-    );
+    // fires for those that hold an item at the end, and called the fires lost. Since a
+    // refused completion is sent again item by item, this world's session flaps go otherwise:
+    // the trigger's run starts at +87.6 s and ends before the checks; the checker's rule is
+    // held by `checkers::lost`'s unit test of a fire behind a trigger's run still going at the
+    // end. The seed must still hold.
+    holds(&ci(29_861), "--instances 3 --jobs 4 --hours 0.03");
 }
 
 #[test]
@@ -181,6 +178,28 @@ fn a_watch_slowed_by_a_session_flap_is_on_time_after_the_heal() {
     // completions through that watch, started each misfire run of job0/1 2,438 ms after the
     // run before it ended, past the misfire checker's slack (2,380 ms).
     holds(&ci(37_604), "--instances 3 --jobs 4 --hours 0.03");
+}
+
+#[test]
+fn a_late_leader_removes_no_newer_running_marker() {
+    // Seeds 7181 and 8393 of CI's world, with the foreign-nodes shape (a persistent `running`
+    // marker of a gone owner). The leader, deaf or behind on its watch, removed the stale
+    // marker in a transaction that timed out but applied, and sent the removal again from its
+    // old view: the item's new marker, created since by a live run at version 0 again,
+    // matched the version checked, and went. The run's end was then refused and given up
+    // whole (7181: the rest of its items started again under the same fencing token), or its
+    // fire was failed over as an orphan while it had ended (8393). The removal now also checks
+    // the marker's value and the item's execution record, which every claim rewrites.
+    holds(&ci(7_181), "--instances 3 --jobs 4 --hours 0.03");
+    holds(&ci(8_393), "--instances 3 --jobs 4 --hours 0.03");
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn the_seed_catches_the_planted_stale_removal_by_version() {
+    use shardjob_core::machine::plant::Plant;
+    let found = planted(Plant::StaleRemovalByVersion, ci(1_274));
+    assert!(found.iter().any(|v| v.checker == "overlap"), "{found:#?}");
 }
 
 #[cfg(feature = "plant")]

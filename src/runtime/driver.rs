@@ -1114,6 +1114,46 @@ impl Driver {
                      nothing more of the job until the process restarts or the job is added again"
                 )
             }
+            MachineEvent::StaleRunningCleared {
+                job,
+                item,
+                path,
+                value,
+                settled,
+            } => {
+                let what = match settled {
+                    shardjob_core::machine::StaleSettle::FailedOver { fire } => {
+                        format!("its fire {fire} (epoch ms) is failed over")
+                    }
+                    shardjob_core::machine::StaleSettle::GivenUp { fire } => {
+                        format!("its fire {fire} (epoch ms) is given up (failover is off)")
+                    }
+                    shardjob_core::machine::StaleSettle::Removed => {
+                        "no fire of it is owed".to_owned()
+                    }
+                };
+                tracing::warn!(
+                    instance = %me, %job, item, %path, value = %value.trim(),
+                    "removed a running marker no session held, whose owner {:?} is gone                      (a killed ElasticJob instance's, or written by hand): it kept item {item}                      from running; {what}",
+                    value.trim()
+                )
+            }
+            MachineEvent::UnboundInstance {
+                job,
+                path,
+                value,
+                deleting,
+            } => {
+                let then = if *deleting {
+                    "it is not an instance's (id or value malformed): deleting it"
+                } else {
+                    "delete it if no instance of that id runs"
+                };
+                tracing::warn!(
+                    instance = %me, %job, %path, value = %value.trim(),
+                    "an instance node no session holds (persistent, written by hand or a tool):                      never given items; {then}"
+                )
+            }
             MachineEvent::JobLeft { job } => {
                 tracing::info!(instance = %me, %job, "left the job");
                 if let Some(mirror) = &self.mirror {

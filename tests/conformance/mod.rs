@@ -267,13 +267,29 @@ pub async fn ephemeral_nodes_vanish_on_close(b: &dyn Backend) {
         .await
         .unwrap();
     assert_eq!(stat.ephemeral_owner, Some(a.session().unwrap().id));
-    assert_eq!(next_node(&mut events).await.path, p("/owner"));
+    // A persistent node's event and reads say no session holds it; an ephemeral node's, which
+    // one (shardjob tells a node written by hand from an instance's by this alone).
+    let persistent = next_node(&mut events).await;
+    assert_eq!(persistent.path, p("/owner"));
+    assert_eq!(persistent.stat.unwrap().ephemeral_owner, None);
     let created = next_node(&mut events).await;
     assert_eq!(
         (created.kind, created.path.clone()),
         (WatchEventKind::Created, p("/owner/x"))
     );
     assert_eq!(created.stat.unwrap().ephemeral_owner, stat.ephemeral_owner);
+    let tree = a.get_tree(&p("/owner")).await.unwrap();
+    let owners: Vec<_> = tree
+        .iter()
+        .map(|n| (n.path.to_string(), n.stat.ephemeral_owner))
+        .collect();
+    assert_eq!(
+        owners,
+        [
+            ("/owner".to_owned(), None),
+            ("/owner/x".to_owned(), stat.ephemeral_owner)
+        ]
+    );
 
     a.close().await.unwrap();
     let deleted = next_node(&mut events).await;

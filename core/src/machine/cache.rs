@@ -17,7 +17,7 @@ use crate::instance::InstanceId;
 use crate::layout::{ItemLeaf, JobNode, JobPaths, parse_item};
 use crate::registry::{Node, NodePath, Revision, Stat, Version, WatchEvent, WatchEventKind};
 
-use super::job_view::{JobView, into_text};
+use super::job_view::{JobView, Unbound, into_text, session_bound};
 use super::record::{ItemRecord, StartRecord};
 
 /// The directories of the layout whose existence setup checks.
@@ -463,6 +463,15 @@ impl Facts {
                 if id == *me {
                     facts.own_instance = Some(stat);
                 }
+                if session_bound(&stat) {
+                    view.unbound.remove(&id);
+                } else {
+                    let unbound = Unbound {
+                        version: stat.version,
+                        value: into_text(data),
+                    };
+                    view.unbound.insert(id.clone(), unbound);
+                }
                 view.instances.insert(id);
             }
             JobNode::Server(ip) => {
@@ -500,6 +509,11 @@ impl Facts {
                     ItemLeaf::Running => {
                         if item.running.is_none() {
                             view.running += 1;
+                        }
+                        if session_bound(&stat) {
+                            view.persistent_running.remove(&i);
+                        } else {
+                            view.persistent_running.insert(i);
                         }
                         item.running = Some((into_text(data), stat));
                     }
@@ -568,6 +582,7 @@ impl Facts {
                 if id == *me {
                     facts.own_instance = None;
                 }
+                view.unbound.remove(&id);
                 view.instances.remove(&id);
             }
             JobNode::Server(ip) => {
@@ -605,6 +620,7 @@ impl Facts {
                         if item.running.take().is_some() {
                             view.running -= 1;
                         }
+                        view.persistent_running.remove(&i);
                     }
                     ItemLeaf::Disabled => item.disabled = false,
                     ItemLeaf::Failover => item.failover = None,

@@ -168,13 +168,37 @@ impl Machine {
             let decided = reshard(
                 &mut lead, j, view, &config, strategy, &me, sid, &self.opts, now, &mut wake,
             );
+            let grace = match &self.sess.state {
+                Session::Live(info) => ms(info.timeout),
+                _ => 0,
+            };
+            let mut events = Vec::new();
             let housekept = match decided {
                 Ok(Some(_)) => None,
                 _ => {
-                    let limit = j.txn_limit(&self.opts);
-                    housekeeping(&mut lead, j, view, &config, &me, sid, limit, now, &mut wake)
+                    let cx = Ctx {
+                        me: &me,
+                        sid,
+                        opts: &self.opts,
+                        now,
+                    };
+                    let foreign = foreign_nodes(
+                        &mut lead,
+                        j,
+                        view,
+                        &config,
+                        &cx,
+                        grace,
+                        &mut events,
+                        &mut wake,
+                    );
+                    foreign.or_else(|| {
+                        let limit = j.txn_limit(&self.opts);
+                        housekeeping(&mut lead, j, view, &config, &me, sid, limit, now, &mut wake)
+                    })
                 }
             };
+            self.out.extend(events.into_iter().map(Command::Event));
             j.leader = Some(lead);
             match decided {
                 Ok(Some(action)) => return action,

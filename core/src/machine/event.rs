@@ -164,4 +164,55 @@ pub enum MachineEvent {
         /// The job.
         job: String,
     },
+    /// The leader removed an item's `running` marker that no session held and whose owner
+    /// (the marker's value) had been gone for a session timeout: a persistent marker left by a
+    /// killed ElasticJob instance with `failover` on, or one written by hand. It kept the item
+    /// from running. `settled` says what became of the fire the marker stood for.
+    StaleRunningCleared {
+        /// The job.
+        job: String,
+        /// The item.
+        item: u32,
+        /// The marker's path.
+        path: String,
+        /// The marker's value (its owner, as written).
+        value: String,
+        /// What became of the marker's fire.
+        settled: StaleSettle,
+    },
+    /// The leader found an `instances/` node that no session holds (a persistent node: written
+    /// by hand or by a tool, never by a live instance): it is never given items. Reported once
+    /// per leadership; `deleting` when it is plainly garbage (its id is not `{ip}@-@{pid}`, or
+    /// its value is not an instance's YAML) and the leader deletes it.
+    UnboundInstance {
+        /// The job.
+        job: String,
+        /// The node's path.
+        path: String,
+        /// The node's value.
+        value: String,
+        /// Whether the leader deletes it.
+        deleting: bool,
+    },
+}
+
+/// What became of the fire a stale `running` marker stood for
+/// ([`MachineEvent::StaleRunningCleared`]): the latest fire at or before the moment the
+/// leader first saw the marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StaleSettle {
+    /// `failover` is on: the fire (epoch ms) is failed over, run once by a live instance.
+    FailedOver {
+        /// The fire.
+        fire: i64,
+    },
+    /// `failover` is off: the fire (epoch ms) is given up, as ElasticJob gives up the fire of
+    /// a dead instance.
+    GivenUp {
+        /// The fire.
+        fire: i64,
+    },
+    /// Only the marker went: the item's record shows its fire done already, names a run that
+    /// failover takes (if on), or the job has no fire to attribute.
+    Removed,
 }

@@ -56,6 +56,10 @@ pub(crate) struct Job {
     /// [`MachineOptions::max_txn_items`]).
     pub(crate) txn_items: Option<usize>,
     pub(crate) orphan_seen: BTreeMap<u32, Mono>,
+    /// When this instance first saw each item's `running` marker that no session holds (by
+    /// the marker's creation revision, epoch ms), leader or not: a leader that takes over
+    /// attributes such a marker's fire from the first sight, not from its own.
+    pub(crate) markers_seen: BTreeMap<u32, (Revision, i64)>,
     /// When this instance first saw `leader/sharding/necessary` set (monotonic ms): new runs
     /// of the job are held from then until the flag clears, at most
     /// [`MachineOptions::reshard_wait`].

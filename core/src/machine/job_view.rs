@@ -1,7 +1,7 @@
 //! A job's registry subtree read as the facts decisions need: [`JobView`] and its items'
 //! [`ItemView`]s, kept current by the [`Cache`](super::cache::Cache).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::instance::InstanceId;
 use crate::layout::ItemLeaf;
@@ -34,10 +34,29 @@ impl ItemView {
     }
 }
 
+/// An `instances/{id}` node that no session holds (a persistent node: written by hand, or
+/// by a tool): never a candidate for items (see [`JobView::eligible`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unbound {
+    /// The node's data version, for a deletion that checks it.
+    pub version: Version,
+    /// The node's value, for the warning.
+    pub value: String,
+}
+
+/// Whether a node's metadata says it is bound to a session: an ephemeral node, or one whose
+/// metadata is not known (an event without it: given the benefit of the doubt).
+pub(crate) fn session_bound(stat: &Stat) -> bool {
+    stat.ephemeral_owner.is_some() || stat.version == Version(-1)
+}
+
 /// The facts of one job that decisions need.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct JobView {
+    /// Every registered instance node, bound to a session or not.
     pub instances: VecSet<InstanceId>,
+    /// The instance nodes of [`JobView::instances`] that no session holds.
+    pub unbound: BTreeMap<InstanceId, Unbound>,
     /// Each server's node value, by ip.
     pub servers: VecMap<String, String>,
     pub leader: Option<String>,
@@ -50,6 +69,10 @@ pub(crate) struct JobView {
     pub items: BTreeMap<u32, Box<ItemView>>,
     /// How many items have a `running` marker.
     pub running: usize,
+    /// The items whose `running` marker no session holds (persistent: an ElasticJob
+    /// instance's with `failover` on, or one written by hand): the leader clears those whose
+    /// owner is gone (see [`super::leader::stale`]).
+    pub persistent_running: BTreeSet<u32>,
     /// The last fires done of the items' run records.
     pub dones: Counted<i64>,
     pub triggers: BTreeMap<InstanceId, String>,
@@ -82,12 +105,20 @@ impl JobView {
         self.servers.get(ip).is_none_or(|v| v.trim() != "DISABLED")
     }
 
-    /// Live instances whose server is enabled.
-    pub fn eligible(&self) -> Vec<InstanceId> {
+    /// Live instances whose server is enabled: the candidates for items. An instance node no
+    /// session holds is never one (`unbound_too` is a planted bug's switch: it is).
+    pub fn eligible(&self, unbound_too: bool) -> Vec<InstanceId> {
         self.instances
             .iter()
             .filter(|i| self.server_enabled(i.server_ip()))
+            .filter(|i| unbound_too || !self.unbound.contains_key(*i))
             .cloned()
             .collect()
+    }
+
+    /// Whether `id` names a live instance: its node exists and a session holds it.
+    pub fn is_live(&self, id: &str) -> bool {
+        InstanceId::new(id.trim())
+            .is_ok_and(|id| self.instances.contains(&id) && !self.unbound.contains_key(&id))
     }
 }

@@ -188,7 +188,7 @@ use crate::sharding::{Assignment, BuiltinStrategy, ShardingStrategy, registry_or
 
 use cache::{Cache, Dir};
 pub use error::MachineError;
-pub use event::MachineEvent;
+pub use event::{MachineEvent, StaleSettle};
 pub use io::{CancelReason, Command, Execution, ExecutionId, ItemOutcome, ItemRun, JobSpec};
 use job_view::JobView;
 pub use options::MachineOptions;
@@ -241,6 +241,7 @@ use job::*;
 use leader::LeaderState;
 use leader::housekeeping::*;
 use leader::reshard::*;
+use leader::stale::foreign_nodes;
 use requests::*;
 use session::*;
 use setup::*;
@@ -433,6 +434,7 @@ impl Machine {
             leader: None,
             txn_items: None,
             orphan_seen: BTreeMap::new(),
+            markers_seen: BTreeMap::new(),
             necessary_seen: None,
             registered_in: None,
             node_gone: None,

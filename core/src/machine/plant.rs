@@ -91,11 +91,23 @@ pub enum Plant {
     /// a job hosted again reports only what changed since its own start, and the last word a
     /// listener heard (a re-shard pending, items owned) stays the one from before it left.
     StalePlanReport,
+    /// Leave a `running` marker that no session holds in place when its owner is gone (a
+    /// persistent marker of a killed ElasticJob instance, or one written by hand): the item
+    /// never runs again while it stays.
+    KeepStaleRunning,
+    /// Count an `instances/` node that no session holds as a live candidate for items: the
+    /// items the plan gives it never run while it stays.
+    UnboundCandidates,
+    /// Remove a stale `running` marker checking only its version, as the leader saw it: a
+    /// leader whose view is late (a watch behind, an earlier removal that timed out but was
+    /// applied) removes a newer marker of the item created since, at version 0 again, under a
+    /// live run.
+    StaleRemovalByVersion,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 29] = [
+    pub const ALL: [Plant; 32] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -125,6 +137,9 @@ impl Plant {
         Plant::AdoptDropsTriggerFailover,
         Plant::EndlessSweep,
         Plant::StalePlanReport,
+        Plant::KeepStaleRunning,
+        Plant::UnboundCandidates,
+        Plant::StaleRemovalByVersion,
     ];
 
     /// The name used on the command line.
@@ -159,6 +174,9 @@ impl Plant {
             Plant::AdoptDropsTriggerFailover => "adopt-drops-trigger-failover",
             Plant::EndlessSweep => "endless-sweep",
             Plant::StalePlanReport => "stale-plan-report",
+            Plant::KeepStaleRunning => "keep-stale-running",
+            Plant::UnboundCandidates => "unbound-candidates",
+            Plant::StaleRemovalByVersion => "stale-removal-by-version",
         }
     }
 }

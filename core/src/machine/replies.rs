@@ -18,6 +18,7 @@ impl Machine {
             Purpose::Abdicate => "abdication",
             Purpose::Reshard { .. } => "re-sharding",
             Purpose::Housekeeping { .. } => "housekeeping",
+            Purpose::Foreign { .. } => "clearing stale nodes",
             Purpose::Flag => "re-sharding flag",
             Purpose::ConsumeTrigger { .. } => "trigger",
             Purpose::Leave => "leave",
@@ -87,6 +88,24 @@ impl Machine {
                             lead.last_housekeeping = Some(now.mono);
                         }
                     }
+                    Purpose::Foreign { cleared, .. } => {
+                        use crate::machine::leader::stale::Settle;
+                        for c in cleared {
+                            let settled = match c.settle {
+                                Settle::FailOver(fire) => StaleSettle::FailedOver { fire },
+                                Settle::GiveUp(fire) => StaleSettle::GivenUp { fire },
+                                Settle::Keep => StaleSettle::Removed,
+                            };
+                            self.out
+                                .push_back(Command::Event(MachineEvent::StaleRunningCleared {
+                                    job: name.clone(),
+                                    item: c.item,
+                                    path: c.path.to_string(),
+                                    value: c.value,
+                                    settled,
+                                }));
+                        }
+                    }
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
                         self.forget_job(job);
@@ -99,7 +118,9 @@ impl Machine {
             }
             RegistryReply::Failed(error) => {
                 let units = match &purpose {
-                    Purpose::Reshard { units, .. } | Purpose::Housekeeping { units, .. } => *units,
+                    Purpose::Reshard { units, .. }
+                    | Purpose::Housekeeping { units, .. }
+                    | Purpose::Foreign { units, .. } => *units,
                     _ => 0,
                 };
                 if self.split_on_too_large(job, &error, units) {

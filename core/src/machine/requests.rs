@@ -45,6 +45,12 @@ pub(crate) enum Purpose {
         /// Server nodes it removes.
         units: usize,
     },
+    /// Stale `running` markers and garbage instance nodes removed by the leader.
+    Foreign {
+        cleared: Vec<crate::machine::leader::stale::Cleared>,
+        /// Nodes it touches, for halving on `TooLarge`.
+        units: usize,
+    },
     Flag,
     Claim(Vec<Claim>),
     /// Markers of this session found without an execution, confirmed by the transaction.

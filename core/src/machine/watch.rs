@@ -25,7 +25,7 @@ impl Machine {
                     self.evaluate_touched(std::mem::take(&mut touched), now);
                     self.handle_session(s, now);
                 }
-                RegistryEvent::Node(ev) => self.apply_node_event(ev, &mut touched),
+                RegistryEvent::Node(ev) => self.apply_node_event(ev, &mut touched, now),
             }
         }
         self.evaluate_touched(touched, now);
@@ -76,6 +76,10 @@ impl Machine {
         {
             return true;
         }
+        // The leader clears a marker no session holds once its owner is gone.
+        if view.persistent_running.contains(&i) && view.leader.as_deref() == Some(me.as_str()) {
+            return true;
+        }
         // The leader removes an item beyond the count once its run ends.
         let beyond = j
             .config
@@ -102,6 +106,7 @@ impl Machine {
         &mut self,
         ev: crate::registry::WatchEvent,
         touched: &mut Vec<Touched>,
+        now: Now,
     ) {
         let Some((name, node)) = JobNode::parse(&ev.path) else {
             return;
@@ -158,11 +163,66 @@ impl Machine {
             Some(_) => {}
             None => t.others = true,
         }
+        if let JobNode::ItemState(i, ItemLeaf::Running) = node {
+            note_marker(&mut j.markers_seen, i, ev.stat.as_ref(), now.wall_ms());
+        }
         j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
         self.changes += 1;
         j.changed = self.changes;
         if config {
             self.refresh_config(job);
         }
+    }
+}
+
+/// Notes the first sight (epoch ms `now_wall`) of item `i`'s `running` marker if no session
+/// holds it (`stat`: its metadata; `None` for a deletion, which forgets it).
+pub(crate) fn note_marker(
+    seen: &mut BTreeMap<u32, (Revision, i64)>,
+    i: u32,
+    stat: Option<&crate::registry::Stat>,
+    now_wall: i64,
+) {
+    match stat {
+        Some(s) if !job_view::session_bound(s) => {
+            if seen
+                .get(&i)
+                .is_none_or(|(created, _)| *created != s.created)
+            {
+                seen.insert(i, (s.created, now_wall));
+            }
+        }
+        _ => {
+            seen.remove(&i);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::Stat;
+
+    /// A marker no session holds is noted at its first sight, kept through changes of its
+    /// data, renewed with a new creation, and forgotten when deleted or bound to a session.
+    #[test]
+    fn markers_are_noted_at_first_sight() {
+        let stat = |created: u64, owner: Option<u64>| Stat {
+            version: Version(0),
+            created: Revision(created),
+            modified: Revision(created),
+            ephemeral_owner: owner.map(crate::registry::SessionId),
+        };
+        let mut seen = BTreeMap::new();
+        note_marker(&mut seen, 2, Some(&stat(5, None)), 1_000);
+        note_marker(&mut seen, 2, Some(&stat(5, None)), 2_000);
+        assert_eq!(seen.get(&2), Some(&(Revision(5), 1_000)), "kept");
+        note_marker(&mut seen, 2, Some(&stat(9, None)), 3_000);
+        assert_eq!(seen.get(&2), Some(&(Revision(9), 3_000)), "a new marker");
+        note_marker(&mut seen, 2, Some(&stat(10, Some(7))), 4_000);
+        assert!(seen.is_empty(), "a session's marker is not noted");
+        note_marker(&mut seen, 3, Some(&stat(11, None)), 5_000);
+        note_marker(&mut seen, 3, None, 6_000);
+        assert!(seen.is_empty(), "deleted");
     }
 }

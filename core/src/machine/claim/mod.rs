@@ -222,7 +222,7 @@ pub(crate) fn claims(
         let share = if orphans.is_empty() {
             BTreeSet::new()
         } else {
-            let candidates = registry_order(view.eligible());
+            let candidates = registry_order(view.eligible(planted!(opts, UnboundCandidates)));
             failover::share(&orphans, &candidates, j.paths.job_name(), me)
         };
         let plan = failover::plan(

@@ -29,6 +29,7 @@ impl Machine {
         let take = j
             .txn_limit(&self.opts)
             .map_or(exec.items.len(), |k| k.min(exec.items.len()));
+        let take = if exec.one_by_one { take.min(1) } else { take };
         exec.set_recording(Recording::Sending { items: take });
         let part = &exec.items[..take];
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
@@ -149,15 +150,26 @@ impl Machine {
 
     /// Gives up the part of an execution's end that the registry refused while the session
     /// lives (a conflict: the part's markers or records are not as the run left them, most
-    /// often because an earlier attempt whose reply was lost did apply), and goes on with the
-    /// later parts. Those were never sent: their `running` markers are still this session's
-    /// and, once out of `running`, would look like a claim whose reply was lost; adopted, the
-    /// fire would start again under the same fencing token. See [`Machine::adopt`].
+    /// often because an earlier attempt whose reply was lost did apply, or because a marker
+    /// was removed under the run), and goes on with the later parts. Those were never sent:
+    /// their `running` markers are still this session's and, once out of `running`, would look
+    /// like a claim whose reply was lost; adopted, the fire would start again under the same
+    /// fencing token. See [`Machine::adopt`].
+    ///
+    /// A refused part of several items is not given up whole: one item's conflict refuses the
+    /// others with it, and their markers would stay behind, adopted. The end is sent again one
+    /// item per transaction, so only the items that conflict are given up.
     pub(crate) fn lose_part(&mut self, id: ExecutionId, now: Now) {
         let Some(exec) = self.executions.get_mut(&id) else {
             return;
         };
         let take = exec.sending().unwrap_or(0).min(exec.items.len());
+        if take > 1 && !planted!(self.opts, ConflictDropsRest) {
+            exec.one_by_one = true;
+            exec.set_recording(Recording::Unsent);
+            self.send_completion(id, now);
+            return;
+        }
         if take == 0 || take == exec.items.len() || planted!(self.opts, ConflictDropsRest) {
             self.complete_lost(id);
             return;

@@ -24,6 +24,9 @@ pub(crate) struct Exec {
     pub(crate) life: Life,
     /// Transient failures of its completion in a row (the retry's backoff).
     pub(crate) backoff: u32,
+    /// Its end is recorded one item per transaction: a part of several items was refused by a
+    /// conflict, so each item's end is recorded, or given up, on its own.
+    pub(crate) one_by_one: bool,
     /// [`Machine::disables`] when the claim ahead was recorded with none of its items, nor
     /// this server, disabled; `None` if some were, or nothing is claimed ahead.
     pub(crate) enabled_at: Option<u64>,
@@ -174,6 +177,7 @@ impl Machine {
             items,
             life,
             backoff: 0,
+            one_by_one: false,
             enabled_at: None,
         };
         self.executions.insert(id, exec);

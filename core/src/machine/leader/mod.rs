@@ -5,6 +5,7 @@ use crate::machine::*;
 
 pub(crate) mod housekeeping;
 pub(crate) mod reshard;
+pub(crate) mod stale;
 
 /// What an instance keeps about a job while it leads it, and drops when it no longer does.
 #[derive(Debug, Default)]
@@ -24,4 +25,8 @@ pub(crate) struct LeaderState {
     pub(crate) plan: Option<Box<ReshardPlan>>,
     /// When the last housekeeping ended (monotonic ms).
     pub(crate) last_housekeeping: Option<Mono>,
+    /// The items' `running` markers that no session holds, as first seen (see [`stale`]).
+    pub(crate) stale_seen: BTreeMap<u32, stale::SeenMarker>,
+    /// The instance nodes no session holds that were reported already.
+    pub(crate) foreign_reported: BTreeSet<NodePath>,
 }

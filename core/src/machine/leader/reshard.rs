@@ -29,7 +29,7 @@ pub(crate) fn reshard(
     if lead.idle == Some(j.cache.plan_version) && !removable {
         return Ok(None);
     }
-    let candidates = registry_order(view.eligible());
+    let candidates = registry_order(view.eligible(planted!(opts, UnboundCandidates)));
     if candidates.is_empty() {
         return Ok(None);
     }
