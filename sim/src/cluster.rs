@@ -942,8 +942,9 @@ impl Cluster {
                 }
                 Command::Event(e) => {
                     let now = self.now;
+                    let origin = self.wall_origin.timestamp_millis();
                     self.note(("event", n), || {
-                        format!("node {n}: {}", timeline::event(&e))
+                        format!("node {n}: {}", timeline::event(&e, origin))
                     });
                     self.nodes[n].events.push((now, e));
                 }

@@ -109,8 +109,9 @@ pub fn session(s: &SessionEvent) -> String {
     }
 }
 
-/// What a machine reported, in words.
-pub fn event(e: &MachineEvent) -> String {
+/// What a machine reported, in words; fire times as offsets from the world's start at
+/// `origin_ms` (epoch ms).
+pub fn event(e: &MachineEvent, origin_ms: i64) -> String {
     match e {
         MachineEvent::JobActive { job } => format!("{job} active here"),
         MachineEvent::ConfigInvalid { job, error } => {
@@ -208,8 +209,12 @@ pub fn event(e: &MachineEvent) -> String {
             ..
         } => {
             let what = match settled {
-                StaleSettle::FailedOver { fire } => format!("fire {fire} failed over"),
-                StaleSettle::GivenUp { fire } => format!("fire {fire} given up"),
+                StaleSettle::FailedOver { fire: f } => {
+                    format!("fire {} failed over", fire(*f, origin_ms))
+                }
+                StaleSettle::GivenUp { fire: f } => {
+                    format!("fire {} given up", fire(*f, origin_ms))
+                }
                 StaleSettle::Removed => "no fire owed".to_owned(),
             };
             format!(
