@@ -111,6 +111,7 @@ pub use shardjob_backend_mem as mem;
 
 pub mod checkers;
 pub mod cluster;
+pub mod elasticjob;
 mod heal;
 mod nemesis;
 pub mod network;

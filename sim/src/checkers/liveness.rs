@@ -327,6 +327,7 @@ mod tests {
             at,
             job: "j".into(),
             node: 1,
+            java: false,
             wall: wall_origin().timestamp_millis() + at as i64,
         }
     }

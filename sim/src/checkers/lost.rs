@@ -434,6 +434,7 @@ mod tests {
             at: 25_000,
             job: "j".into(),
             node: 1,
+            java: false,
             wall: o + 25_000,
         };
         assert_eq!(found(&lost, &[start], &[]), 0);

@@ -34,7 +34,7 @@ pub fn check(runs: &[RunRecord], ignore_cancel: &BTreeSet<String>) -> Overlaps {
         for b in list.iter().copied() {
             open.retain(|a| a.end.unwrap_or(u64::MAX) > b.start);
             for a in open.iter().copied() {
-                if a.node == b.node && a.start == b.start {
+                if a.node == b.node && a.java == b.java && a.start == b.start {
                     continue;
                 }
                 let tokens_grow = b.token > a.token;
