@@ -118,11 +118,12 @@ pub(crate) fn known_types(strategies: &[Arc<dyn ShardingStrategy>]) -> KnownType
     }
 }
 
-/// The spec of a simulated job: the machine sees it as a Simple job.
-fn simple_job(config: &JobConfig) -> JobSpec {
+/// The spec of a simulated job: the machine sees it as a job of type `job_type` (`SIMPLE`
+/// unless [`Cluster::job_type`] says otherwise).
+fn simple_job(config: &JobConfig, job_type: &str) -> JobSpec {
     JobSpec {
         config: config.clone(),
-        job_type: "SIMPLE".into(),
+        job_type: job_type.to_owned(),
     }
 }
 
@@ -186,6 +187,15 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// Who ran it, in words: `node 3`, or `elasticjob 1` for a run of an ElasticJob node.
+    pub fn runner(&self) -> String {
+        if self.java {
+            format!("elasticjob {}", self.node)
+        } else {
+            format!("node {}", self.node)
+        }
+    }
+
     /// How late it started by its own node's clock, ms: negative for a run started ahead of
     /// its fire.
     pub fn late_by_own_clock(&self) -> i64 {
@@ -209,6 +219,17 @@ pub struct ClusterStart {
     /// That node's wall clock when it sent the registration (epoch ms): what it stamps as
     /// the start. With travelling requests ([`Races::spread`]) the registration applies later.
     pub wall: i64,
+}
+
+impl ClusterStart {
+    /// Who registered, in words: `node 3`, or `elasticjob 1`.
+    pub fn starter(&self) -> String {
+        if self.java {
+            format!("elasticjob {}", self.node)
+        } else {
+            format!("node {}", self.node)
+        }
+    }
 }
 
 /// How long a run of (job, item) that starts at a virtual time lasts, ms.
@@ -245,6 +266,10 @@ pub struct Cluster {
     pub java: Vec<JavaNode>,
     /// Requests the ElasticJob nodes sent.
     pub requests_java: u64,
+    /// The job type the shardjob nodes host their jobs as, which they write into each job's
+    /// root (`SIMPLE` by default; `SCRIPT` to share jobs with ElasticJob nodes, which refuse
+    /// a job whose root names another type).
+    pub job_type: String,
     /// The latest fire an ElasticJob instance missed, per (job, item), not yet replayed by
     /// a misfire run: the world's record of which fire a `misfire` flag stands for.
     pub(crate) java_missed: BTreeMap<(String, u32), i64>,
@@ -358,6 +383,7 @@ impl Cluster {
             nodes: Vec::new(),
             java: Vec::new(),
             requests_java: 0,
+            job_type: "SIMPLE".to_owned(),
             java_missed: BTreeMap::new(),
             java_failover: BTreeMap::new(),
             runs: Vec::new(),
@@ -479,7 +505,7 @@ impl Cluster {
         let n = self.nodes.len();
         let now = self.time();
         for config in jobs {
-            let spec = simple_job(config);
+            let spec = simple_job(config, &self.job_type);
             machine
                 .add_job(spec, now)
                 .map_err(|error| ClusterError::Job {
@@ -851,7 +877,7 @@ impl Cluster {
     /// Adds a job to a live node's machine, as `SchedulerHandle::add_job` does.
     pub fn add_job(&mut self, n: usize, config: &JobConfig) -> Result<(), MachineError> {
         let t = self.time_of(n);
-        let spec = simple_job(config);
+        let spec = simple_job(config, &self.job_type);
         let result = self.nodes[n].machine.add_job(spec, t);
         let job = &config.job_name;
         if result.is_ok() {

@@ -410,3 +410,32 @@ fn the_same_world_gives_the_same_trace() {
     };
     assert_eq!(world(), world());
 }
+
+#[test]
+fn a_world_with_elasticjob_instances_runs_them_beside_shardjob_and_replays_the_same() {
+    use shardjob_sim::world::{self, WorldConfig};
+    let cfg = WorldConfig {
+        instances: 3,
+        job_count: 4,
+        duration_ms: 108_000,
+        elasticjob: 2,
+        ..WorldConfig::standard(11)
+    };
+    let a = world::run(&cfg);
+    let b = world::run(&cfg);
+    assert_eq!(a.trace_hash, b.trace_hash, "the same seed, another trace");
+    assert!(a.java_instances.len() >= 2);
+    let java = a.records.iter().filter(|r| r.java).count();
+    let shard = a.records.iter().filter(|r| !r.java).count();
+    assert!(
+        java > 0 && shard > 0,
+        "{java} ElasticJob runs, {shard} shardjob runs"
+    );
+    // Without them, the seed's world is the one it always was: no ElasticJob node.
+    let alone = world::run(&WorldConfig {
+        elasticjob: 0,
+        ..cfg
+    });
+    assert!(alone.java_instances.is_empty());
+    assert!(alone.records.iter().all(|r| !r.java));
+}

@@ -37,6 +37,23 @@ impl Jvm {
     /// Starts the job's scheduler (`JobScheduleController.scheduleJob`): the cron trigger's
     /// first fire after now.
     pub(crate) fn schedule(&self, job: &str) {
+        // Quartz takes only `GMT…` zones from ElasticJob (`parseTimeZoneString`): another
+        // one throws, and the job never fires.
+        let zone = self
+            .job(job, |j| {
+                j.cache.get("config").and_then(|text| {
+                    text.lines()
+                        .find_map(|l| l.strip_prefix("timeZone:"))
+                        .map(|z| z.trim().trim_matches(|c| c == '\'' || c == '"').to_owned())
+                })
+            })
+            .flatten();
+        if let Some(zone) = zone.filter(|z| !z.is_empty() && !z.starts_with("GMT")) {
+            self.note(format!(
+                "{job}: cannot schedule: time zone {zone:?} does not start with GMT"
+            ));
+            return;
+        }
         let cron = self
             .job(job, |j| {
                 j.cache
@@ -169,7 +186,7 @@ impl Jvm {
     }
 
     async fn execute_fire(&self, job: &str, source: Source) {
-        let context = match self.sharding_contexts(job).await {
+        let context = match self.sharding_contexts(job, source).await {
             Ok(c) => c,
             Err(Thrown(why)) => {
                 self.note(format!("{job}: the fire throws: {why}"));
@@ -220,7 +237,7 @@ impl Jvm {
     /// `LiteJobFacade.getShardingContexts`: this instance's failover items if it has any;
     /// else its items after sharding if needed, less those failed over elsewhere, disabled,
     /// or running.
-    async fn sharding_contexts(&self, job: &str) -> Result<Context, Thrown> {
+    async fn sharding_contexts(&self, job: &str, source: Source) -> Result<Context, Thrown> {
         let (failover, parameter) = self
             .job(job, |j| {
                 j.cache
@@ -240,7 +257,7 @@ impl Jvm {
                 .collect();
             mine.sort_unstable();
             if !mine.is_empty() {
-                let items = self.drop_running(job, mine).await;
+                let items = self.drop_running(job, mine, source).await;
                 return Ok(Context {
                     items,
                     failover: true,
@@ -255,7 +272,7 @@ impl Jvm {
             items.retain(|i| !snap.exists(&format!("sharding/{i}/failover")));
         }
         items.retain(|i| !snap.exists(&format!("sharding/{i}/disabled")));
-        let items = self.drop_running(job, items).await;
+        let items = self.drop_running(job, items, source).await;
         Ok(Context {
             items,
             failover: false,
@@ -266,12 +283,30 @@ impl Jvm {
     /// `ExecutionContextService.getJobShardingContext`: with `monitorExecution` (read
     /// directly), items with a `running` node are dropped (their fire is not run, and not
     /// flagged).
-    async fn drop_running(&self, job: &str, mut items: Vec<u32>) -> Vec<u32> {
+    async fn drop_running(&self, job: &str, mut items: Vec<u32>, source: Source) -> Vec<u32> {
         let snap = self.read(job).await;
         if snap.config().is_some_and(|c| c.monitor_execution) {
-            items.retain(|i| !snap.exists(&format!("sharding/{i}/running")));
+            let (running, rest): (Vec<u32>, Vec<u32>) = items
+                .into_iter()
+                .partition(|i| snap.exists(&format!("sharding/{i}/running")));
+            if !running.is_empty() {
+                self.note(format!(
+                    "{job}: {}: items [{}] have a running node: not run",
+                    self.source_words(source),
+                    crate::timeline::items(&running)
+                ));
+            }
+            items = rest;
         }
         items
+    }
+
+    /// A fire's source in the timeline's words.
+    fn source_words(&self, source: Source) -> String {
+        match source {
+            Source::Cron(f) => format!("fire {}", self.fire_words(f)),
+            Source::Trigger(at) => format!("trigger of {}", self.fire_words(at)),
+        }
     }
 
     /// `execute(context, source)`: writes the `running` nodes, runs the items (together; the

@@ -204,13 +204,7 @@ impl Jvm {
                 .job(job, |j| j.cache.config().map(|c| c.static_sharding))
                 .flatten()
                 .unwrap_or(false);
-            let has_info = static_sharding
-                && !self
-                    .read_under(job, "sharding")
-                    .await
-                    .children("sharding")
-                    .is_empty();
-            if !(static_sharding && has_info) {
+            if !(static_sharding && self.has_sharding_info(job).await) {
                 self.set_resharding_flag(job).await;
             }
         }
@@ -301,6 +295,15 @@ impl Jvm {
         });
     }
 
+    /// Whether `sharding` has children (a static sharding keeps them).
+    async fn has_sharding_info(&self, job: &str) -> bool {
+        !self
+            .read_under(job, "sharding")
+            .await
+            .children("sharding")
+            .is_empty()
+    }
+
     /// The connection-state thread: each change, each job's listener in turn.
     async fn connection_thread(&self) {
         loop {
@@ -381,12 +384,7 @@ impl Jvm {
                     .unwrap_or(false);
                 if !self.exists(job, super::sharding::NECESSARY).await
                     && self.sharding_in_offline_servers(job).await
-                    && !(static_sharding
-                        && !self
-                            .read_under(job, "sharding")
-                            .await
-                            .children("sharding")
-                            .is_empty())
+                    && !(static_sharding && self.has_sharding_info(job).await)
                 {
                     self.note(format!("{job}: reconcile finds items of offline instances"));
                     self.set_resharding_flag(job).await;
