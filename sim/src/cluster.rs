@@ -325,7 +325,8 @@ pub struct Cluster {
     /// job, item). An item runs no fire from before its creation.
     pub item_creations: Vec<(u64, String, u32)>,
     /// What the machines' self-checks found ([`Machine::self_check`], after every input):
-    /// (virtual ms, node, finding).
+    /// (virtual ms, node, finding). An ElasticJob node's finding (its tasks never settled) is
+    /// keyed `usize::MAX - j` and its text names the node.
     pub invariant_violations: Vec<(u64, usize, String)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,

@@ -2,7 +2,8 @@
 //! replies on the same wire as the shardjob nodes' (the same latency, races, lost replies and
 //! cut-offs), its watch events, its runs in the run log, its faults. Kept apart from the
 //! shardjob nodes: a world without ElasticJob nodes draws, does and hashes what it did before
-//! they existed.
+//! they existed. The methods that take an ElasticJob node's index `j` panic on an index that
+//! [`Cluster::add_elasticjob_node`] did not return, as slice indexing does.
 
 use std::time::Duration;
 
@@ -387,7 +388,14 @@ impl Cluster {
             s.wall = wall;
         }
         let jvm = node.jvm.clone();
-        let wake = node.tasks.run(&jvm);
+        let (wake, settled) = node.tasks.run(&jvm);
+        if !settled {
+            self.invariant_violations.push((
+                self.now,
+                usize::MAX - j,
+                format!("elasticjob {j}: its tasks never settled (a model task spins)"),
+            ));
+        }
         let out = std::mem::take(&mut jvm.state().out);
         let lag = self.network.timer_lag();
         self.java[j].wake = wake.map(|w| w.saturating_add(lag));

@@ -385,9 +385,11 @@ impl std::fmt::Debug for Tasks {
 }
 
 impl Tasks {
-    /// Polls every task until a whole round changes nothing; returns the earliest wake a
-    /// sleeping task wants.
-    pub(crate) fn run(&mut self, jvm: &Jvm) -> Option<u64> {
+    /// Polls every task until a whole round changes nothing. Returns the earliest wake a
+    /// sleeping task wants, and whether the tasks settled (a task that changes the state at
+    /// every poll without ever waiting is a bug of the model: polling stops after 100,000
+    /// rounds).
+    pub(crate) fn run(&mut self, jvm: &Jvm) -> (Option<u64>, bool) {
         let mut cx = Context::from_waker(Waker::noop());
         for _ in 0..100_000 {
             let before = {
@@ -407,10 +409,10 @@ impl Tasks {
             let quiet = spawned.is_empty() && jvm.get(|s| s.tick) == before;
             self.tasks.extend(spawned);
             if quiet {
-                break;
+                return (jvm.get(|s| s.wake), true);
             }
         }
-        jvm.get(|s| s.wake)
+        (jvm.get(|s| s.wake), false)
     }
 
     /// Drops every task (the process is gone).
@@ -452,11 +454,11 @@ mod tests {
                     "?"
                 });
         });
-        assert_eq!(tasks.run(&j), Some(100));
+        assert_eq!(tasks.run(&j), (Some(100), true));
         j.state().now = 99;
-        assert_eq!(tasks.run(&j), Some(100));
+        assert_eq!(tasks.run(&j), (Some(100), true));
         j.state().now = 100;
-        assert_eq!(tasks.run(&j), None);
+        assert_eq!(tasks.run(&j), (None, true));
         assert_eq!(*done.borrow(), vec!["slept"]);
         let out = std::mem::take(&mut j.state().out);
         let Some(Out::Request { id, .. }) = out.first() else {
@@ -490,7 +492,7 @@ mod tests {
             sent += 1;
             j.state()
                 .reply(*id, RegistryReply::Failed(RegistryError::ConnectionLoss));
-            let wake = tasks.run(&j).expect("a backoff");
+            let wake = tasks.run(&j).0.expect("a backoff");
             let now = j.get(|s| s.now);
             assert_eq!(wake, now + wait);
             j.state().now = wake;
