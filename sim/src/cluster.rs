@@ -24,6 +24,7 @@ use std::hash::{Hash, Hasher};
 
 use siphasher::sip::SipHasher13;
 
+use crate::elasticjob::JavaNode;
 use crate::network::{InFlight, Network, Races};
 use crate::node::Running;
 pub use crate::node::{Link, Node, Process};
@@ -92,6 +93,16 @@ pub enum ClusterError {
         /// What is wrong with it.
         why: String,
     },
+    /// An ElasticJob node cannot host one of its jobs.
+    #[error("elasticjob node {node:?} cannot host job {job:?}: {why}")]
+    ElasticJob {
+        /// The node's instance id.
+        node: String,
+        /// The job's name.
+        job: String,
+        /// Why.
+        why: String,
+    },
     /// An operator's edit named a job with no readable configuration in the registry.
     #[error("job {job:?} has no readable configuration in the registry")]
     NoConfig {
@@ -107,11 +118,12 @@ pub(crate) fn known_types(strategies: &[Arc<dyn ShardingStrategy>]) -> KnownType
     }
 }
 
-/// The spec of a simulated job: the machine sees it as a Simple job.
-fn simple_job(config: &JobConfig) -> JobSpec {
+/// The spec of a simulated job: the machine sees it as a job of type `job_type` (`SIMPLE`
+/// unless [`Cluster::job_type`] says otherwise).
+fn simple_job(config: &JobConfig, job_type: &str) -> JobSpec {
     JobSpec {
         config: config.clone(),
-        job_type: "SIMPLE".into(),
+        job_type: job_type.to_owned(),
     }
 }
 
@@ -126,8 +138,11 @@ fn operator_path(path: &str) -> Result<NodePath, ClusterError> {
 /// One item run, as the cluster saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunRecord {
-    /// Which node ran it.
+    /// Which node ran it: an index into [`Cluster::nodes`], or into [`Cluster::java`] for a
+    /// run of an ElasticJob node.
     pub node: usize,
+    /// Whether an ElasticJob node ran it (see [`crate::elasticjob`]).
+    pub java: bool,
     /// The job.
     pub job: String,
     /// The item.
@@ -172,6 +187,15 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// Who ran it, in words: `node 3`, or `elasticjob 1` for a run of an ElasticJob node.
+    pub fn runner(&self) -> String {
+        if self.java {
+            format!("elasticjob {}", self.node)
+        } else {
+            format!("node {}", self.node)
+        }
+    }
+
     /// How late it started by its own node's clock, ms: negative for a run started ahead of
     /// its fire.
     pub fn late_by_own_clock(&self) -> i64 {
@@ -188,11 +212,24 @@ pub struct ClusterStart {
     pub at: u64,
     /// The job.
     pub job: String,
-    /// The node that registered.
+    /// The node that registered (an index into [`Cluster::java`] if `java`).
     pub node: usize,
+    /// Whether an ElasticJob node registered.
+    pub java: bool,
     /// That node's wall clock when it sent the registration (epoch ms): what it stamps as
     /// the start. With travelling requests ([`Races::spread`]) the registration applies later.
     pub wall: i64,
+}
+
+impl ClusterStart {
+    /// Who registered, in words: `node 3`, or `elasticjob 1`.
+    pub fn starter(&self) -> String {
+        if self.java {
+            format!("elasticjob {}", self.node)
+        } else {
+            format!("node {}", self.node)
+        }
+    }
 }
 
 /// How long a run of (job, item) that starts at a virtual time lasts, ms.
@@ -224,6 +261,21 @@ pub struct Cluster {
     pub wall_origin: DateTime<Utc>,
     /// The nodes, in the order they were added (a restarted process is a new node).
     pub nodes: Vec<Node>,
+    /// The ElasticJob instances, in the order they were added, apart from the shardjob nodes
+    /// (see [`crate::elasticjob`]).
+    pub java: Vec<JavaNode>,
+    /// Requests the ElasticJob nodes sent.
+    pub requests_java: u64,
+    /// The job type the shardjob nodes host their jobs as, which they write into each job's
+    /// root (`SIMPLE` by default; `SCRIPT` to share jobs with ElasticJob nodes, which refuse
+    /// a job whose root names another type).
+    pub job_type: String,
+    /// The latest fire an ElasticJob instance missed, per (job, item), not yet replayed by
+    /// a misfire run: the world's record of which fire a `misfire` flag stands for.
+    pub(crate) java_missed: BTreeMap<(String, u32), i64>,
+    /// The fire an item queued for failover by an ElasticJob instance replays, per (job,
+    /// item): the fire of the item's latest run when it was queued.
+    pub(crate) java_failover: BTreeMap<(String, u32), i64>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
     /// The largest clock skew any node has had, ms ([`Cluster::set_skew`],
@@ -273,7 +325,8 @@ pub struct Cluster {
     /// job, item). An item runs no fire from before its creation.
     pub item_creations: Vec<(u64, String, u32)>,
     /// What the machines' self-checks found ([`Machine::self_check`], after every input):
-    /// (virtual ms, node, finding).
+    /// (virtual ms, node, finding). An ElasticJob node's finding (its tasks never settled) is
+    /// keyed `usize::MAX - j` and its text names the node.
     pub invariant_violations: Vec<(u64, usize, String)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
@@ -308,7 +361,7 @@ pub struct Cluster {
     /// The nodes whose watch [`Cluster::slow_watch`] slowed.
     slowed: BTreeSet<usize>,
     /// The wire when the world races ([`Cluster::set_races`]).
-    network: Network,
+    pub(crate) network: Network,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -329,6 +382,11 @@ impl Cluster {
             now: 0,
             wall_origin: wall_origin(),
             nodes: Vec::new(),
+            java: Vec::new(),
+            requests_java: 0,
+            job_type: "SIMPLE".to_owned(),
+            java_missed: BTreeMap::new(),
+            java_failover: BTreeMap::new(),
             runs: Vec::new(),
             skew_seen: 0,
             starts: Vec::new(),
@@ -448,7 +506,7 @@ impl Cluster {
         let n = self.nodes.len();
         let now = self.time();
         for config in jobs {
-            let spec = simple_job(config);
+            let spec = simple_job(config, &self.job_type);
             machine
                 .add_job(spec, now)
                 .map_err(|error| ClusterError::Job {
@@ -626,12 +684,24 @@ impl Cluster {
                 cut.push(n);
             }
         }
+        let mut cut_java = Vec::new();
+        for j in 0..self.java.len() {
+            if self.java[j].active() && !self.java[j].partitioned() {
+                self.partition_java(j);
+                cut_java.push(j);
+            }
+        }
         self.store.restart_sessions(now);
         let until = self.now + outage_ms;
         self.run_until(until);
         for n in cut {
             if self.nodes[n].up() {
                 self.heal(n);
+            }
+        }
+        for j in cut_java {
+            if self.java[j].up() {
+                self.heal_java(j);
             }
         }
     }
@@ -808,7 +878,7 @@ impl Cluster {
     /// Adds a job to a live node's machine, as `SchedulerHandle::add_job` does.
     pub fn add_job(&mut self, n: usize, config: &JobConfig) -> Result<(), MachineError> {
         let t = self.time_of(n);
-        let spec = simple_job(config);
+        let spec = simple_job(config, &self.job_type);
         let result = self.nodes[n].machine.add_job(spec, t);
         let job = &config.job_name;
         if result.is_ok() {
@@ -996,6 +1066,8 @@ impl Cluster {
             at,
             InFlight {
                 node: n,
+                java: false,
+                ends: Vec::new(),
                 session,
                 wall,
                 id,
@@ -1019,6 +1091,10 @@ impl Cluster {
         let mut any = false;
         while let Some(r) = self.network.arrived(self.now) {
             any = true;
+            if r.java {
+                self.arrive_java(r);
+                continue;
+            }
             let reply = self.execute(r.node, r.session, r.wall, r.op);
             if r.answered {
                 let at = self.reply_time(r.node);
@@ -1037,6 +1113,7 @@ impl Cluster {
             runs.push(self.runs.len());
             let run = RunRecord {
                 node: n,
+                java: false,
                 job: exec.job_name.clone(),
                 item: item.item,
                 fire: exec.fire_time.timestamp_millis(),
@@ -1163,6 +1240,7 @@ impl Cluster {
                             at: self.now,
                             job,
                             node: n,
+                            java: false,
                             wall,
                         });
                     }
@@ -1247,7 +1325,10 @@ impl Cluster {
     /// turn, in index order or, when the world races ([`Races::shuffle`]), in an order drawn
     /// for this instant.
     fn settle(&mut self) {
-        let order = self.network.order(self.nodes.len());
+        // ElasticJob nodes act after the shardjob nodes, or in the drawn order with them; a
+        // world without them draws as it did before they existed.
+        let count = self.nodes.len() + self.java.len();
+        let order = self.network.order(count);
         let mut progressed = true;
         let mut rounds = 0;
         while progressed && rounds < 10_000 {
@@ -1257,9 +1338,12 @@ impl Cluster {
                 self.session_ended(s);
             }
             progressed |= self.arrive();
-            for k in 0..self.nodes.len() {
+            for k in 0..count {
                 let n = order.as_ref().and_then(|o| o.get(k)).copied().unwrap_or(k);
-                progressed |= self.step_node(n);
+                progressed |= match n.checked_sub(self.nodes.len()) {
+                    None => self.step_node(n),
+                    Some(j) => self.step_java(j),
+                };
             }
         }
         if let Some(order) = order {
@@ -1268,7 +1352,7 @@ impl Cluster {
     }
 
     /// Notes the end of a session (expired or closed) in the runs that started in it.
-    fn session_ended(&mut self, s: SessionId) {
+    pub(crate) fn session_ended(&mut self, s: SessionId) {
         let now = self.now;
         for r in self
             .runs
@@ -1593,6 +1677,11 @@ impl Cluster {
             }
             if let Some(t) = node.first_end {
                 at(t.max(self.now + 1));
+            }
+        }
+        for j in 0..self.java.len() {
+            if let Some(t) = self.java_next(j) {
+                at(t);
             }
         }
         if let Some(t) = self.network.next_arrival() {

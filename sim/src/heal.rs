@@ -32,6 +32,21 @@ impl Nemesis<'_> {
         for (_, ip) in std::mem::take(&mut self.restarts) {
             self.join(c, &ip);
         }
+        // ElasticJob processes alike (none in a world without them).
+        for j in 0..c.java.len() {
+            if !c.java[j].up() {
+                continue;
+            }
+            c.unpause_java(j);
+            c.heal_java(j);
+            if c.java[j].skew.abs() > 1_000 {
+                let skew = c.java[j].skew.signum() * 1_000;
+                c.set_java_skew(j, skew);
+            }
+        }
+        for (_, ip) in std::mem::take(&mut self.java_restarts) {
+            self.join_java(c, &ip);
+        }
         let alive = c.nodes.iter().filter(|n| n.up() && !n.crashed()).count();
         for k in alive..2 {
             let ip = format!("10.0.1.{k}");

@@ -47,6 +47,11 @@
 //! five draw a registry limit on the operations of a transaction, known to the instances or
 //! not. In a world given its own `options`, the first two are left as they are.
 //!
+//! Worlds can also hold ElasticJob 3.0.4 instances ([`elasticjob`]): a model of what a Java
+//! instance does, on the same store, wire and faults ([`cluster::Cluster::add_elasticjob_node`],
+//! [`world::WorldConfig::elasticjob`]), so that jobs shared by both kinds during a migration are
+//! judged by the same checkers.
+//!
 //! # In your own tests
 //!
 //! Give the world your own job configurations, how long their runs take (`run_ms`), which of
@@ -111,6 +116,7 @@ pub use shardjob_backend_mem as mem;
 
 pub mod checkers;
 pub mod cluster;
+pub mod elasticjob;
 mod heal;
 mod nemesis;
 pub mod network;

@@ -114,6 +114,15 @@ pub(crate) struct Nemesis<'a> {
     pub(crate) restarts: Vec<(u64, String)>,
     /// Faults to undo, with their time.
     undo: Vec<(u64, usize, Fault)>,
+    /// The jobs of the ElasticJob instances, if the world has any
+    /// ([`crate::world::WorldConfig::elasticjob`]).
+    java_jobs: Vec<crate::elasticjob::JavaJob>,
+    /// The ElasticJob instances' servers.
+    pub(crate) java_ips: Vec<String>,
+    /// Crashed ElasticJob processes to start again, with their time.
+    pub(crate) java_restarts: Vec<(u64, String)>,
+    /// Faults of ElasticJob processes to undo, with their time.
+    java_undo: Vec<(u64, usize, Fault)>,
     /// The whole-cluster outage still to come: when, how long.
     outage: Option<(u64, u64)>,
     outage_rng: Rng,
@@ -275,6 +284,10 @@ impl<'a> Nemesis<'a> {
             rng,
             restarts: Vec::new(),
             undo: Vec::new(),
+            java_jobs: Vec::new(),
+            java_ips: Vec::new(),
+            java_restarts: Vec::new(),
+            java_undo: Vec::new(),
             outage,
             outage_rng,
             deploys,
@@ -332,6 +345,40 @@ impl<'a> Nemesis<'a> {
         }
     }
 
+    /// Starts `count` ElasticJob instances, on servers `10.0.2.{k+1}`, hosting every job as
+    /// a `SCRIPT` job (the shardjob nodes host them under that type too).
+    pub(crate) fn start_java(&mut self, c: &mut Cluster, count: usize) {
+        self.java_jobs = self
+            .jobs
+            .iter()
+            .map(|j| crate::elasticjob::JavaJob::script(j.clone()))
+            .collect();
+        for k in 0..count {
+            let ip = format!("10.0.2.{}", k + 1);
+            self.join_java(c, &ip);
+            self.java_ips.push(ip);
+        }
+    }
+
+    /// Starts an ElasticJob process on server `ip` (the next pid).
+    pub(crate) fn join_java(&mut self, c: &mut Cluster, ip: &str) -> Option<usize> {
+        let result = c.add_elasticjob_node(&format!("{ip}@-@{}", self.next_pid), &self.java_jobs);
+        self.next_pid += 1;
+        refusal(c.now, result, &mut self.refusals)
+    }
+
+    /// The ElasticJob processes that run, hear the registry and are not cut off, as indices
+    /// after the shardjob nodes' (`c.nodes.len() + j`): a nemesis's pick among shardjob and
+    /// ElasticJob processes alike. None in a world without them.
+    fn java_up(c: &Cluster) -> impl Iterator<Item = usize> + '_ {
+        (0..c.java.len())
+            .filter(|j| {
+                let n = &c.java[*j];
+                n.active() && !n.partitioned() && !n.deaf() && !n.stop_requested
+            })
+            .map(|j| c.nodes.len() + j)
+    }
+
     /// The chaos, from the first act until `heal_at`.
     pub(crate) fn chaos(&mut self, c: &mut Cluster, heal_at: u64, mean_gap: u64) {
         let ips = self.ips.clone();
@@ -346,6 +393,9 @@ impl<'a> Nemesis<'a> {
                 .filter(|n| c.nodes[*n].up() && !c.nodes[*n].partitioned() && !c.nodes[*n].deaf())
                 .filter(|n| c.nodes[*n].paused().is_none())
                 .collect();
+            // ElasticJob processes suffer the same faults (none in a world without them).
+            let mut up_all = up.clone();
+            up_all.extend(Self::java_up(c));
             let fault = *self.rng.pick(&self.kinds).unwrap_or(&Fault::Deploy);
             // While a session flap or a failed-over trigger goes on, it is the act of the
             // moment; once a failed-over trigger got as far as its later crash, the chaos is
@@ -357,12 +407,12 @@ impl<'a> Nemesis<'a> {
                 fault
             };
             match fault {
-                Fault::Crash if up.len() > 1 => self.crash(c, &up),
-                Fault::Partition | Fault::Deaf | Fault::Pause if !up.is_empty() => {
-                    self.cut_off(c, &up, fault)
+                Fault::Crash if up_all.len() > 1 => self.crash(c, &up_all),
+                Fault::Partition | Fault::Deaf | Fault::Pause if !up_all.is_empty() => {
+                    self.cut_off(c, &up_all, fault)
                 }
                 Fault::RegistryRestart => self.restart_registry(c),
-                Fault::Clock if !up.is_empty() => self.jump_clock(c, &up),
+                Fault::Clock if !up_all.is_empty() => self.jump_clock(c, &up_all),
                 Fault::Operator => self.operate(c, &up, &ips),
                 _ => {}
             }
@@ -374,6 +424,13 @@ impl<'a> Nemesis<'a> {
     /// A process crashes; it starts again (a new pid) 1 to 60 s later.
     fn crash(&mut self, c: &mut Cluster, up: &[usize]) {
         let n = *self.rng.pick(up).unwrap_or(&0);
+        if let Some(j) = n.checked_sub(c.nodes.len()) {
+            c.crash_java(j);
+            let ip = c.java[j].id.server_ip().to_owned();
+            self.java_restarts
+                .push((c.now + self.rng.between(1_000, 60_000), ip));
+            return;
+        }
         c.crash(n);
         let ip = c.nodes[n].id.server_ip().to_owned();
         self.restarts
@@ -386,6 +443,15 @@ impl<'a> Nemesis<'a> {
         let n = *self.rng.pick(up).unwrap_or(&0);
         let timeout = c.session_timeout.as_millis() as u64;
         let length = self.rng.between(200, timeout * 2);
+        if let Some(j) = n.checked_sub(c.nodes.len()) {
+            match fault {
+                Fault::Partition => c.partition_java(j),
+                Fault::Deaf => c.deafen_java(j),
+                _ => c.pause_java(j),
+            }
+            self.java_undo.push((c.now + length, j, fault));
+            return;
+        }
         match fault {
             Fault::Partition => c.partition(n),
             Fault::Deaf => c.deafen(n),
@@ -404,6 +470,14 @@ impl<'a> Nemesis<'a> {
     fn jump_clock(&mut self, c: &mut Cluster, up: &[usize]) {
         let n = *self.rng.pick(up).unwrap_or(&0);
         let jump = self.rng.between(0, 20_000) as i64 - 10_000;
+        if let Some(j) = n.checked_sub(c.nodes.len()) {
+            let skew = c.java[j].skew + jump;
+            c.set_java_skew(j, skew);
+            c.note(("java-clock", j, jump), || {
+                format!("elasticjob {j}: wall clock stepped by {jump} ms")
+            });
+            return;
+        }
         c.step_clock(n, jump);
     }
 
@@ -420,6 +494,15 @@ impl<'a> Nemesis<'a> {
             let (_, ip) = self.restarts.remove(0);
             self.join(c, &ip);
         }
+        self.java_restarts.sort();
+        while self
+            .java_restarts
+            .first()
+            .is_some_and(|(at, _)| *at <= c.now)
+        {
+            let (_, ip) = self.java_restarts.remove(0);
+            self.join_java(c, &ip);
+        }
     }
 
     /// Cut-off and paused processes due to come back do.
@@ -430,6 +513,18 @@ impl<'a> Nemesis<'a> {
             match f {
                 Fault::Pause => c.unpause(n),
                 _ => c.heal(n),
+            }
+        }
+        self.java_undo.sort();
+        while self
+            .java_undo
+            .first()
+            .is_some_and(|(at, _, _)| *at <= c.now)
+        {
+            let (_, j, f) = self.java_undo.remove(0);
+            match f {
+                Fault::Pause => c.unpause_java(j),
+                _ => c.heal_java(j),
             }
         }
     }
@@ -457,6 +552,21 @@ impl<'a> Nemesis<'a> {
                     0
                 };
                 self.restarts.push((c.now.max(at) + length + apart, ip));
+            }
+        }
+        for j in 0..c.java.len() {
+            if c.java[j].up() {
+                c.unpause_java(j);
+                c.heal_java(j);
+                c.crash_java(j);
+                let ip = c.java[j].id.server_ip().to_owned();
+                let apart = if self.outage_rng.chance(50) {
+                    self.outage_rng.between(1, 2_000)
+                } else {
+                    0
+                };
+                self.java_restarts
+                    .push((c.now.max(at) + length + apart, ip));
             }
         }
     }

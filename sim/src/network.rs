@@ -124,8 +124,12 @@ impl fmt::Display for Races {
 /// A request on its way to the registry.
 #[derive(Debug)]
 pub(crate) struct InFlight {
-    /// The node that sent it.
+    /// The node that sent it (an index into the cluster's ElasticJob nodes if `java`).
     pub(crate) node: usize,
+    /// Whether an ElasticJob node sent it.
+    pub(crate) java: bool,
+    /// The ElasticJob runs (run id, item) whose end it commits if it applies.
+    pub(crate) ends: Vec<(u64, u32)>,
     /// The session it was sent in.
     pub(crate) session: Option<SessionId>,
     /// The node's clock when it sent it (epoch ms).
@@ -234,7 +238,12 @@ impl Network {
 
     /// Forgets the requests of a node whose process is gone.
     pub(crate) fn drop_node(&mut self, node: usize) {
-        self.in_flight.retain(|_, r| r.node != node);
+        self.in_flight.retain(|_, r| r.java || r.node != node);
+    }
+
+    /// Forgets the requests of an ElasticJob node whose process is gone.
+    pub(crate) fn drop_java(&mut self, node: usize) {
+        self.in_flight.retain(|_, r| !r.java || r.node != node);
     }
 
     /// The order in which `len` nodes act at this instant: drawn when the races shuffle, else
@@ -325,6 +334,8 @@ mod tests {
         let mut net = Network::new(Races::NONE, 0);
         let req = |node, id| InFlight {
             node,
+            java: false,
+            ends: Vec::new(),
             session: None,
             wall: 0,
             id: RequestId(id),

@@ -151,6 +151,14 @@ pub struct WorldConfig {
     /// (half of the seeds race). [`Races::NONE`] replays a seed found before the races as it
     /// was.
     pub races: Option<Races>,
+    /// ElasticJob 3.0.4 instances added to the world ([`crate::elasticjob`]), on servers
+    /// `10.0.2.{k+1}`, each hosting every job as a `SCRIPT` job beside the shardjob
+    /// instances (which host them as `SCRIPT` jobs too), under the same faults (crashes and
+    /// restarts, cut-offs, pauses, clock steps, registry restarts, the outage). 0, the
+    /// default: none, and the world is what it was before they existed. shardjob's side of a
+    /// mixed job (`docs/migration-design.md`, section 3) is not built: such a world measures
+    /// what goes wrong, it is not expected to pass.
+    pub elasticjob: usize,
 }
 
 impl WorldConfig {
@@ -174,6 +182,7 @@ impl WorldConfig {
             hosts: BTreeMap::new(),
             shapes: Shape::ALL.into_iter().collect(),
             races: None,
+            elasticjob: 0,
         }
     }
 }
@@ -206,6 +215,9 @@ pub struct SeedReport {
     /// The instance id of each node, by [`RunRecord::node`]. A restarted process is a new
     /// node, with a new id.
     pub instances: Vec<InstanceId>,
+    /// The instance id of each ElasticJob node, by [`RunRecord::node`] of a run whose
+    /// [`RunRecord::java`] is set.
+    pub java_instances: Vec<InstanceId>,
     /// The wall time at virtual time 0: [`RunRecord::start`] and [`RunRecord::end`] are ms
     /// after it, [`RunRecord::fire`] is epoch ms.
     pub wall_origin: DateTime<Utc>,
@@ -245,6 +257,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 quiet_wake_peak: 0,
                 records: Vec::new(),
                 instances: Vec::new(),
+                java_instances: Vec::new(),
                 wall_origin: crate::cluster::wall_origin(),
                 faults: BTreeSet::new(),
                 shapes: BTreeSet::new(),
@@ -314,8 +327,14 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
 
     let heal_at = swarm.heal_at;
     let settle = swarm.settle_ms();
+    if cfg.elasticjob > 0 {
+        c.job_type = "SCRIPT".to_owned();
+    }
     let mut nemesis = Nemesis::new(&c, &swarm, streams, cfg.max_items, cfg.duration_ms);
     nemesis.start(&mut c, &swarm.skews);
+    if cfg.elasticjob > 0 {
+        nemesis.start_java(&mut c, cfg.elasticjob);
+    }
     nemesis.chaos(&mut c, heal_at, swarm.mean_gap);
     let check_from = nemesis.heal(&mut c, heal_at, settle);
     c.run_until(cfg.duration_ms.max(check_from + 10_000));
@@ -480,6 +499,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         quiet_wake_peak: c.quiet_wake_peak,
         records: std::mem::take(&mut c.runs),
         instances: c.nodes.iter().map(|n| n.id.clone()).collect(),
+        java_instances: c.java.iter().map(|n| n.id.clone()).collect(),
         wall_origin: c.wall_origin,
         faults,
         shapes,

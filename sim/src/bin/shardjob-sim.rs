@@ -84,6 +84,11 @@ struct Args {
     /// was before them.
     #[arg(long)]
     no_shapes: bool,
+    /// Add this many ElasticJob 3.0.4 instances to each world, hosting every job beside the
+    /// shardjob instances (shardjob's mixed protocol is not built: a measurement, expected to
+    /// fail).
+    #[arg(long, default_value_t = 0)]
+    elasticjob: usize,
     /// Print each seed's trace hash (`seed N trace 0x…`): two builds that behave alike print
     /// the same lines, so a change meant to keep behaviour is checked by a diff.
     #[arg(long)]
@@ -115,6 +120,8 @@ fn main() -> ExitCode {
     let mut ran = 0u64;
     let (mut retries, mut ignored, mut fenced, mut runs) = (0, 0, 0, 0);
     let mut quiet_wakes = 0;
+    // Violations by checker, and the seeds each failed.
+    let mut by_checker: std::collections::BTreeMap<&'static str, (u64, u64)> = Default::default();
     for seed in from..from.saturating_add(count) {
         let mut cfg = base.clone();
         cfg.seed = seed;
@@ -143,6 +150,14 @@ fn main() -> ExitCode {
         }
         if !report.violations.is_empty() {
             violations += report.violations.len() as u64;
+            let mut seen = std::collections::BTreeSet::new();
+            for v in &report.violations {
+                let e = by_checker.entry(v.checker).or_default();
+                e.0 += 1;
+                if seen.insert(v.checker) {
+                    e.1 += 1;
+                }
+            }
             print_failure(&report, &args, &cfg);
             if args.plant.is_some() {
                 say!(
@@ -171,6 +186,13 @@ fn main() -> ExitCode {
     say!(
         "(item_runs={runs} retries={retries} overlaps_of_jobs_ignoring_cancel={ignored} fenced_after_pause={fenced} quiet_wakes_per_s_peak={quiet_wakes})"
     );
+    if !by_checker.is_empty() {
+        let parts: Vec<String> = by_checker
+            .iter()
+            .map(|(k, (n, seeds))| format!("{k}={n} in {seeds} seeds"))
+            .collect();
+        say!("(violations by checker: {})", parts.join(", "));
+    }
     if args.plant.is_some() {
         return if violations > 0 {
             ExitCode::SUCCESS
@@ -262,6 +284,9 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     if args.no_shapes {
         replay_cmd.push_str(" --no-shapes");
     }
+    if args.elasticjob > 0 {
+        replay_cmd.push_str(&format!(" --elasticjob {}", args.elasticjob));
+    }
     if let Some(ms) = args.session_timeout_ms {
         replay_cmd.push_str(&format!(" --session-timeout-ms {ms}"));
     }
@@ -296,6 +321,14 @@ fn config(args: &Args) -> Result<WorldConfig, String> {
         world::MAX_ITEMS as usize,
     )? as u32;
     cfg.txn_limits = !args.no_txn_limits;
+    if args.elasticjob > world::MAX_INSTANCES {
+        return Err(format!(
+            "--elasticjob must be 0 to {}, not {}",
+            world::MAX_INSTANCES,
+            args.elasticjob
+        ));
+    }
+    cfg.elasticjob = args.elasticjob;
     if args.no_shapes {
         cfg.shapes.clear();
     }

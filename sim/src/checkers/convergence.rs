@@ -5,7 +5,8 @@
 //! itself. What each machine last reported of its plan agrees with the registry: the items it
 //! owns ([`MachineEvent::ItemsOwned`]) and whether a re-shard is pending
 //! ([`MachineEvent::ReshardingPending`]), which the runtime logs, counts and hands to
-//! streaming jobs.
+//! streaming jobs. ElasticJob processes ([`crate::elasticjob`]) are live owners and leaders
+//! too, and must be registered in their jobs.
 
 use std::collections::BTreeSet;
 
@@ -26,11 +27,18 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
         });
     };
     for (job, total) in jobs {
+        // ElasticJob processes that run the job count as live owners too.
         let live: BTreeSet<String> = c
             .nodes
             .iter()
             .filter(|n| n.up() && !n.crashed() && !n.machine.is_stopped())
             .map(|n| n.id.to_string())
+            .chain(
+                c.java
+                    .iter()
+                    .filter(|n| n.up() && !n.job_shut_down(job))
+                    .map(|n| n.id.to_string()),
+            )
             .filter(|id| c.exists(&format!("/{job}/instances/{id}")))
             .collect();
         let owners = c.owners(job);
@@ -117,6 +125,24 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             if live.contains(n.id.as_str()) {
                 fail(format!(
                     "{job}: process {} is registered but does not host it",
+                    n.id
+                ));
+            }
+        }
+    }
+    // An ElasticJob process that runs must be registered in each of its jobs, and must not
+    // have shut one down by itself (ElasticJob does when it sees its own instance node
+    // deleted while it runs unpaused).
+    for (j, n) in c.java.iter().enumerate().filter(|(_, n)| n.up()) {
+        for job in &n.jobs {
+            if n.job_shut_down(job) {
+                fail(format!(
+                    "elasticjob {j} ({}) shut job {job} down by itself",
+                    n.id
+                ));
+            } else if !c.exists(&format!("/{job}/instances/{}", n.id)) {
+                fail(format!(
+                    "{job}: elasticjob process {} is not registered",
                     n.id
                 ));
             }

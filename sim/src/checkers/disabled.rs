@@ -13,8 +13,11 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
             checker: "disabled",
             time: r.start,
             message: format!(
-                "{}/{} ran (node {}, fire {}) although an operator disabled it",
-                r.job, r.item, r.node, r.fire
+                "{}/{} ran ({}, fire {}) although an operator disabled it",
+                r.job,
+                r.item,
+                r.runner(),
+                r.fire
             ),
         })
         .collect()

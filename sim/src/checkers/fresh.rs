@@ -41,10 +41,10 @@ pub fn check(
                 checker: "fresh",
                 time: r.start,
                 message: format!(
-                    "{}/{}: node {} ran fire {} ({:?}, at {} ms) at {} ms, although the item was created at {} ms",
+                    "{}/{}: {} ran fire {} ({:?}, at {} ms) at {} ms, although the item was created at {} ms",
                     r.job,
                     r.item,
-                    r.node,
+                    r.runner(),
                     r.fire,
                     r.kind,
                     r.fire - origin_ms,

@@ -18,7 +18,12 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
         .map(|(time, n, what)| Violation {
             checker: "invariant",
             time: *time,
-            message: format!("node {n}: {what}"),
+            // An ElasticJob node's finding names it ([`crate::elasticjob`]).
+            message: if what.starts_with("elasticjob ") {
+                what.clone()
+            } else {
+                format!("node {n}: {what}")
+            },
         })
         .collect()
 }

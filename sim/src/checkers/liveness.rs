@@ -145,8 +145,8 @@ pub fn misfires(
                     checker: "misfire",
                     time: end + slack_ms,
                     message: format!(
-                        "{name}/{}: fire {fire} came while node {}'s run ({} to {end}) lasted, and no run of it followed within {slack_ms} ms",
-                        r.item, r.node, r.start
+                        "{name}/{}: fire {fire} came while {}'s run ({} to {end}) lasted, and no run of it followed within {slack_ms} ms",
+                        r.item, r.runner(), r.start
                     ),
                 });
             }
@@ -193,8 +193,8 @@ pub fn downtime(
                 checker: "downtime",
                 time: r.start,
                 message: format!(
-                    "{}/{}: fire {} ran ({:?} on node {} at {}) although the job's cluster started after it, at {} by node {} (at {} ms), and its catch-up bound is {} ms",
-                    r.job, r.item, r.fire, r.kind, r.node, r.start, s.wall, s.node, s.at, bound
+                    "{}/{}: fire {} ran ({:?} on {} at {}) although the job's cluster started after it, at {} by {} (at {} ms), and its catch-up bound is {} ms",
+                    r.job, r.item, r.fire, r.kind, r.runner(), r.start, s.wall, s.starter(), s.at, bound
                 ),
             });
         }
@@ -289,11 +289,11 @@ pub fn catch_ups(
                     checker: "catch-up",
                     time: deadline,
                     message: format!(
-                        "{}/{item}: fire {fire}, {} ms before the cluster's start at {} ms (node {}), within its catch-up bound of {bound} ms, not completed by {} s",
+                        "{}/{item}: fire {fire}, {} ms before the cluster's start at {} ms ({}), within its catch-up bound of {bound} ms, not completed by {} s",
                         s.job,
                         s.wall - fire,
                         s.at,
-                        s.node,
+                        s.starter(),
                         deadline / 1000
                     ),
                 });
@@ -327,6 +327,7 @@ mod tests {
             at,
             job: "j".into(),
             node: 1,
+            java: false,
             wall: wall_origin().timestamp_millis() + at as i64,
         }
     }

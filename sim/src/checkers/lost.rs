@@ -260,8 +260,8 @@ pub fn check(
                     time: hi,
                     message: match next {
                         Some(r) => format!(
-                            "{name}/{item}: fire {f} (at {at} ms) never ran; node {} ran the later fire {} ({:?}) from {} ms",
-                            r.node, r.fire, r.kind, r.start
+                            "{name}/{item}: fire {f} (at {at} ms) never ran; {} ran the later fire {} ({:?}) from {} ms",
+                            r.runner(), r.fire, r.kind, r.start
                         ),
                         None => format!(
                             "{name}/{item}: fire {f} (at {at} ms) never ran, nor any later one (catch-up bound {catchup} ms; cluster starts at {:?})",
@@ -353,8 +353,11 @@ fn late(
         checker: "late",
         time: calmed + bound,
         message: format!(
-            "{name}/{item}: fire {f} (at {at} ms) first ran at {} ms (node {}, {:?} of fire {}), more than {bound} ms after the fire and the nemesis's last act before (at {calmed} ms)",
-            cover.start, cover.node, cover.kind, cover.fire
+            "{name}/{item}: fire {f} (at {at} ms) first ran at {} ms ({}, {:?} of fire {}), more than {bound} ms after the fire and the nemesis's last act before (at {calmed} ms)",
+            cover.start,
+            cover.runner(),
+            cover.kind,
+            cover.fire
         ),
     })
 }
@@ -434,6 +437,7 @@ mod tests {
             at: 25_000,
             job: "j".into(),
             node: 1,
+            java: false,
             wall: o + 25_000,
         };
         assert_eq!(found(&lost, &[start], &[]), 0);

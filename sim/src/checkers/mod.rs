@@ -35,6 +35,7 @@ pub struct Violation {
 pub(crate) fn test_run(start: u64) -> crate::cluster::RunRecord {
     crate::cluster::RunRecord {
         node: 0,
+        java: false,
         job: "j".into(),
         item: 0,
         fire: crate::cluster::wall_origin().timestamp_millis(),

@@ -63,15 +63,21 @@ pub fn check(runs: &[RunRecord]) -> Once {
             };
             if let Some(a) = earlier().find(|a| a.token == b.token) {
                 fail(format!(
-                    "node {} {:?} at {} and node {} {:?} at {}, both with token {}",
-                    a.node, a.kind, a.start, b.node, b.kind, b.start, b.token
+                    "{} {:?} at {} and {} {:?} at {}, both with token {}",
+                    a.runner(),
+                    a.kind,
+                    a.start,
+                    b.runner(),
+                    b.kind,
+                    b.start,
+                    b.token
                 ));
                 continue;
             }
             if let Some(a) = earlier().find(|a| !died(a)) {
                 fail(format!(
-                    "node {} {:?} at {} token {} ended at {:?} (end committed at {:?}, its session {}), not cut short; then node {} {:?} at {} token {}",
-                    a.node,
+                    "{} {:?} at {} token {} ended at {:?} (end committed at {:?}, its session {}), not cut short; then {} {:?} at {} token {}",
+                    a.runner(),
                     a.kind,
                     a.start,
                     a.token,
@@ -79,7 +85,7 @@ pub fn check(runs: &[RunRecord]) -> Once {
                     a.end_committed,
                     a.session_end
                         .map_or_else(|| "lived on".to_owned(), |t| format!("ended at {t}")),
-                    b.node,
+                    b.runner(),
                     b.kind,
                     b.start,
                     b.token
@@ -88,8 +94,14 @@ pub fn check(runs: &[RunRecord]) -> Once {
             }
             if let Some(a) = earlier().find(|a| a.token >= b.token) {
                 fail(format!(
-                    "the retry (node {} {:?} at {} token {}) does not carry a larger token than node {}'s attempt at {} (token {})",
-                    b.node, b.kind, b.start, b.token, a.node, a.start, a.token
+                    "the retry ({} {:?} at {} token {}) does not carry a larger token than {}'s attempt at {} (token {})",
+                    b.runner(),
+                    b.kind,
+                    b.start,
+                    b.token,
+                    a.runner(),
+                    a.start,
+                    a.token
                 ));
                 continue;
             }

@@ -34,7 +34,7 @@ pub fn check(runs: &[RunRecord], ignore_cancel: &BTreeSet<String>) -> Overlaps {
         for b in list.iter().copied() {
             open.retain(|a| a.end.unwrap_or(u64::MAX) > b.start);
             for a in open.iter().copied() {
-                if a.node == b.node && a.start == b.start {
+                if a.node == b.node && a.java == b.java && a.start == b.start {
                     continue;
                 }
                 let tokens_grow = b.token > a.token;
@@ -82,14 +82,14 @@ fn violation(
         checker: "overlap",
         time,
         message: format!(
-            "{job}/{item}: {what}: node {} ran fire {} {:?} token {} from {} to {:?}, node {} started fire {} {:?} token {} at {}",
-            a.node,
+            "{job}/{item}: {what}: {} ran fire {} {:?} token {} from {} to {:?}, {} started fire {} {:?} token {} at {}",
+            a.runner(),
             a.fire,
             a.kind,
             a.token,
             a.start,
             a.end,
-            b.node,
+            b.runner(),
             b.fire,
             b.kind,
             b.token,

@@ -16,8 +16,12 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
             checker: "shutdown",
             time: r.start,
             message: format!(
-                "{}/{} ran on node {} (fire {}) after an operator shut {} down there",
-                r.job, r.item, r.node, r.fire, r.job
+                "{}/{} ran on {} (fire {}) after an operator shut {} down there",
+                r.job,
+                r.item,
+                r.runner(),
+                r.fire,
+                r.job
             ),
         })
         .collect()

@@ -1,0 +1,441 @@
+//! ElasticJob 3.0.4 instances in the simulator, alone on a job, held to what section 1 of
+//! `docs/migration-design.md` says they do: they share a job's items by ElasticJob's average
+//! allocation, a killed one's persistent `running` nodes make the other fail its items over, a
+//! graceful stop hands the items over at the next fire, a fire during a long run runs after
+//! the next run as a misfire, and a reconnection deletes the `running` nodes of runs that go
+//! on.
+
+use shardjob_core::layout::ItemLeaf;
+use shardjob_core::machine::record::RunKind;
+use shardjob_core::{CronExpr, JobConfig};
+use shardjob_sim::checkers;
+use shardjob_sim::cluster::{Cluster, ClusterError, RunRecord, wall_origin};
+use shardjob_sim::elasticjob::JavaJob;
+
+const A: &str = "10.0.0.1@-@1";
+const B: &str = "10.0.0.2@-@2";
+
+/// A job firing every 5 s, with failover, misfire and execution monitoring on.
+fn job(name: &str, items: u32) -> JavaJob {
+    let mut c = JobConfig::new(name, items);
+    c.cron = CronExpr::parse("0/5 * * * * ?").ok();
+    c.failover = true;
+    c.misfire = true;
+    c.monitor_execution = true;
+    JavaJob::script(c)
+}
+
+/// A cluster whose runs last `run_ms`, keeping its timeline.
+fn cluster(run_ms: u64) -> Cluster {
+    let mut c = Cluster::new();
+    c.keep_log = true;
+    c.duration = Box::new(move |_, _, _| run_ms);
+    c
+}
+
+/// The fire `s` seconds after the world's start, epoch ms.
+fn fire(s: i64) -> i64 {
+    wall_origin().timestamp_millis() + s * 1_000
+}
+
+/// The runs of `job`'s item `item` for the fire at `s` seconds.
+fn runs_of<'a>(c: &'a Cluster, job: &str, item: u32, s: i64) -> Vec<&'a RunRecord> {
+    c.java_runs_of(job)
+        .into_iter()
+        .filter(|r| r.item == item && r.fire == fire(s))
+        .collect()
+}
+
+fn timeline(c: &Cluster) -> String {
+    c.log.join("\n")
+}
+
+/// The overlap and once checkers find nothing.
+fn checkers_pass(c: &Cluster) {
+    let overlaps = checkers::overlap::check(&c.runs, &Default::default());
+    assert!(
+        overlaps.violations.is_empty(),
+        "{:#?}\n{}",
+        overlaps.violations,
+        timeline(c)
+    );
+    let once = checkers::once::check(&c.runs);
+    assert!(
+        once.violations.is_empty(),
+        "{:#?}\n{}",
+        once.violations,
+        timeline(c)
+    );
+}
+
+#[test]
+fn two_instances_share_the_items_by_average_allocation_and_run_each_fire_once() {
+    let mut c = cluster(1_500);
+    let pay = job("pay", 4);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.add_elasticjob_node(B, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(22_000);
+    // The leader shards at the first fire: the registry's order is reverse string order, so
+    // 10.0.0.2 comes first and takes the first half.
+    let owners = c.owners("pay");
+    let expected: Vec<(u32, String)> =
+        vec![(0, B.into()), (1, B.into()), (2, A.into()), (3, A.into())];
+    assert_eq!(owners.into_iter().collect::<Vec<_>>(), expected);
+    for s in [5, 10, 15, 20] {
+        for item in 0..4 {
+            let runs = runs_of(&c, "pay", item, s);
+            assert_eq!(
+                runs.len(),
+                1,
+                "pay/{item} fire +{s}s: {runs:?}\n{}",
+                timeline(&c)
+            );
+            let owner = if item < 2 { 1 } else { 0 };
+            assert_eq!(runs[0].node, owner, "pay/{item} ran on the wrong instance");
+            assert_eq!(runs[0].kind, RunKind::Scheduled);
+            assert!(runs[0].java);
+        }
+    }
+    assert_eq!(c.java_runs_of("pay").len(), 16);
+    // Every run's `running` node went with its completion.
+    for item in 0..4 {
+        assert_eq!(c.item_node("pay", item, ItemLeaf::Running), None);
+    }
+    checkers_pass(&c);
+}
+
+#[test]
+fn a_killed_instance_leaves_persistent_running_nodes_and_the_other_fails_its_items_over() {
+    let mut c = cluster(3_000);
+    let pay = job("pay", 4);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.add_elasticjob_node(B, std::slice::from_ref(&pay))
+        .unwrap();
+    // A runs items 2 and 3 of the fire at +5 s until +8 s; killed at +6 s.
+    c.run_until(6_000);
+    c.crash_java(0);
+    c.run_until(6_100);
+    for item in [2, 3] {
+        let (owner, ephemeral) = c
+            .item_node("pay", item, ItemLeaf::Running)
+            .unwrap_or_else(|| panic!("no running node of item {item}\n{}", timeline(&c)));
+        assert_eq!(owner, A);
+        assert!(!ephemeral, "failover on: the running node is persistent");
+    }
+    // A's session expires at +9 s (a 3 s timeout): B fails items 2 and 3 over, as runs of
+    // the fire A was running.
+    c.run_until(19_000);
+    for item in [2, 3] {
+        let runs = runs_of(&c, "pay", item, 5);
+        assert_eq!(runs.len(), 2, "pay/{item}: {runs:?}\n{}", timeline(&c));
+        assert!(runs[0].crashed && runs[0].node == 0);
+        assert_eq!(runs[1].node, 1);
+        assert_eq!(runs[1].kind, RunKind::Failover);
+        assert!(
+            runs[1].start >= 9_000,
+            "failed over before A's session expired"
+        );
+        assert!(runs[1].token > runs[0].token);
+        assert_eq!(c.item_node("pay", item, ItemLeaf::Running), None);
+        assert_eq!(c.item_node("pay", item, ItemLeaf::Failover), None);
+        assert_eq!(c.item_node("pay", item, ItemLeaf::Failovering), None);
+    }
+    // Nothing is left queued, and B leads.
+    assert!(!c.exists("/pay/leader/failover/items/2"));
+    assert!(!c.exists("/pay/leader/failover/items/3"));
+    assert_eq!(c.read("/pay/leader/election/instance").as_deref(), Some(B));
+    checkers_pass(&c);
+}
+
+#[test]
+fn with_failover_off_a_killed_instance_s_run_is_not_failed_over() {
+    let mut c = cluster(3_000);
+    let mut pay = job("pay", 4);
+    pay.config.failover = false;
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.add_elasticjob_node(B, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(6_000);
+    // Ephemeral running nodes: they go with A's session, nothing is failed over.
+    let (_, ephemeral) = c
+        .item_node("pay", 2, ItemLeaf::Running)
+        .expect("a running node");
+    assert!(ephemeral);
+    c.crash_java(0);
+    c.run_until(9_500);
+    assert_eq!(c.item_node("pay", 2, ItemLeaf::Running), None);
+    c.run_until(16_000);
+    assert!(
+        c.java_runs_of("pay")
+            .iter()
+            .all(|r| r.kind == RunKind::Scheduled),
+        "{}",
+        timeline(&c)
+    );
+    for item in [2, 3] {
+        // The killed run of the fire at +5 s is never run again.
+        let at_5 = runs_of(&c, "pay", item, 5);
+        assert_eq!(at_5.len(), 1, "{}", timeline(&c));
+        assert!(at_5[0].crashed);
+        // A's session expired at +9 s: B re-shards at the fire at +10 s and runs them.
+        let later = runs_of(&c, "pay", item, 10);
+        assert_eq!(later.len(), 1, "{}", timeline(&c));
+        assert_eq!(later[0].node, 1);
+    }
+    checkers_pass(&c);
+}
+
+#[test]
+fn an_instance_killed_between_fires_loses_its_items_fires_until_its_session_expires() {
+    let mut c = cluster(3_000);
+    let pay = job("pay", 4);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.add_elasticjob_node(B, std::slice::from_ref(&pay))
+        .unwrap();
+    // A's run of the fire at +5 s ended at about +8 s; killed at +8.5 s, its session
+    // expires at +11.5 s: nobody runs its items at +10 s (ElasticJob's loss), nothing
+    // fails over (no running node), B runs them from +15 s.
+    c.run_until(8_500);
+    assert_eq!(c.item_node("pay", 2, ItemLeaf::Running), None);
+    c.crash_java(0);
+    c.run_until(19_000);
+    for item in [2, 3] {
+        assert!(runs_of(&c, "pay", item, 10).is_empty(), "{}", timeline(&c));
+        let later = runs_of(&c, "pay", item, 15);
+        assert_eq!(later.len(), 1, "{}", timeline(&c));
+        assert_eq!(later[0].node, 1);
+        assert_eq!(later[0].kind, RunKind::Scheduled);
+    }
+    checkers_pass(&c);
+}
+
+#[test]
+fn a_graceful_stop_finishes_its_run_and_hands_the_items_over_at_the_next_fire() {
+    let mut c = cluster(3_000);
+    let pay = job("pay", 4);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.add_elasticjob_node(B, std::slice::from_ref(&pay))
+        .unwrap();
+    // A leads and runs items 2 and 3 of the fire at +5 s until +8 s; stopped at +6 s.
+    c.run_until(6_000);
+    assert_eq!(c.leader_of_java("pay"), Some(0));
+    c.stop_java(0);
+    c.run_until(7_900);
+    // Still there: the shutdown hook waits for the fire in progress.
+    assert!(c.exists(&format!("/pay/instances/{A}")), "{}", timeline(&c));
+    c.run_until(9_000);
+    assert!(
+        !c.exists(&format!("/pay/instances/{A}")),
+        "{}",
+        timeline(&c)
+    );
+    assert!(!c.java[0].up(), "A's process has not ended");
+    c.run_until(16_000);
+    for item in [2, 3] {
+        let at_5 = runs_of(&c, "pay", item, 5);
+        assert_eq!(at_5.len(), 1, "{}", timeline(&c));
+        assert!(!at_5[0].cancelled && at_5[0].end == Some(at_5[0].start + 3_000));
+        // B took the items over for the next fire: nothing failed over, nothing ran twice.
+        let at_10 = runs_of(&c, "pay", item, 10);
+        assert_eq!(at_10.len(), 1, "{}", timeline(&c));
+        assert_eq!(at_10[0].node, 1);
+        assert_eq!(at_10[0].kind, RunKind::Scheduled);
+    }
+    assert!(
+        c.java_runs_of("pay")
+            .iter()
+            .all(|r| r.kind == RunKind::Scheduled)
+    );
+    assert_eq!(c.owners("pay").values().filter(|o| *o == B).count(), 4);
+    assert_eq!(c.read("/pay/leader/election/instance").as_deref(), Some(B));
+    checkers_pass(&c);
+}
+
+#[test]
+fn a_fire_during_a_long_run_runs_after_the_next_run_as_a_misfire() {
+    // The run of the fire at +5 s lasts 7 s: the fire at +10 s comes while the worker is
+    // busy. Later runs last 1 s.
+    let mut c = Cluster::new();
+    c.keep_log = true;
+    c.duration = Box::new(|_, _, now| if now < 6_000 { 7_000 } else { 1_000 });
+    let pay = job("pay", 2);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(12_500);
+    // The worker is free at +12 s: the fire at +10 s is a misfire, its items flagged.
+    for item in [0, 1] {
+        assert!(
+            c.item_node("pay", item, ItemLeaf::Misfire).is_some(),
+            "item {item} not flagged\n{}",
+            timeline(&c)
+        );
+        assert!(runs_of(&c, "pay", item, 10).is_empty());
+    }
+    c.run_until(19_000);
+    for item in [0, 1] {
+        // The fire at +15 s runs first, then the misfire loop runs the fire at +10 s.
+        let at_15 = runs_of(&c, "pay", item, 15);
+        assert_eq!(at_15.len(), 1, "{}", timeline(&c));
+        assert_eq!(at_15[0].kind, RunKind::Scheduled);
+        let at_10 = runs_of(&c, "pay", item, 10);
+        assert_eq!(at_10.len(), 1, "{}", timeline(&c));
+        assert_eq!(at_10[0].kind, RunKind::Misfire);
+        assert!(at_10[0].start >= at_15[0].end.expect("ended"));
+        assert!(at_10[0].start < 17_000, "the misfire run came late");
+        assert_eq!(c.item_node("pay", item, ItemLeaf::Misfire), None);
+    }
+    checkers_pass(&c);
+}
+
+#[test]
+fn a_reconnection_deletes_the_running_nodes_of_runs_that_go_on() {
+    // One instance; its run of the fire at +5 s lasts 4 s. Cut off at +6 s for 1 s, within
+    // its 3 s session: on RECONNECTED it deletes its items' running nodes, runs or not.
+    let mut c = cluster(4_000);
+    let pay = job("pay", 2);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(6_000);
+    assert!(c.item_node("pay", 0, ItemLeaf::Running).is_some());
+    c.partition_java(0);
+    c.run_until(7_000);
+    c.heal_java(0);
+    c.run_until(7_500);
+    for item in [0, 1] {
+        let runs = runs_of(&c, "pay", item, 5);
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].end, None, "the run goes on");
+        assert_eq!(
+            c.item_node("pay", item, ItemLeaf::Running),
+            None,
+            "item {item}'s running node survived the reconnection\n{}",
+            timeline(&c)
+        );
+    }
+    // The same session: its instance node is still its own, the job goes on.
+    assert!(c.exists(&format!("/pay/instances/{A}")));
+    c.run_until(16_000);
+    assert_eq!(runs_of(&c, "pay", 0, 15).len(), 1, "{}", timeline(&c));
+    checkers_pass(&c);
+}
+
+#[test]
+fn after_a_session_expiry_the_instance_registers_again_and_deletes_its_running_nodes() {
+    // Cut off at +6 s for 4 s, past its 3 s session: a new session, the instance node
+    // created again, the running nodes of the run still going deleted, and the fire at
+    // +10 s, missed while the scheduler was paused, flagged.
+    let mut c = cluster(6_000);
+    let pay = job("pay", 2);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(6_000);
+    let before = c.java[0].session;
+    c.partition_java(0);
+    c.run_until(10_000);
+    assert!(!c.exists(&format!("/pay/instances/{A}")));
+    c.heal_java(0);
+    c.run_until(10_800);
+    assert_ne!(c.java[0].session, before);
+    assert!(c.exists(&format!("/pay/instances/{A}")), "{}", timeline(&c));
+    for item in [0, 1] {
+        assert_eq!(runs_of(&c, "pay", item, 5)[0].end, None, "the run goes on");
+        assert_eq!(
+            c.item_node("pay", item, ItemLeaf::Running),
+            None,
+            "{}",
+            timeline(&c)
+        );
+    }
+    assert!(!c.java[0].job_shut_down("pay"), "the job shut itself down");
+    c.run_until(11_500);
+    for item in [0, 1] {
+        assert!(
+            c.item_node("pay", item, ItemLeaf::Misfire).is_some(),
+            "{}",
+            timeline(&c)
+        );
+    }
+}
+
+#[test]
+fn an_instance_refuses_a_job_whose_root_names_another_type_and_bad_input_is_refused() {
+    let mut c = cluster(1_000);
+    let pay = job("pay", 2);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(1_000);
+    // Another instance of a Java class job under the same name: refused at its start.
+    let mut other = pay.clone();
+    other.type_name = "com.example.PayJob".into();
+    let b = c.add_elasticjob_node(B, &[other]).unwrap();
+    c.run_until(12_000);
+    assert!(c.java[b].job_shut_down("pay"));
+    assert!(!c.exists(&format!("/pay/instances/{B}")));
+    assert!(c.java_runs_of("pay").iter().all(|r| r.node == 0));
+    // What the cluster cannot run is refused, and nothing is added.
+    let before = c.java.len();
+    let mut no_cron = job("nocron", 1);
+    no_cron.config.cron = None;
+    let err = c
+        .add_elasticjob_node("10.0.0.3@-@3", &[no_cron])
+        .unwrap_err();
+    assert!(matches!(err, ClusterError::ElasticJob { .. }), "{err}");
+    let err = c
+        .add_elasticjob_node("10.0.0.3@-@3", &[job("x", 1), job("x", 1)])
+        .unwrap_err();
+    assert!(err.to_string().contains("named twice"), "{err}");
+    assert!(c.add_elasticjob_node("", &[job("y", 1)]).is_err());
+    assert_eq!(c.java.len(), before);
+}
+
+#[test]
+fn the_same_world_gives_the_same_trace() {
+    let world = || {
+        let mut c = cluster(3_000);
+        let pay = job("pay", 4);
+        c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+            .unwrap();
+        c.add_elasticjob_node(B, std::slice::from_ref(&pay))
+            .unwrap();
+        c.run_until(6_000);
+        c.crash_java(0);
+        c.run_until(20_000);
+        (c.trace_hash(), c.runs.len())
+    };
+    assert_eq!(world(), world());
+}
+
+#[test]
+fn a_world_with_elasticjob_instances_runs_them_beside_shardjob_and_replays_the_same() {
+    use shardjob_sim::world::{self, WorldConfig};
+    let cfg = WorldConfig {
+        instances: 3,
+        job_count: 4,
+        duration_ms: 108_000,
+        elasticjob: 2,
+        ..WorldConfig::standard(11)
+    };
+    let a = world::run(&cfg);
+    let b = world::run(&cfg);
+    assert_eq!(a.trace_hash, b.trace_hash, "the same seed, another trace");
+    assert!(a.java_instances.len() >= 2);
+    let java = a.records.iter().filter(|r| r.java).count();
+    let shard = a.records.iter().filter(|r| !r.java).count();
+    assert!(
+        java > 0 && shard > 0,
+        "{java} ElasticJob runs, {shard} shardjob runs"
+    );
+    // Without them, the seed's world is the one it always was: no ElasticJob node.
+    let alone = world::run(&WorldConfig {
+        elasticjob: 0,
+        ..cfg
+    });
+    assert!(alone.java_instances.is_empty());
+    assert!(alone.records.iter().all(|r| !r.java));
+}
