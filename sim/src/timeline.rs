@@ -260,15 +260,29 @@ mod tests {
             moved_running: vec![2],
         };
         assert_eq!(
-            event(&e),
+            event(&e, 0),
             "job0: resharded: 10.0.0.1@-@100 owns 1; 10.0.0.3@-@102 owns 0, 2 (moved while running: 2)"
         );
         let e = MachineEvent::RunRecorded {
             job: "job1".into(),
             items: vec![0, 3],
         };
-        assert_eq!(event(&e), "job1: run of items 0, 3 recorded");
-        assert!(!event(&MachineEvent::ClockStepped { by_ms: -40 }).contains('{'));
+        assert_eq!(event(&e, 0), "job1: run of items 0, 3 recorded");
+        assert!(!event(&MachineEvent::ClockStepped { by_ms: -40 }, 0).contains('{'));
+        // A stale marker's fire reads from the world's start, as the runs' fires do.
+        let e = MachineEvent::StaleRunningCleared {
+            job: "job1".into(),
+            item: 2,
+            path: "/job1/sharding/2/running".into(),
+            value: "10.9.9.8@-@90002\n".into(),
+            settled: StaleSettle::GivenUp {
+                fire: 1_795_327_225_000,
+            },
+        };
+        assert_eq!(
+            event(&e, 1_795_327_200_000),
+            "job1/2: stale running marker of \"10.9.9.8@-@90002\" (no session, owner gone) removed, fire +25.000s given up"
+        );
     }
 
     #[test]
