@@ -687,4 +687,65 @@ mod tests {
             }
         }
     }
+
+    /// A strategy that gives every item to the first candidate, and counts its calls.
+    #[derive(Debug, Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl ShardingStrategy for Counting {
+        fn name(&self) -> &str {
+            "COUNTING"
+        }
+        fn shard(&self, candidates: &[InstanceId], job_name: &str, total: u32) -> Assignment {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            BuiltinStrategy::AverageAllocation.shard(&candidates[..1], job_name, total)
+        }
+    }
+
+    /// Once the plan needs nothing, the leader works it out again only when its inputs
+    /// change, or to remove an item beyond the count whose run has ended; not while that run
+    /// goes on (fires change only run markers and records).
+    #[test]
+    fn an_idle_plan_is_worked_out_again_only_when_there_is_something_to_do() {
+        let me = InstanceId::new(ME).unwrap();
+        let running = node("/j/sharding/2/running", GONE.into());
+        #[rustfmt::skip]
+        let cases: [(&str, bool, Vec<Node>, usize, bool); 5] = [
+            ("idle", true, vec![], 0, false),
+            ("idle, an item beyond the count runs", true, [item(2, GONE), vec![running.clone()]].concat(), 0, false),
+            ("idle, an item beyond the count ended", true, item(2, GONE), 1, true),
+            ("not idle", false, vec![], 1, false),
+            ("not idle, an item beyond the count runs", false, [item(2, GONE), vec![running]].concat(), 1, false),
+        ];
+        for (what, idle, beyond, calls, removes) in cases {
+            let mut m = hosting(None);
+            show(&mut m, [item(0, ME), item(1, ME), beyond].concat());
+            let j = m.jobs.named("j").unwrap();
+            let view = Arc::clone(j.cache.view());
+            let mut lead = debounced();
+            lead.idle = idle.then_some(j.cache.plan_version);
+            let strategy = Arc::new(Counting::default());
+            let custom: Arc<dyn ShardingStrategy> = strategy.clone();
+            let got = reshard(
+                &mut lead,
+                j,
+                &view,
+                &JobConfig::new("j", 2),
+                Some(custom),
+                &me,
+                SID,
+                &m.opts,
+                now(1_000),
+                &mut Vec::new(),
+            );
+            let calls_made = strategy.0.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(calls_made, calls, "{what}: the plan worked out");
+            assert_eq!(
+                matches!(got, Ok(Some(Action::Txn(Purpose::Reshard { .. }, _)))),
+                removes,
+                "{what}: a re-shard"
+            );
+            assert!(lead.idle.is_some() || removes, "{what}: idle after");
+        }
+    }
 }
