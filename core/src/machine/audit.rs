@@ -129,3 +129,117 @@ impl Machine {
         late
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CronExpr;
+    use crate::registry::{Node, SessionId, Stat};
+
+    const SID: SessionId = SessionId(7);
+    const ME: &str = "10.0.0.1@-@1";
+    /// A whole minute, in epoch ms: the wall clock is this plus the monotonic one.
+    const WALL: i64 = 1_800_000_000_000;
+
+    fn now(mono: u64) -> Now {
+        Now {
+            mono: Mono(mono),
+            wall: DateTime::<Utc>::from_timestamp_millis(WALL + mono as i64).unwrap_or_default(),
+        }
+    }
+
+    fn node(path: &str, data: Vec<u8>, owner: Option<SessionId>) -> Node {
+        Node {
+            path: NodePath::new(path).unwrap(),
+            data,
+            stat: Stat {
+                version: Version(0),
+                created: Revision(1),
+                modified: Revision(1),
+                ephemeral_owner: owner,
+            },
+        }
+    }
+
+    /// A machine of `ME` on a live session, hosting job `j` (two items firing every five
+    /// seconds, both its own, last done at +50 s, led by another instance), active at `at`
+    /// with this `wake`, changed since any audit.
+    fn hosting(at: Now, wake: Option<Mono>) -> Machine {
+        let me = InstanceId::new(ME).unwrap();
+        let config = JobConfig::new("j", 2).with_cron(CronExpr::parse("0/5 * * * * ?").unwrap());
+        let mut m = Machine::new(MachineOptions::new(me.clone()));
+        let spec = JobSpec {
+            config: config.clone(),
+            job_type: "SCRIPT".to_owned(),
+        };
+        m.add_job(spec, at).unwrap();
+        let info = SessionInfo {
+            id: SID,
+            timeout: std::time::Duration::from_secs(10),
+        };
+        m.handle_registry_event(RegistryEvent::Session(SessionEvent::Connected(info)), at);
+        let done = ItemRecord {
+            done: Some(WALL + 50_000),
+            run: None,
+        };
+        let mut nodes = vec![
+            node("/j", Vec::new(), None),
+            node(&format!("/j/instances/{ME}"), Vec::new(), Some(SID)),
+            node(
+                "/j/leader/election/instance",
+                b"10.0.0.2@-@2".to_vec(),
+                None,
+            ),
+        ];
+        for i in 0..2 {
+            nodes.push(node(&format!("/j/sharding/{i}/instance"), ME.into(), None));
+            nodes.push(node(
+                &format!("/j/sharding/{i}/execution"),
+                done.to_bytes(),
+                None,
+            ));
+        }
+        m.sess.waiters.clear();
+        if let Some((_, j)) = m.jobs.named_mut("j") {
+            j.cache.load(nodes, Some(Revision(1)), &me);
+            j.phase = Phase::Active;
+            j.config = Some(Arc::new(config));
+            j.wait = Wait::Idle;
+            j.wake = wake;
+            j.changed = 1;
+        }
+        m
+    }
+
+    /// The audit reports a job due to claim whose wake comes later than a second after the
+    /// claim (or never), and passes over one woken within that slack.
+    #[test]
+    fn a_due_claim_without_a_wake_in_time_is_late() {
+        // The fire at +55 s is due at +55.1 s.
+        let at = now(55_100);
+        let late = |wake: Option<Mono>| {
+            vec![LateWake {
+                job: "j".to_owned(),
+                wake,
+                wanted: at.mono,
+            }]
+        };
+        #[rustfmt::skip]
+        let cases: [(&str, Option<Mono>, Vec<LateWake>); 5] = [
+            ("no wake", None, late(None)),
+            ("a wake ten seconds late", Some(at.mono.after(10_000)), late(Some(at.mono.after(10_000)))),
+            ("a wake two seconds late", Some(at.mono.after(2_000)), late(Some(at.mono.after(2_000)))),
+            ("a wake within the slack", Some(at.mono.after(900)), vec![]),
+            ("a wake now", Some(at.mono), vec![]),
+        ];
+        for (what, wake, want) in cases {
+            let mut m = hosting(at, wake);
+            let mut mark = AuditMark::default();
+            assert_eq!(m.late_wakes(at, &mut mark), want, "{what}");
+        }
+        // Nothing is due before +54.75 s (the claim ahead): a wake then is in time.
+        let early = now(52_000);
+        let mut m = hosting(early, Some(Mono(54_750)));
+        assert_eq!(m.late_wakes(early, &mut AuditMark::default()), []);
+    }
+}

@@ -351,3 +351,121 @@ impl Jobs {
         self.ids.clear();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CronExpr;
+
+    /// 2026-01-01 00:00:00 UTC, a whole minute.
+    const T0: i64 = 1_767_225_600_000;
+
+    fn every(cron: &str) -> Arc<JobConfig> {
+        Arc::new(JobConfig::new("j", 1).with_cron(CronExpr::parse(cron).unwrap()))
+    }
+
+    /// The memo answers for the configuration it is asked with: an answer remembered for one
+    /// is never given for another, even for the same instant; the same configuration asked
+    /// again is answered alike.
+    #[test]
+    fn the_fire_memo_answers_for_the_configuration_asked() {
+        let every_five = every("0/5 * * * * ?");
+        let every_ten = every("0/10 * * * * ?");
+        let mut memo = FireMemo::default();
+        #[rustfmt::skip]
+        let cases: [(&Arc<JobConfig>, i64, i64); 6] = [
+            (&every_five, T0, T0 + 5_000),
+            (&every_ten, T0, T0 + 10_000),
+            (&every_five, T0, T0 + 5_000),
+            (&every_five, T0, T0 + 5_000),
+            (&every_ten, T0 + 10_000, T0 + 20_000),
+            (&every_ten, T0, T0 + 10_000),
+        ];
+        for (k, (config, after, want)) in cases.into_iter().enumerate() {
+            assert_eq!(memo.next_after(config, after), Some(want), "question {k}");
+        }
+        // A configuration equal to one asked before, but another one (a reload): its own.
+        let every_five_again = every("0/5 * * * * ?");
+        assert_eq!(memo.next_after(&every_five_again, T0), Some(T0 + 5_000));
+        assert!(
+            memo.config
+                .as_ref()
+                .is_some_and(|c| Arc::ptr_eq(c, &every_five_again)),
+            "the memo keeps the configuration it answers for"
+        );
+        assert_eq!(memo.answers, vec![(T0, Some(T0 + 5_000))]);
+    }
+
+    fn now() -> Now {
+        Now {
+            mono: Mono(0),
+            wall: DateTime::<Utc>::from_timestamp_millis(T0).unwrap_or_default(),
+        }
+    }
+
+    /// A machine hosting jobs `names`, added in that order.
+    fn hosting(names: &[&str]) -> Machine {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut m = Machine::new(MachineOptions::new(me));
+        for name in names {
+            let spec = JobSpec {
+                config: JobConfig::new(*name, 1),
+                job_type: "SCRIPT".to_owned(),
+            };
+            m.add_job(spec, now()).unwrap();
+        }
+        m
+    }
+
+    /// The jobs' table visits jobs in the order they were added and gives the sweep its
+    /// chunks after the last one it did, wrapping around to the first.
+    #[test]
+    fn the_jobs_table_and_the_sweeps_chunks() {
+        let empty = hosting(&[]);
+        assert!(empty.jobs.is_empty());
+        assert_eq!(empty.jobs.after(None, 3), []);
+
+        let mut m = hosting(&["e", "a", "d", "b", "c"]);
+        assert!(!m.jobs.is_empty());
+        assert_eq!(m.jobs.len(), 5);
+        let ids = m.jobs.ids();
+        let names: Vec<&str> = ids
+            .iter()
+            .filter_map(|id| m.jobs.get(id))
+            .map(Job::name)
+            .collect();
+        assert_eq!(names, ["e", "a", "d", "b", "c"], "in the order added");
+        assert_eq!(
+            m.jobs.names().collect::<Vec<_>>(),
+            ["a", "b", "c", "d", "e"],
+            "names in name order"
+        );
+        assert_eq!(m.jobs.id("d"), Some(ids[2]));
+        assert_eq!(m.jobs.id("x"), None);
+        let at = |k: &[usize]| k.iter().map(|k| ids[*k]).collect::<Vec<_>>();
+        #[rustfmt::skip]
+        let cases: [(Option<usize>, usize, Vec<JobId>); 7] = [
+            (None, 2, at(&[0, 1])),
+            (None, 5, at(&[0, 1, 2, 3, 4])),
+            (Some(1), 2, at(&[2, 3])),
+            (Some(2), 2, at(&[3, 4])),
+            (Some(3), 3, at(&[4, 0, 1])),
+            (Some(4), 2, at(&[0, 1])),
+            (Some(2), 5, at(&[3, 4, 0, 1, 2])),
+        ];
+        for (after, n, want) in cases {
+            assert_eq!(
+                m.jobs.after(after.map(|k| ids[k]), n),
+                want,
+                "{n} after {after:?}"
+            );
+        }
+
+        // A removed job's id is not given again; the table goes on without it.
+        assert!(m.jobs.remove(&ids[2]).is_some());
+        assert_eq!(m.jobs.id("d"), None);
+        assert_eq!(m.jobs.after(Some(ids[1]), 2), at(&[3, 4]));
+        m.jobs.clear();
+        assert!(m.jobs.is_empty());
+    }
+}

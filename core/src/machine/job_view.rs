@@ -122,3 +122,53 @@ impl JobView {
             .is_ok_and(|id| self.instances.contains(&id) && !self.unbound.contains_key(&id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> InstanceId {
+        InstanceId::new(s).unwrap()
+    }
+
+    /// A server is enabled unless its node says DISABLED (blanks around it aside); an absent
+    /// node is enabled. Only the instances on enabled servers are eligible, in their order.
+    #[test]
+    fn disabled_servers_and_the_eligible_instances() {
+        let mut view = JobView::default();
+        for (ip, value) in [
+            ("10.0.0.1", "ENABLED"),
+            ("10.0.0.2", "DISABLED"),
+            ("10.0.0.3", " DISABLED\n"),
+            ("10.0.0.4", ""),
+            ("10.0.0.5", "disabled"),
+        ] {
+            view.servers.insert(ip.to_owned(), value.to_owned());
+        }
+        #[rustfmt::skip]
+        let cases = [
+            ("10.0.0.1", true),
+            ("10.0.0.2", false),
+            ("10.0.0.3", false),
+            ("10.0.0.4", true),
+            ("10.0.0.5", true),
+            ("10.0.0.6", true),
+        ];
+        for (ip, enabled) in cases {
+            assert_eq!(view.server_enabled(ip), enabled, "server {ip}");
+        }
+        for s in [
+            "10.0.0.6@-@6",
+            "10.0.0.1@-@1",
+            "10.0.0.2@-@2",
+            "10.0.0.3@-@3",
+            "10.0.0.1@-@7",
+        ] {
+            view.instances.insert(id(s));
+        }
+        assert_eq!(
+            view.eligible(false),
+            [id("10.0.0.1@-@1"), id("10.0.0.1@-@7"), id("10.0.0.6@-@6")]
+        );
+    }
+}

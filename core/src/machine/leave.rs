@@ -221,3 +221,136 @@ impl Machine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::machine::job_view::ItemView;
+    use crate::registry::{SessionId, Stat};
+
+    const SID: SessionId = SessionId(7);
+
+    fn id(s: &str) -> InstanceId {
+        InstanceId::new(s).unwrap()
+    }
+
+    fn stat(version: i64, owner: Option<SessionId>) -> Stat {
+        Stat {
+            version: Version(version),
+            created: Revision(1),
+            modified: Revision(1),
+            ephemeral_owner: owner,
+        }
+    }
+
+    /// A machine of instance `me` hosting job `j`, with a run going here of item 3.
+    fn hosting(me: &InstanceId) -> Machine {
+        let mut m = Machine::new(MachineOptions::new(me.clone()));
+        let spec = JobSpec {
+            config: JobConfig::new("j", 4),
+            job_type: "SCRIPT".to_owned(),
+        };
+        let now = Now {
+            mono: Mono(0),
+            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000).unwrap_or_default(),
+        };
+        m.add_job(spec, now).unwrap();
+        if let Some((_, j)) = m.jobs.named_mut("j") {
+            j.running.insert(3, ExecutionId(1));
+        }
+        m
+    }
+
+    /// What a leaving instance deletes, by what the registry shows: its claims whose reply
+    /// was lost (run markers and failover nodes of its session no run here holds, within the
+    /// limit), its instance node, its leadership, its trigger, and its server node when no
+    /// other instance is on the server and no operator disabled it.
+    #[test]
+    fn what_a_leaving_instance_deletes() {
+        let me = id("10.0.0.1@-@1");
+        let m = hosting(&me);
+        let j = m.jobs.named("j").unwrap();
+        let p = &j.paths;
+        let mut base = JobView::default();
+        base.instances.insert(me.clone());
+        base.servers
+            .insert("10.0.0.1".to_owned(), "ENABLED".to_owned());
+        let mine = |v: i64| Some((me.as_str().to_owned(), stat(v, Some(SID))));
+        // Item 0: a marker of this session; 1: this session's failover node; 2: a marker of
+        // an earlier session; 3: this session's marker, of the run going here.
+        for (item, running, failover) in [
+            (0, mine(4), None),
+            (1, None, Some(stat(5, Some(SID)))),
+            (
+                2,
+                Some((me.as_str().to_owned(), stat(6, Some(SessionId(3))))),
+                None,
+            ),
+            (3, mine(8), None),
+        ] {
+            let v = ItemView {
+                exists: true,
+                running,
+                failover,
+                ..ItemView::default()
+            };
+            base.items.insert(item, Box::new(v));
+        }
+        let session = TxnOp::Check(Check::Session(SID));
+        let claims = vec![
+            TxnOp::Delete {
+                path: p.item_running(0),
+                expected: Some(Version(4)),
+            },
+            TxnOp::Delete {
+                path: p.item_failover(1),
+                expected: Some(Version(5)),
+            },
+        ];
+        let instance = [TxnOp::delete(p.instance(&me))];
+        let lead = [
+            TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+            TxnOp::delete(p.leader_instance()),
+        ];
+        let server = [
+            TxnOp::Check(Check::Value(p.server_of(&me), b"ENABLED".to_vec())),
+            TxnOp::delete(p.server_of(&me)),
+        ];
+        let ops = |parts: &[&[TxnOp]]| -> Vec<TxnOp> {
+            std::iter::once(session.clone())
+                .chain(parts.iter().flat_map(|p| p.iter().cloned()))
+                .collect()
+        };
+
+        let mut leader = base.clone();
+        leader.leader = Some(me.as_str().to_owned());
+        leader.triggers.insert(me.clone(), String::new());
+        let mut neighbour = base.clone();
+        neighbour.instances.insert(id("10.0.0.1@-@2"));
+        let mut elsewhere = base.clone();
+        elsewhere.instances.insert(id("10.0.0.2@-@2"));
+        elsewhere.leader = Some("10.0.0.2@-@2".to_owned());
+        let mut disabled = base.clone();
+        disabled
+            .servers
+            .insert("10.0.0.1".to_owned(), " DISABLED".to_owned());
+        let mut gone = base.clone();
+        gone.instances.remove(&me);
+        let mut no_server = base.clone();
+        no_server.servers.remove("10.0.0.1");
+        #[rustfmt::skip]
+        let cases: Vec<(&str, &JobView, Option<usize>, Vec<TxnOp>)> = vec![
+            ("alone on the server", &base, None, ops(&[&claims, &instance, &server])),
+            ("the leader, with a trigger", &leader, None, ops(&[&claims, &instance, &lead, &[TxnOp::delete(p.trigger(&me))], &server])),
+            ("another instance on the server keeps it", &neighbour, None, ops(&[&claims, &instance])),
+            ("another server's instance does not", &elsewhere, None, ops(&[&claims, &instance, &server])),
+            ("a server an operator disabled stays", &disabled, None, ops(&[&claims, &instance])),
+            ("the instance node gone already", &gone, None, ops(&[&claims, &server])),
+            ("no server node", &no_server, None, ops(&[&claims, &instance])),
+            ("the claims within the limit", &base, Some(1), ops(&[&claims[..1], &instance, &server])),
+        ];
+        for (what, view, limit, want) in cases {
+            assert_eq!(leave_ops(j, view, &me, SID, limit), want, "{what}");
+        }
+    }
+}

@@ -552,3 +552,80 @@ impl Machine {
 
     // ----- session -----
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A custom strategy that gives every item to the first candidate.
+    #[derive(Debug)]
+    struct Named(&'static str);
+
+    impl ShardingStrategy for Named {
+        fn name(&self) -> &str {
+            self.0
+        }
+        fn shard(&self, candidates: &[InstanceId], job_name: &str, total: u32) -> Assignment {
+            BuiltinStrategy::AverageAllocation.shard(&candidates[..1], job_name, total)
+        }
+    }
+
+    fn now() -> Now {
+        Now {
+            mono: Mono(0),
+            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000).unwrap_or_default(),
+        }
+    }
+
+    fn spec(strategy: &str) -> JobSpec {
+        let mut config = JobConfig::new("j", 2);
+        config.job_sharding_strategy_type = strategy.to_owned();
+        JobSpec {
+            config,
+            job_type: "SCRIPT".to_owned(),
+        }
+    }
+
+    /// A custom strategy is refused under an empty name, a built-in one's or one taken; once
+    /// registered, a job may name it, which it may not before.
+    #[test]
+    fn custom_strategies_by_name() {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut m = Machine::new(MachineOptions::new(me));
+        assert!(
+            matches!(
+                m.add_job(spec("mine"), now()),
+                Err(MachineError::InvalidConfig { .. })
+            ),
+            "a job may not name a strategy not registered"
+        );
+        #[rustfmt::skip]
+        let cases: [(&str, &'static str, Option<&str>); 5] = [
+            ("an empty name", "", Some("the name is empty")),
+            ("a blank name", "  ", Some("the name is empty")),
+            ("a built-in name", BuiltinStrategy::default().as_str(), Some("the name is a built-in strategy's")),
+            ("a new name", "mine", None),
+            ("a name taken", "mine", Some("a strategy of that name is registered already")),
+        ];
+        for (what, name, refused) in cases {
+            let got = m.add_strategy(Arc::new(Named(name)));
+            match refused {
+                None => assert_eq!(got, Ok(()), "{what}"),
+                Some(why) => assert_eq!(
+                    got,
+                    Err(MachineError::StrategyName {
+                        name: name.to_owned(),
+                        why
+                    }),
+                    "{what}"
+                ),
+            }
+        }
+        assert_eq!(
+            m.add_job(spec("mine"), now()),
+            Ok(()),
+            "registered: the job is valid"
+        );
+        assert_eq!(m.job_names().collect::<Vec<_>>(), ["j"]);
+    }
+}

@@ -282,3 +282,176 @@ impl Machine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now(mono: u64) -> Now {
+        Now {
+            mono: Mono(mono),
+            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000 + mono as i64)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A machine hosting job `j`, active, and the job's id.
+    fn hosting() -> (Machine, JobId) {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut m = Machine::new(MachineOptions::new(me));
+        let spec = JobSpec {
+            config: JobConfig::new("j", 4),
+            job_type: "SCRIPT".to_owned(),
+        };
+        m.add_job(spec, now(0)).unwrap();
+        let id = m.jobs.id("j").unwrap();
+        if let Some(j) = m.jobs.get_mut(&id) {
+            j.phase = Phase::Active;
+        }
+        (m, id)
+    }
+
+    fn commands(m: &mut Machine) -> Vec<Command> {
+        std::iter::from_fn(|| m.poll_command()).collect()
+    }
+
+    fn conflict() -> RegistryReply {
+        RegistryReply::Failed(RegistryError::NodeExists(NodePath::new("/j/x").unwrap()))
+    }
+
+    /// What a transaction's reply reports, by its purpose and outcome: a conflict of an
+    /// election or of a trigger's consumption is a race lost, not a failure; every other
+    /// failure is reported. A consumed trigger is queued only once its node's deletion is
+    /// committed.
+    #[test]
+    fn what_a_reply_reports_and_queues() {
+        let failed = |purpose: &'static str, error: RegistryError| {
+            vec![Command::Event(MachineEvent::RegistryFailed {
+                job: Some("j".to_owned()),
+                purpose,
+                error,
+            })]
+        };
+        let trigger = || Purpose::ConsumeTrigger {
+            parameter: "p".to_owned(),
+        };
+        let exists = RegistryError::NodeExists(NodePath::new("/j/x").unwrap());
+        #[rustfmt::skip]
+        #[allow(clippy::type_complexity)]
+        let cases: Vec<(&str, Purpose, RegistryReply, Vec<Command>, Vec<&str>)> = vec![
+            ("a trigger consumed", trigger(), RegistryReply::Transacted(Vec::new()), vec![], vec!["p"]),
+            ("a trigger taken by another", trigger(), conflict(), vec![], vec![]),
+            ("a trigger not consumed", trigger(), RegistryReply::Failed(RegistryError::Timeout), failed("trigger", RegistryError::Timeout), vec![]),
+            ("an election lost", Purpose::Elect, conflict(), vec![], vec![]),
+            ("an election failed", Purpose::Elect, RegistryReply::Failed(RegistryError::Timeout), failed("election", RegistryError::Timeout), vec![]),
+            ("a setup refused", Purpose::Setup, conflict(), failed("setup", exists.clone()), vec![]),
+            ("a flag refused", Purpose::Flag, conflict(), failed("re-sharding flag", exists), vec![]),
+        ];
+        for (what, purpose, reply, events, queued) in cases {
+            let (mut m, id) = hosting();
+            m.on_txn(Some(id), purpose, reply, now(10));
+            assert_eq!(commands(&mut m), events, "{what}: events");
+            let j = m.jobs.get(&id).unwrap();
+            assert_eq!(j.triggers, queued, "{what}: the triggers queued");
+        }
+    }
+
+    /// A re-shard written in parts reports its progress each time another
+    /// `RESHARD_PROGRESS_STEP` items are written, and its last part the new plan, with the
+    /// items moved while they ran, once each.
+    #[test]
+    fn a_reshard_in_parts_reports_its_progress_and_its_end() {
+        let (mut m, id) = hosting();
+        if let Some(j) = m.jobs.get_mut(&id) {
+            j.leader = Some(Box::default());
+        }
+        let step = RESHARD_PROGRESS_STEP;
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let owners = BTreeMap::from([(0, me.clone()), (1, me)]);
+        let part = |items: usize, remaining: usize, last: bool, moved: Vec<u32>| Purpose::Reshard {
+            owners: if last {
+                owners.clone()
+            } else {
+                BTreeMap::new()
+            },
+            moved_running: moved,
+            last,
+            units: items,
+            items,
+            remaining,
+        };
+        let progress = |written: usize, total: usize| {
+            vec![Command::Event(MachineEvent::ReshardProgress {
+                job: "j".to_owned(),
+                written,
+                total,
+            })]
+        };
+        #[rustfmt::skip]
+        let cases: Vec<(Purpose, Vec<Command>)> = vec![
+            (part(step / 2 + 1, 2 * step, false, vec![3]), vec![]),
+            (part(step / 2 + 1, step, false, vec![1, 3]), progress(step + 2, 2 * step + 2)),
+            (part(step / 2, step / 2, false, vec![]), vec![]),
+            (part(step / 2, 0, true, vec![2]), vec![Command::Event(MachineEvent::Resharded {
+                job: "j".to_owned(),
+                owners: owners.clone(),
+                moved_running: vec![1, 2, 3],
+            })]),
+            // The next re-shard counts from nothing.
+            (part(step - 1, 1, false, vec![]), vec![]),
+        ];
+        for (k, (purpose, events)) in cases.into_iter().enumerate() {
+            m.on_txn(
+                Some(id),
+                purpose,
+                RegistryReply::Transacted(Vec::new()),
+                now(10),
+            );
+            assert_eq!(commands(&mut m), events, "part {k}");
+        }
+    }
+
+    /// Conflicts in a row back off, and the fourth reads the job's subtree again (the cache
+    /// may have missed an event); a success in between starts the count again.
+    #[test]
+    fn the_fourth_conflict_in_a_row_reloads() {
+        let (mut m, id) = hosting();
+        let loads = |m: &mut Machine| {
+            commands(m)
+                .into_iter()
+                .filter(|c| {
+                    matches!(
+                        c,
+                        Command::Registry {
+                            op: RegistryOp::GetTree(_),
+                            ..
+                        }
+                    )
+                })
+                .count()
+        };
+        let mut t = 0;
+        let mut reply = |m: &mut Machine, reply: RegistryReply| {
+            t += 10_000;
+            if let Some(j) = m.jobs.get_mut(&id) {
+                j.wait = Wait::Idle;
+            }
+            m.on_txn(Some(id), Purpose::Setup, reply, now(t));
+            loads(m)
+        };
+        for k in 1..=3 {
+            assert_eq!(reply(&mut m, conflict()), 0, "conflict {k}: no reload");
+            assert!(
+                matches!(m.jobs.get(&id).unwrap().wait, Wait::Backoff { .. }),
+                "conflict {k}: backs off"
+            );
+        }
+        assert_eq!(reply(&mut m, RegistryReply::Transacted(Vec::new())), 0);
+        for k in 1..=3 {
+            assert_eq!(reply(&mut m, conflict()), 0, "conflict {k} after a success");
+        }
+        assert_eq!(reply(&mut m, conflict()), 1, "the fourth reloads");
+        assert!(m.jobs.get(&id).unwrap().loading());
+        assert_eq!(m.jobs.get(&id).unwrap().backoff, 0);
+    }
+}

@@ -216,3 +216,76 @@ impl Machine {
         next
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now(mono: u64) -> Now {
+        Now {
+            mono: Mono(mono),
+            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000 + mono as i64)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// A machine hosting `n` jobs.
+    fn hosting(n: usize, safety_sweep: bool) -> Machine {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut opts = MachineOptions::new(me);
+        opts.safety_sweep = safety_sweep;
+        let mut m = Machine::new(opts);
+        for k in 0..n {
+            let spec = JobSpec {
+                config: JobConfig::new(format!("j{k}"), 1),
+                job_type: "SCRIPT".to_owned(),
+            };
+            m.add_job(spec, now(0)).unwrap();
+        }
+        m
+    }
+
+    /// The safety sweep evaluates a tenth of the jobs (rounded up) every tenth of
+    /// `SWEEP_MS`, each slice from where the last one left off, wrapping around; a slice that
+    /// comes as runs are handed out waits a millisecond; without the sweep there is none.
+    #[test]
+    fn the_safety_sweep_takes_a_tenth_of_the_jobs_each_tenth_of_its_period() {
+        let tenth = SWEEP_MS / 10;
+        let mut m = hosting(25, true);
+        let ids = m.jobs.ids();
+        let at = |k: &[usize]| k.iter().map(|k| ids[*k]).collect::<Vec<_>>();
+        #[rustfmt::skip]
+        let cases: Vec<(u64, bool, Vec<JobId>)> = vec![
+            (tenth - 1, false, vec![]),
+            (tenth, false, at(&[0, 1, 2])),
+            (tenth + tenth / 2, false, vec![]),
+            (2 * tenth, false, at(&[3, 4, 5])),
+            (3 * tenth, true, vec![]),
+            (3 * tenth + 1, false, at(&[6, 7, 8])),
+            (4 * tenth, false, at(&[9, 10, 11])),
+            (5 * tenth, false, at(&[12, 13, 14])),
+            (6 * tenth, false, at(&[15, 16, 17])),
+            (7 * tenth, false, at(&[18, 19, 20])),
+            (8 * tenth, false, at(&[21, 22, 23])),
+            (9 * tenth, false, at(&[24, 0, 1])),
+        ];
+        for (t, started, want) in cases {
+            assert_eq!(m.sweep_slice(started, now(t)), want, "at {t} ms");
+        }
+
+        let mut off = hosting(25, false);
+        for t in [tenth, 2 * tenth, SWEEP_MS, 2 * SWEEP_MS] {
+            assert_eq!(off.sweep_slice(false, now(t)), [], "no sweep, at {t} ms");
+        }
+    }
+
+    /// The next start is the earliest of the runs claimed ahead; none without one.
+    #[test]
+    fn the_next_start_is_the_earliest_claimed_ahead() {
+        let mut m = hosting(1, true);
+        assert_eq!(m.next_start(), None);
+        m.timers.starts.insert((Mono(7_000), ExecutionId(1)));
+        m.timers.starts.insert((Mono(5_000), ExecutionId(9)));
+        assert_eq!(m.next_start(), Some(Mono(5_000)));
+    }
+}

@@ -201,7 +201,144 @@ pub(crate) fn note_marker(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Stat;
+    use crate::registry::{Node, Stat};
+
+    /// A node as the registry shows it: run markers held by a live session, the rest
+    /// persistent.
+    fn node(path: &str, data: Vec<u8>) -> Node {
+        Node {
+            path: NodePath::new(path).unwrap(),
+            data,
+            stat: Stat {
+                version: Version(0),
+                created: Revision(1),
+                modified: Revision(1),
+                ephemeral_owner: path
+                    .ends_with("/running")
+                    .then_some(crate::registry::SessionId(8)),
+            },
+        }
+    }
+
+    fn record(instance: &str) -> Vec<u8> {
+        ItemRecord {
+            done: Some(5),
+            run: Some(RunRecord {
+                fire: 10,
+                kind: RunKind::Scheduled,
+                instance: InstanceId::new(instance).unwrap(),
+            }),
+        }
+        .to_bytes()
+    }
+
+    /// Whether a change to an item's run marker or record bears on this instance's decisions,
+    /// on an active job of four items, with the registry holding `leader` (if any) and these
+    /// items (owner, `running` holder, recorded run's instance, failover node); `idle` says this
+    /// instance leads and found the plan to need nothing since it last changed.
+    #[test]
+    fn which_run_changes_bear_on_this_instance() {
+        const ME: &str = "10.0.0.1@-@1";
+        const OTHER: &str = "10.0.0.2@-@2";
+        type Item = (
+            u32,
+            &'static str,
+            Option<&'static str>,
+            Option<&'static str>,
+            bool,
+        );
+        let items: [Item; 7] = [
+            (0, ME, None, None, false),
+            (1, OTHER, None, None, false),
+            (2, OTHER, Some(OTHER), Some(OTHER), false),
+            (3, OTHER, Some(ME), None, false),
+            (4, OTHER, None, Some(ME), false),
+            (5, OTHER, None, Some(OTHER), false),
+            (6, OTHER, None, Some(OTHER), true),
+        ];
+        let me = InstanceId::new(ME).unwrap();
+        let mut m = Machine::new(MachineOptions::new(me.clone()));
+        let spec = JobSpec {
+            config: JobConfig::new("j", 7),
+            job_type: "SCRIPT".to_owned(),
+        };
+        let now = Now {
+            mono: Mono(0),
+            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000).unwrap_or_default(),
+        };
+        m.add_job(spec, now).unwrap();
+        let id = m.jobs.id("j").unwrap();
+        let load = |m: &mut Machine, leader: Option<&str>, idle: bool, total: u32| {
+            let mut nodes = vec![node("/j", Vec::new())];
+            if let Some(l) = leader {
+                nodes.push(node("/j/leader/election/instance", l.into()));
+            }
+            for (i, owner, running, run, failover) in items {
+                let item = format!("/j/sharding/{i}");
+                nodes.push(node(&format!("{item}/instance"), owner.into()));
+                if let Some(h) = running {
+                    nodes.push(node(&format!("{item}/running"), h.into()));
+                }
+                if let Some(r) = run {
+                    nodes.push(node(&format!("{item}/execution"), record(r)));
+                }
+                if failover {
+                    nodes.push(node(&format!("{item}/failover"), OTHER.into()));
+                }
+            }
+            let Some(j) = m.jobs.get_mut(&id) else {
+                return;
+            };
+            j.cache.load(nodes, Some(Revision(1)), &me);
+            j.phase = Phase::Active;
+            j.config = Some(Arc::new(JobConfig::new("j", total)));
+            j.leader = (leader == Some(ME)).then(|| {
+                Box::new(LeaderState {
+                    idle: idle.then_some(j.cache.plan_version),
+                    ..LeaderState::default()
+                })
+            });
+        };
+        let bearing =
+            |m: &Machine| -> Vec<u32> { (0..7).filter(|i| m.bears_on_me(id, *i)).collect() };
+        #[rustfmt::skip]
+        #[allow(clippy::type_complexity)]
+        let cases: [(&str, Option<&str>, bool, u32, Vec<u32>); 5] = [
+            ("led by another: mine, run or recorded by me, and the orphan", Some(OTHER), false, 7, vec![0, 3, 4, 5]),
+            ("no leader: an election is due", None, false, 7, (0..7).collect()),
+            ("led here, the plan to work out", Some(ME), false, 7, (0..7).collect()),
+            ("led here, the plan needing nothing", Some(ME), true, 7, vec![0, 3, 4, 5]),
+            ("led here, items beyond the count to remove", Some(ME), true, 5, vec![0, 3, 4, 5, 6]),
+        ];
+        for (what, leader, idle, total, want) in cases {
+            load(&mut m, leader, idle, total);
+            assert_eq!(bearing(&m), want, "{what}");
+        }
+
+        // Every event applied counts as a change of its job, whether it is decided on or not
+        // (the wake audit looks again only at the jobs that changed).
+        load(&mut m, Some(OTHER), false, 7);
+        m.changes = 5;
+        for (k, rev) in [(6, 2), (7, 3)] {
+            let ev = crate::registry::WatchEvent {
+                kind: crate::registry::WatchEventKind::Changed,
+                path: NodePath::new("/j/sharding/2/execution").unwrap(),
+                data: record(OTHER),
+                stat: Some(Stat {
+                    version: Version(rev),
+                    created: Revision(1),
+                    modified: Revision(rev as u64),
+                    ephemeral_owner: None,
+                }),
+                revision: Some(Revision(rev as u64)),
+            };
+            let mut touched = Vec::new();
+            m.apply_node_event(ev, &mut touched, now);
+            assert_eq!(m.changes, k);
+            assert_eq!(m.jobs.get(&id).unwrap().changed, k);
+            assert!(touched.iter().all(|t| !t.others && t.items == [2]));
+        }
+    }
 
     /// A marker no session holds is noted at its first sight, kept through changes of its
     /// data, renewed with a new creation, and forgotten when deleted or bound to a session.

@@ -164,4 +164,88 @@ mod tests {
             );
         }
     }
+
+    /// An orphan is an item of the job's first `n` with a recorded run, no `running` marker
+    /// and no failover node, not running here, and enabled (or disabled items run, a planted
+    /// bug). A finished item of an instance that is gone is no orphan, but for the planted bug
+    /// `failover_finished`, which takes any item with a fire done whose owner is gone (the
+    /// failed-over item 2 too).
+    #[test]
+    fn which_items_are_orphans() {
+        use crate::machine::job_view::ItemView;
+        use crate::machine::record::{ItemRecord, RunKind, RunRecord};
+        use crate::registry::{Revision, Stat, Version};
+
+        let (live, dead) = (id("10.0.0.1@-@1"), id("10.0.0.2@-@2"));
+        let stat = Stat {
+            version: Version(0),
+            created: Revision(1),
+            modified: Revision(1),
+            ephemeral_owner: None,
+        };
+        let ran = ItemRecord {
+            done: Some(5),
+            run: Some(RunRecord {
+                fire: 10,
+                kind: RunKind::Scheduled,
+                instance: dead.clone(),
+            }),
+        };
+        let finished = ItemRecord {
+            done: Some(10),
+            run: None,
+        };
+        let item = |record: &ItemRecord, owner: &InstanceId| ItemView {
+            exists: true,
+            owner: Some(owner.clone()),
+            record: Some((record.clone(), Version(1))),
+            ..ItemView::default()
+        };
+        let mut view = JobView::default();
+        view.instances.insert(live.clone());
+        // 0: its run died; 1: its run goes on; 2: failed over already; 3: disabled;
+        // 4: finished, its owner gone; 5: finished, its owner live; 6: no record;
+        // 7: its run died, running here; 8: its run died, beyond the count.
+        let items = [
+            item(&ran, &dead),
+            ItemView {
+                running: Some((dead.as_str().to_owned(), stat)),
+                ..item(&ran, &dead)
+            },
+            ItemView {
+                failover: Some(stat),
+                ..item(&ran, &dead)
+            },
+            ItemView {
+                disabled: true,
+                ..item(&ran, &dead)
+            },
+            item(&finished, &dead),
+            item(&finished, &live),
+            ItemView {
+                record: None,
+                ..item(&ran, &dead)
+            },
+            item(&ran, &live),
+            item(&ran, &dead),
+        ];
+        for (i, v) in (0..).zip(items) {
+            view.items.insert(i, Box::new(v));
+        }
+        let here = |i: u32| i == 7;
+        #[rustfmt::skip]
+        let cases: [(&str, bool, bool, Vec<u32>); 4] = [
+            ("as designed", false, false, vec![0]),
+            ("disabled items run (planted)", true, false, vec![0, 3]),
+            ("finished items of the dead (planted)", false, true, vec![0, 2, 4]),
+            ("both planted", true, true, vec![0, 2, 3, 4]),
+        ];
+        for (what, run_disabled, failover_finished, want) in cases {
+            assert_eq!(
+                orphans(&view, 8, here, run_disabled, failover_finished),
+                want,
+                "{what}"
+            );
+        }
+    }
 }

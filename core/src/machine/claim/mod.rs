@@ -484,3 +484,218 @@ pub(crate) fn record_write(path: NodePath, record: &ItemRecord, version: Option<
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::CronExpr;
+    use crate::machine::job_view::ItemView;
+    use crate::registry::SessionId;
+
+    /// 2026-01-01 00:00:00 UTC, a whole minute.
+    const T0: i64 = 1_767_225_600_000;
+    const SID: SessionId = SessionId(7);
+
+    fn id(s: &str) -> InstanceId {
+        InstanceId::new(s).unwrap()
+    }
+
+    fn at(wall_ms: i64) -> Now {
+        Now {
+            mono: Mono(u64::try_from(wall_ms - T0).unwrap_or(0)),
+            wall: DateTime::<Utc>::from_timestamp_millis(wall_ms).unwrap_or_default(),
+        }
+    }
+
+    /// Job `j` of two items firing every five seconds, hosted by a machine of `me`.
+    fn hosting(me: &InstanceId, failover: bool) -> (Machine, Arc<JobConfig>) {
+        let mut config =
+            JobConfig::new("j", 2).with_cron(CronExpr::parse("0/5 * * * * ?").unwrap());
+        config.failover = failover;
+        let mut m = Machine::new(MachineOptions::new(me.clone()));
+        let spec = JobSpec {
+            config: config.clone(),
+            job_type: "SCRIPT".to_owned(),
+        };
+        m.add_job(spec, at(T0)).unwrap();
+        (m, Arc::new(config))
+    }
+
+    /// Items 0 and 1 of `owner`, with these records (at version 3), running nowhere.
+    fn view(me: &InstanceId, owner: &InstanceId, records: [ItemRecord; 2]) -> JobView {
+        let mut view = JobView::default();
+        view.instances.insert(me.clone());
+        for (item, record) in (0..).zip(records) {
+            let v = ItemView {
+                exists: true,
+                owner: Some(owner.clone()),
+                record: Some((record, Version(3))),
+                ..ItemView::default()
+            };
+            view.items.insert(item, Box::new(v));
+        }
+        view
+    }
+
+    fn run(fire: i64, kind: RunKind, instance: &InstanceId) -> Option<RunRecord> {
+        Some(RunRecord {
+            fire,
+            kind,
+            instance: instance.clone(),
+        })
+    }
+
+    /// The claim decision's transaction and its groups: (fire, kind, counts as a fire, the
+    /// items with the record each will have).
+    #[allow(clippy::type_complexity)]
+    fn decide(
+        m: &Machine,
+        view: &JobView,
+        config: &Arc<JobConfig>,
+        now: Now,
+    ) -> (
+        Vec<TxnOp>,
+        Vec<(i64, RunKind, bool, Vec<(u32, ItemRecord)>)>,
+    ) {
+        let j = m.jobs.named("j").unwrap();
+        let cx = Ctx {
+            me: &m.me,
+            sid: SID,
+            opts: &m.opts,
+            now,
+        };
+        let mut memo = FireMemo::default();
+        let d = claims(j, view, config, &cx, false, &mut memo, &mut Vec::new());
+        let Some(Action::Txn(Purpose::Claim(groups), ops)) = d.action else {
+            panic!("no claim");
+        };
+        let groups = groups
+            .into_iter()
+            .map(|c| {
+                let items = c.items.into_iter().map(|i| (i.item, i.record)).collect();
+                (c.fire, c.kind, c.counts_as_fire, items)
+            })
+            .collect();
+        (ops, groups)
+    }
+
+    /// A claim of this instance's due items checks, in the registry, its session, that it is
+    /// still registered, and for each item that it still owns it and that no operator disabled
+    /// it (the cache may not show either yet); it creates the session's `running` markers and
+    /// writes each record over the version it read.
+    #[test]
+    fn a_claim_checks_the_owner_and_the_disable_in_the_registry() {
+        let me = id("10.0.0.1@-@1");
+        let (m, config) = hosting(&me, false);
+        let done = ItemRecord {
+            done: Some(T0),
+            run: None,
+        };
+        let view = view(&me, &me, [done.clone(), done]);
+        let fire = T0 + 5_000;
+        let (ops, groups) = decide(&m, &view, &config, at(fire));
+        let p = &m.jobs.named("j").unwrap().paths;
+        let record = ItemRecord {
+            done: Some(T0),
+            run: run(fire, RunKind::Scheduled, &me),
+        };
+        let mut want = vec![
+            TxnOp::Check(Check::Session(SID)),
+            TxnOp::Check(Check::Exists(p.instance(&me))),
+        ];
+        for i in 0..2 {
+            want.extend([
+                TxnOp::Check(Check::Value(p.item_instance(i), me.as_str().into())),
+                TxnOp::Check(Check::Absent(p.item_disabled(i))),
+                TxnOp::create_ephemeral(p.item_running(i), me.as_str()),
+                TxnOp::Set {
+                    path: p.item_execution(i),
+                    data: record.to_bytes(),
+                    expected: Some(Version(3)),
+                },
+            ]);
+        }
+        assert_eq!(ops, want);
+        assert_eq!(
+            groups,
+            [(
+                fire,
+                RunKind::Scheduled,
+                true,
+                vec![(0, record.clone()), (1, record)]
+            )]
+        );
+    }
+
+    /// A failover claim re-runs the dead run's fire: a scheduled fire's run is recorded as a
+    /// failover, a manual trigger's stays a trigger (its time is no fire, and must not count as
+    /// one even if this run dies too); each checks the disable in the registry and creates
+    /// the session's `running` marker and `failover` node.
+    #[test]
+    fn a_failover_claim_keeps_a_triggers_run_a_trigger() {
+        let (me, dead) = (id("10.0.0.1@-@1"), id("10.0.0.2@-@2"));
+        let (m, config) = hosting(&me, true);
+        let (scheduled, triggered) = (T0 + 5_000, T0 + 3_000);
+        let view = view(
+            &me,
+            &dead,
+            [
+                ItemRecord {
+                    done: Some(T0),
+                    run: run(scheduled, RunKind::Scheduled, &dead),
+                },
+                ItemRecord {
+                    done: Some(T0),
+                    run: run(triggered, RunKind::Trigger, &dead),
+                },
+            ],
+        );
+        let (ops, groups) = decide(&m, &view, &config, at(T0 + 6_000));
+        let p = &m.jobs.named("j").unwrap().paths;
+        let records = [
+            ItemRecord {
+                done: Some(T0),
+                run: run(scheduled, RunKind::Failover, &me),
+            },
+            ItemRecord {
+                done: Some(T0),
+                run: run(triggered, RunKind::Trigger, &me),
+            },
+        ];
+        let mut want = vec![
+            TxnOp::Check(Check::Session(SID)),
+            TxnOp::Check(Check::Exists(p.instance(&me))),
+        ];
+        for (i, record) in (0..).zip(&records) {
+            want.extend([
+                TxnOp::Check(Check::Absent(p.item_disabled(i))),
+                TxnOp::create_ephemeral(p.item_running(i), me.as_str()),
+                TxnOp::create_ephemeral(p.item_failover(i), me.as_str()),
+                TxnOp::Set {
+                    path: p.item_execution(i),
+                    data: record.to_bytes(),
+                    expected: Some(Version(3)),
+                },
+            ]);
+        }
+        assert_eq!(ops, want);
+        let [scheduled_record, trigger_record] = records;
+        assert_eq!(
+            groups,
+            [
+                (
+                    triggered,
+                    RunKind::Trigger,
+                    false,
+                    vec![(1, trigger_record)]
+                ),
+                (
+                    scheduled,
+                    RunKind::Failover,
+                    true,
+                    vec![(0, scheduled_record)]
+                ),
+            ]
+        );
+    }
+}

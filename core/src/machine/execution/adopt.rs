@@ -177,3 +177,80 @@ impl Machine {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now(mono: u64) -> Now {
+        Now {
+            mono: Mono(mono),
+            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000 + mono as i64)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// An adoption of items `0..n`, all of one fire.
+    fn adoption(n: u32) -> Vec<(RunKey, Vec<(ExecItem, Revision)>)> {
+        let items = (0..n)
+            .map(|item| {
+                let it = ExecItem {
+                    item,
+                    running_version: Version(0),
+                    record_version: Version(1),
+                    record: ItemRecord::default(),
+                    failover: None,
+                };
+                (it, Revision(3))
+            })
+            .collect();
+        vec![((10, RunKind::Scheduled), items)]
+    }
+
+    /// An adoption the registry refused: as too large, the job's transactions are halved
+    /// (unless it is of one item, which fails as any other refusal); otherwise the job backs
+    /// off before it decides again.
+    #[test]
+    fn a_refused_adoption_splits_or_backs_off() {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let too_large = || RegistryError::TooLarge("too many operations".to_owned());
+        let conflict = || RegistryError::NodeExists(NodePath::new("/j/x").unwrap());
+        #[rustfmt::skip]
+        let cases: [(&str, u32, RegistryError, Option<usize>, bool); 4] = [
+            ("too large", 5, too_large(), Some(2), false),
+            ("too large, of one item", 1, too_large(), None, true),
+            ("a conflict", 5, conflict(), None, true),
+            ("a timeout", 5, RegistryError::Timeout, None, true),
+        ];
+        for (what, n, error, split, backs_off) in cases {
+            let mut m = Machine::new(MachineOptions::new(me.clone()));
+            let spec = JobSpec {
+                config: JobConfig::new("j", 8),
+                job_type: "SCRIPT".to_owned(),
+            };
+            m.add_job(spec, now(0)).unwrap();
+            let id = m.jobs.id("j").unwrap();
+            m.on_adopt(
+                Some(id),
+                adoption(n),
+                RegistryReply::Failed(error),
+                now(100),
+            );
+            let j = m.jobs.get(&id).unwrap();
+            assert_eq!(j.txn_items, split, "{what}: the job's limit");
+            assert_eq!(
+                matches!(j.wait, Wait::Backoff { .. }),
+                backs_off,
+                "{what}: backs off"
+            );
+            let events: Vec<Command> = std::iter::from_fn(|| m.poll_command()).collect();
+            let want = split.map(|items| {
+                Command::Event(MachineEvent::TxnSplit {
+                    job: "j".to_owned(),
+                    items,
+                })
+            });
+            assert_eq!(events, Vec::from_iter(want), "{what}: events");
+        }
+    }
+}

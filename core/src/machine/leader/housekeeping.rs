@@ -57,3 +57,101 @@ pub(crate) fn housekeeping(
     }
     Some(Action::Txn(Purpose::Housekeeping { last, units }, ops))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::SessionId;
+
+    const SID: SessionId = SessionId(7);
+
+    fn now(mono: u64) -> Now {
+        Now {
+            mono: Mono(mono),
+            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000 + mono as i64)
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The leader's housekeeping comes every `reconcileIntervalMinutes` (counted from the
+    /// last one's end; never when 0) and deletes the ENABLED server nodes no live instance is
+    /// on, at most `limit` per transaction; an operator's DISABLED stays.
+    #[test]
+    fn the_housekeeping_deletes_enabled_servers_left_behind_on_time() {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let mut m = Machine::new(MachineOptions::new(me.clone()));
+        let spec = JobSpec {
+            config: JobConfig::new("j", 1),
+            job_type: "SCRIPT".to_owned(),
+        };
+        m.add_job(spec, now(0)).unwrap();
+        let j = m.jobs.named("j").unwrap();
+        let p = &j.paths;
+        let mut view = JobView::default();
+        view.instances.insert(me.clone());
+        view.instances
+            .insert(InstanceId::new("10.0.0.2@-@2").unwrap());
+        for (ip, value) in [
+            ("10.0.0.1", "ENABLED"),
+            ("10.0.0.2", "ENABLED"),
+            ("10.0.0.5", "ENABLED"),
+            ("10.0.0.6", "DISABLED"),
+            ("10.0.0.7", "ENABLED"),
+        ] {
+            view.servers.insert(ip.to_owned(), value.to_owned());
+        }
+        let gone = |ip: &str| {
+            let path = p.server(ip).unwrap();
+            [
+                TxnOp::Check(Check::Value(path.clone(), b"ENABLED".to_vec())),
+                TxnOp::delete(path),
+            ]
+        };
+        let head = [
+            TxnOp::Check(Check::Session(SID)),
+            TxnOp::Check(Check::Value(p.leader_instance(), me.as_str().into())),
+        ];
+        let txn = |servers: &[&str]| -> Vec<TxnOp> {
+            head.iter()
+                .cloned()
+                .chain(servers.iter().flat_map(|ip| gone(ip)))
+                .collect()
+        };
+        let minute = 60_000;
+        #[rustfmt::skip]
+        #[allow(clippy::type_complexity)]
+        let cases: [(&str, u32, Option<usize>, u64, Option<(bool, usize, Vec<TxnOp>)>, Vec<Mono>); 5] = [
+            ("before the interval", 1, None, minute - 1, None, vec![Mono(minute)]),
+            ("at the interval", 1, None, minute, Some((true, 2, txn(&["10.0.0.5", "10.0.0.7"]))), vec![]),
+            ("later", 1, None, 2 * minute, Some((true, 2, txn(&["10.0.0.5", "10.0.0.7"]))), vec![]),
+            ("within the limit", 1, Some(1), minute, Some((false, 1, txn(&["10.0.0.5"]))), vec![]),
+            ("an interval of 0: never", 0, None, 10 * minute, None, vec![]),
+        ];
+        for (what, minutes, limit, at, want, want_wake) in cases {
+            let mut config = JobConfig::new("j", 1);
+            config.reconcile_interval_minutes = minutes;
+            let mut lead = LeaderState {
+                last_housekeeping: Some(Mono(0)),
+                ..LeaderState::default()
+            };
+            let mut wake = Vec::new();
+            let got = housekeeping(
+                &mut lead,
+                j,
+                &view,
+                &config,
+                &me,
+                SID,
+                limit,
+                now(at),
+                &mut wake,
+            );
+            let got = got.map(|action| match action {
+                Action::Txn(Purpose::Housekeeping { last, units }, ops) => (last, units, ops),
+                _ => panic!("{what}: not a housekeeping"),
+            });
+            assert_eq!(got, want, "{what}");
+            assert_eq!(wake, want_wake, "{what}: wake");
+        }
+    }
+}

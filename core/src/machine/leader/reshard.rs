@@ -428,3 +428,327 @@ pub(crate) fn assignment_problem(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Node, SessionId, Stat};
+
+    const SID: SessionId = SessionId(7);
+    const ME: &str = "10.0.0.1@-@1";
+    const GONE: &str = "10.0.0.9@-@9";
+    const WALL: i64 = 1_800_000_000_000;
+
+    fn now(mono: u64) -> Now {
+        Now {
+            mono: Mono(mono),
+            wall: DateTime::<Utc>::from_timestamp_millis(WALL + mono as i64).unwrap_or_default(),
+        }
+    }
+
+    /// A node as the registry shows it: instance nodes and run markers held by a session (an
+    /// instance's own or a live other's), the rest persistent.
+    fn node(path: &str, data: Vec<u8>) -> Node {
+        let held = path.contains("/instances/") || path.ends_with("/running");
+        Node {
+            path: NodePath::new(path).unwrap(),
+            data,
+            stat: Stat {
+                version: Version(0),
+                created: Revision(1),
+                modified: Revision(1),
+                ephemeral_owner: held.then_some(SessionId(8)),
+            },
+        }
+    }
+
+    /// Item `i` owned by `owner`, with a record.
+    fn item(i: u32, owner: &str) -> Vec<Node> {
+        let record = ItemRecord {
+            done: Some(WALL),
+            run: None,
+        };
+        vec![
+            node(&format!("/j/sharding/{i}"), Vec::new()),
+            node(&format!("/j/sharding/{i}/instance"), owner.into()),
+            node(&format!("/j/sharding/{i}/execution"), record.to_bytes()),
+        ]
+    }
+
+    /// A machine of `ME` hosting job `j`, at most `limit` items per transaction.
+    fn hosting(limit: Option<usize>) -> Machine {
+        let mut opts = MachineOptions::new(InstanceId::new(ME).unwrap());
+        opts.max_txn_items = limit;
+        let mut m = Machine::new(opts);
+        let spec = JobSpec {
+            config: JobConfig::new("j", 1),
+            job_type: "SCRIPT".to_owned(),
+        };
+        m.add_job(spec, now(0)).unwrap();
+        m
+    }
+
+    /// The job's cache holds `nodes`, `ME`'s instance node and its leadership.
+    fn show(m: &mut Machine, nodes: Vec<Node>) {
+        let me = InstanceId::new(ME).unwrap();
+        let mut all = vec![
+            node("/j", Vec::new()),
+            node(&format!("/j/instances/{ME}"), Vec::new()),
+            node("/j/leader/election/instance", ME.into()),
+        ];
+        all.extend(nodes);
+        if let Some((_, j)) = m.jobs.named_mut("j") {
+            j.cache.load(all, Some(Revision(1)), &me);
+        }
+    }
+
+    /// One part of a re-shard: the items it gives an owner, those it removes, and what its
+    /// purpose says (last, items, remaining, units).
+    #[derive(Debug, PartialEq, Eq)]
+    struct Part {
+        written: Vec<u32>,
+        removed: Vec<u32>,
+        last: bool,
+        items: usize,
+        remaining: usize,
+        units: usize,
+    }
+
+    fn part(written: &[u32], removed: &[u32], last: bool, remaining: usize, units: usize) -> Part {
+        Part {
+            written: written.to_vec(),
+            removed: removed.to_vec(),
+            last,
+            items: written.len() + removed.len(),
+            remaining,
+            units,
+        }
+    }
+
+    /// The leader's re-shard of job `j` of `total` items, past the debounce.
+    fn decide(m: &Machine, lead: &mut LeaderState, total: u32) -> (Part, Vec<TxnOp>) {
+        let j = m.jobs.named("j").unwrap();
+        let view = Arc::clone(j.cache.view());
+        let config = JobConfig::new("j", total);
+        let me = InstanceId::new(ME).unwrap();
+        let mut wake = Vec::new();
+        let got = reshard(
+            lead,
+            j,
+            &view,
+            &config,
+            None,
+            &me,
+            SID,
+            &m.opts,
+            now(1_000),
+            &mut wake,
+        );
+        let (purpose, ops) = match got {
+            Ok(Some(Action::Txn(purpose, ops))) => (purpose, ops),
+            Ok(_) => panic!("no re-shard"),
+            Err(problem) => panic!("no re-shard: {problem}"),
+        };
+        let Purpose::Reshard {
+            last,
+            items,
+            remaining,
+            units,
+            ..
+        } = purpose
+        else {
+            panic!("not a re-shard: {purpose:?}");
+        };
+        let p = &j.paths;
+        let written = (0..16)
+            .filter(|i| {
+                ops.iter().any(|op| {
+                    matches!(op, TxnOp::Create { path, .. } | TxnOp::Set { path, .. }
+                        if *path == p.item_instance(*i))
+                })
+            })
+            .collect();
+        let removed = (0..16)
+            .filter(|i| {
+                ops.iter()
+                    .any(|op| matches!(op, TxnOp::Delete { path, .. } if *path == p.item(*i)))
+            })
+            .collect();
+        let part = Part {
+            written,
+            removed,
+            last,
+            items,
+            remaining,
+            units,
+        };
+        (part, ops)
+    }
+
+    fn debounced() -> LeaderState {
+        LeaderState {
+            wanted: Some(Mono(0)),
+            ..LeaderState::default()
+        }
+    }
+
+    /// Within the transaction limit, moves go first (a unit each), then removals of items
+    /// beyond the count (two units each, but one alone always goes); the part that leaves
+    /// nothing behind is the last, and each says how many items are still to write.
+    #[test]
+    fn a_reshard_part_takes_moves_then_removals_within_the_limit() {
+        // Item 0 is mine, item 1 moves from an instance that is gone, item 2 is beyond a
+        // count of 2.
+        let moves = [item(0, ME), item(1, GONE), item(2, GONE)].concat();
+        let removals_only = [item(0, ME), item(1, ME), item(2, GONE)].concat();
+        #[rustfmt::skip]
+        let cases: [(&str, &[Node], Option<usize>, Part); 5] = [
+            ("no limit: one part", &moves, None, part(&[1], &[2], true, 0, 3)),
+            ("room for both", &moves, Some(3), part(&[1], &[2], true, 0, 3)),
+            ("no room for the removal", &moves, Some(2), part(&[1], &[], false, 1, 1)),
+            ("a removal alone", &removals_only, Some(1), part(&[], &[2], true, 0, 2)),
+            ("a removal alone, no limit", &removals_only, None, part(&[], &[2], true, 0, 2)),
+        ];
+        for (what, nodes, limit, want) in cases {
+            let mut m = hosting(limit);
+            show(&mut m, nodes.to_vec());
+            let (got, ops) = decide(&m, &mut debounced(), 2);
+            assert_eq!(got, want, "{what}");
+            let p = &m.jobs.named("j").unwrap().paths;
+            if want.removed.contains(&2) {
+                // The removed item goes with its nodes, deepest first.
+                let deletes: Vec<&TxnOp> = ops
+                    .iter()
+                    .filter(|op| matches!(op, TxnOp::Delete { .. }))
+                    .collect();
+                assert_eq!(
+                    deletes,
+                    [
+                        &TxnOp::delete(p.item_execution(2)),
+                        &TxnOp::delete(p.item_instance(2)),
+                        &TxnOp::delete(p.item(2)),
+                    ],
+                    "{what}"
+                );
+            }
+        }
+    }
+
+    /// A re-shard too large for one transaction takes its later parts from the plan worked
+    /// out for the first, each part after the items the last one wrote, even while the view
+    /// does not show those yet (a watch may report a transaction's nodes in several bursts);
+    /// the last part is worked out in full.
+    #[test]
+    fn a_reshard_in_parts_goes_on_from_its_plan() {
+        let mut m = hosting(Some(2));
+        let gone: Vec<Node> = (0..7).flat_map(|i| item(i, GONE)).collect();
+        show(&mut m, gone);
+        let mut lead = debounced();
+        #[rustfmt::skip]
+        let parts = [
+            part(&[0, 1], &[], false, 5, 2),
+            part(&[2, 3], &[], false, 3, 2),
+            part(&[4, 5], &[], false, 1, 2),
+        ];
+        for (k, want) in parts.into_iter().enumerate() {
+            let (got, _) = decide(&m, &mut lead, 7);
+            assert_eq!(got, want, "part {k}, on a view that shows none written");
+        }
+        // The watch shows them all: the last item is worked out in full.
+        let shown: Vec<Node> = (0..7)
+            .flat_map(|i| item(i, if i < 6 { ME } else { GONE }))
+            .collect();
+        show(&mut m, shown);
+        let (got, _) = decide(&m, &mut lead, 7);
+        assert_eq!(got, part(&[6], &[], true, 0, 1), "the last part");
+        assert!(lead.plan.is_none(), "no plan kept after the last part");
+    }
+
+    /// A new item starts with a record of the later of the leader's clock and the latest fire
+    /// the job has done (here one of items removed before, kept in the `sharding` node), in
+    /// every part of the re-shard: a leader whose clock is behind does not make it run a fire
+    /// the job ran already.
+    #[test]
+    fn new_items_start_after_the_latest_fire_done_in_every_part() {
+        let latest = WALL + 60_000;
+        let mut m = hosting(Some(2));
+        let done = ItemRecord {
+            done: Some(latest),
+            run: None,
+        };
+        show(&mut m, vec![node("/j/sharding", done.to_bytes())]);
+        let mut lead = debounced();
+        for (k, items) in [[0, 1], [2, 3]].into_iter().enumerate() {
+            let (got, ops) = decide(&m, &mut lead, 5);
+            assert_eq!(got.written, items, "part {k}");
+            let p = &m.jobs.named("j").unwrap().paths;
+            for i in items {
+                assert!(
+                    ops.contains(&TxnOp::create(p.item_execution(i), done.to_bytes())),
+                    "part {k}: item {i} starts after the latest fire done"
+                );
+            }
+        }
+    }
+
+    /// A strategy that gives every item to the first candidate, and counts its calls.
+    #[derive(Debug, Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl ShardingStrategy for Counting {
+        fn name(&self) -> &str {
+            "COUNTING"
+        }
+        fn shard(&self, candidates: &[InstanceId], job_name: &str, total: u32) -> Assignment {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            BuiltinStrategy::AverageAllocation.shard(&candidates[..1], job_name, total)
+        }
+    }
+
+    /// Once the plan needs nothing, the leader works it out again only when its inputs
+    /// change, or to remove an item beyond the count whose run has ended; not while that run
+    /// goes on (fires change only run markers and records).
+    #[test]
+    fn an_idle_plan_is_worked_out_again_only_when_there_is_something_to_do() {
+        let me = InstanceId::new(ME).unwrap();
+        let running = node("/j/sharding/2/running", GONE.into());
+        #[rustfmt::skip]
+        let cases: [(&str, bool, Vec<Node>, usize, bool); 5] = [
+            ("idle", true, vec![], 0, false),
+            ("idle, an item beyond the count runs", true, [item(2, GONE), vec![running.clone()]].concat(), 0, false),
+            ("idle, an item beyond the count ended", true, item(2, GONE), 1, true),
+            ("not idle", false, vec![], 1, false),
+            ("not idle, an item beyond the count runs", false, [item(2, GONE), vec![running]].concat(), 1, false),
+        ];
+        for (what, idle, beyond, calls, removes) in cases {
+            let mut m = hosting(None);
+            show(&mut m, [item(0, ME), item(1, ME), beyond].concat());
+            let j = m.jobs.named("j").unwrap();
+            let view = Arc::clone(j.cache.view());
+            let mut lead = debounced();
+            lead.idle = idle.then_some(j.cache.plan_version);
+            let strategy = Arc::new(Counting::default());
+            let custom: Arc<dyn ShardingStrategy> = strategy.clone();
+            let got = reshard(
+                &mut lead,
+                j,
+                &view,
+                &JobConfig::new("j", 2),
+                Some(custom),
+                &me,
+                SID,
+                &m.opts,
+                now(1_000),
+                &mut Vec::new(),
+            );
+            let calls_made = strategy.0.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(calls_made, calls, "{what}: the plan worked out");
+            assert_eq!(
+                matches!(got, Ok(Some(Action::Txn(Purpose::Reshard { .. }, _)))),
+                removes,
+                "{what}: a re-shard"
+            );
+            assert!(lead.idle.is_some() || removes, "{what}: idle after");
+        }
+    }
+}
