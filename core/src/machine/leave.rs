@@ -54,12 +54,15 @@ pub(crate) fn leave_ops(
         .instances
         .iter()
         .any(|i| i != me && i.server_ip() == ip);
-    if !others_on_ip && view.servers.get(ip).is_some_and(|v| v.trim() == "ENABLED") {
-        ops.push(TxnOp::Check(Check::Value(
-            p.server_of(me),
-            b"ENABLED".to_vec(),
-        )));
-        ops.push(TxnOp::delete(p.server_of(me)));
+    if let Some(value) = view.servers.get(ip).filter(|v| v.trim() == "ENABLED") {
+        if !others_on_ip {
+            // The value as read (blanks around `ENABLED` included): the check is exact.
+            ops.push(TxnOp::Check(Check::Value(
+                p.server_of(me),
+                value.as_bytes().to_vec(),
+            )));
+            ops.push(TxnOp::delete(p.server_of(me)));
+        }
     }
     ops
 }
@@ -338,6 +341,14 @@ mod tests {
         gone.instances.remove(&me);
         let mut no_server = base.clone();
         no_server.servers.remove("10.0.0.1");
+        let mut blanks = base.clone();
+        blanks
+            .servers
+            .insert("10.0.0.1".to_owned(), "ENABLED\n".to_owned());
+        let blank_server = [
+            TxnOp::Check(Check::Value(p.server_of(&me), b"ENABLED\n".to_vec())),
+            TxnOp::delete(p.server_of(&me)),
+        ];
         #[rustfmt::skip]
         let cases: Vec<(&str, &JobView, Option<usize>, Vec<TxnOp>)> = vec![
             ("alone on the server", &base, None, ops(&[&claims, &instance, &server])),
@@ -347,6 +358,7 @@ mod tests {
             ("a server an operator disabled stays", &disabled, None, ops(&[&claims, &instance])),
             ("the instance node gone already", &gone, None, ops(&[&claims, &server])),
             ("no server node", &no_server, None, ops(&[&claims, &instance])),
+            ("ENABLED with blanks, checked as read", &blanks, None, ops(&[&claims, &instance, &blank_server])),
             ("the claims within the limit", &base, Some(1), ops(&[&claims[..1], &instance, &server])),
         ];
         for (what, view, limit, want) in cases {

@@ -43,9 +43,10 @@ pub(crate) fn housekeeping(
             }
             if let Ok(path) = p.server(ip) {
                 units += 1;
+                // The value as read (blanks around `ENABLED` included): the check is exact.
                 ops.push(TxnOp::Check(Check::Value(
                     path.clone(),
-                    b"ENABLED".to_vec(),
+                    value.as_bytes().to_vec(),
                 )));
                 ops.push(TxnOp::delete(path));
             }
@@ -96,14 +97,20 @@ mod tests {
             ("10.0.0.2", "ENABLED"),
             ("10.0.0.5", "ENABLED"),
             ("10.0.0.6", "DISABLED"),
-            ("10.0.0.7", "ENABLED"),
+            // Written by another tool, blanks around it: still ENABLED, checked as read.
+            ("10.0.0.7", " ENABLED\n"),
         ] {
             view.servers.insert(ip.to_owned(), value.to_owned());
         }
         let gone = |ip: &str| {
             let path = p.server(ip).unwrap();
+            let value = if ip == "10.0.0.7" {
+                &b" ENABLED\n"[..]
+            } else {
+                b"ENABLED"
+            };
             [
-                TxnOp::Check(Check::Value(path.clone(), b"ENABLED".to_vec())),
+                TxnOp::Check(Check::Value(path.clone(), value.to_vec())),
                 TxnOp::delete(path),
             ]
         };
