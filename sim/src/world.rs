@@ -476,6 +476,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     ));
     violations.extend(checkers::invariant::check(&c));
     violations.extend(checkers::convergence::check(&c, &totals, end));
+    violations.extend(checkers::mixed::check(&c, &totals, end));
     violations.extend(checkers::disabled::check(&c));
     violations.extend(checkers::shutdown::check(&c));
     violations.extend(checkers::wake::check(&c));

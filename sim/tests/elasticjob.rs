@@ -439,3 +439,40 @@ fn a_world_with_elasticjob_instances_runs_them_beside_shardjob_and_replays_the_s
     assert!(alone.java_instances.is_empty());
     assert!(alone.records.iter().all(|r| !r.java));
 }
+
+/// A mixed job is led by ElasticJob (`docs/migration-design.md` 3.3): after the heal, no
+/// shardjob instance leads a job in which an ElasticJob instance can lead; with the planted
+/// bug that lets shardjob elect beside ElasticJob, the checker of that rule reports.
+#[test]
+fn mixed_jobs_are_led_by_elasticjob() {
+    use shardjob_sim::world::{self, WorldConfig};
+    let cfg = |seed| WorldConfig {
+        instances: 3,
+        job_count: 4,
+        duration_ms: 108_000,
+        elasticjob: 2,
+        ..WorldConfig::standard(seed)
+    };
+    let leader_violations = |report: &world::SeedReport| {
+        report
+            .violations
+            .iter()
+            .filter(|v| v.checker == "mixed-leader")
+            .count()
+    };
+    for seed in 0..8 {
+        let report = world::run(&cfg(seed));
+        assert_eq!(leader_violations(&report), 0, "seed {seed}");
+    }
+    #[cfg(feature = "plant")]
+    {
+        let mut opts = shardjob_core::machine::MachineOptions::new("0.0.0.0@-@0".parse().unwrap());
+        opts.plants
+            .insert(shardjob_core::machine::plant::Plant::ElectBesideJava);
+        let report = world::run(&WorldConfig {
+            options: Some(opts),
+            ..cfg(0)
+        });
+        assert!(leader_violations(&report) > 0, "the plant is not caught");
+    }
+}

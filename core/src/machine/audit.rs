@@ -92,7 +92,7 @@ impl Machine {
             let view = Arc::clone(j.cache.view());
             // Only where the decision would come to the items, and claim from this server.
             let standing = Standing::of(j, &view, &me, sid);
-            if !standing.enabled || !matches!(standing.gate(&view, &me), Gate::Items) {
+            if !standing.enabled || !matches!(standing.gate(&view, &me, &self.opts), Gate::Items) {
                 continue;
             }
             // The decision, without acting on it: the planners are pure, and what they would

@@ -17,7 +17,7 @@ use crate::instance::InstanceId;
 use crate::layout::{ItemLeaf, JobNode, JobPaths, parse_item};
 use crate::registry::{Node, NodePath, Revision, Stat, Version, WatchEvent, WatchEventKind};
 
-use super::job_view::{JobView, Unbound, into_text, session_bound};
+use super::job_view::{self, JobView, Unbound, into_text, session_bound};
 use super::record::{ItemRecord, StartRecord};
 
 /// The directories of the layout whose existence setup checks.
@@ -465,7 +465,13 @@ impl Facts {
                 }
                 if session_bound(&stat) {
                     view.unbound.remove(&id);
+                    if std::str::from_utf8(&data).is_ok_and(|v| job_view::is_java(id.as_str(), v)) {
+                        view.java.insert(id.clone());
+                    } else {
+                        view.java.remove(&id);
+                    }
                 } else {
+                    view.java.remove(&id);
                     let unbound = Unbound {
                         version: stat.version,
                         value: into_text(data),
@@ -583,6 +589,7 @@ impl Facts {
                     facts.own_instance = None;
                 }
                 view.unbound.remove(&id);
+                view.java.remove(&id);
                 view.instances.remove(&id);
             }
             JobNode::Server(ip) => {
@@ -724,6 +731,48 @@ mod tests {
             data: data.as_bytes().to_vec(),
             stat: (kind != WatchEventKind::Deleted).then(|| stat(rev)),
             revision: Some(Revision(rev)),
+        }
+    }
+
+    /// An instance node bound to a session whose value is ElasticJob's counts as ElasticJob's;
+    /// relabelled, unbound or deleted, it no longer does; a load agrees with the events.
+    #[test]
+    fn elasticjob_instances_are_told_by_their_value() {
+        use WatchEventKind::{Changed, Created, Deleted};
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let java = InstanceId::new("10.0.0.2@-@2").unwrap();
+        let path = "/j/instances/10.0.0.2@-@2";
+        let yaml = "jobInstanceId: 10.0.0.2@-@2\nserverIp: 10.0.0.2\n";
+        let ours = "jobInstanceId: 10.0.0.2@-@2\nlabels: shardjob\nserverIp: 10.0.0.2\n";
+        let bound = |mut ev: WatchEvent| {
+            if let Some(s) = ev.stat.as_mut() {
+                s.ephemeral_owner = Some(crate::registry::SessionId(9));
+            }
+            ev
+        };
+        #[rustfmt::skip]
+        let steps = [
+            (bound(event(Created, path, yaml, 1)), true),
+            (bound(event(Changed, path, ours, 2)), false),
+            (bound(event(Changed, path, yaml, 3)), true),
+            (event(Changed, path, yaml, 4), false),
+            (bound(event(Changed, path, yaml, 5)), true),
+            (event(Deleted, path, "", 6), false),
+        ];
+        let mut cache = Cache::default();
+        cache.load(Vec::new(), None, &me);
+        for (ev, want) in steps {
+            let what = format!("{:?} {:?}", ev.kind, String::from_utf8_lossy(&ev.data));
+            let node = ev.stat.map(|stat| Node {
+                path: ev.path.clone(),
+                data: ev.data.clone(),
+                stat,
+            });
+            cache.apply(ev, &me);
+            assert_eq!(cache.view().java.contains(&java), want, "{what}");
+            let mut fresh = Cache::default();
+            fresh.load(node.into_iter().collect(), None, &me);
+            assert_eq!(fresh.view().java.contains(&java), want, "{what}, loaded");
         }
     }
 

@@ -85,7 +85,7 @@ impl Machine {
             return Action::Nothing;
         };
         let standing = Standing::of(j, view, &me, sid);
-        let gate = standing.gate(view, &me);
+        let gate = standing.gate(view, &me, &self.opts);
         if let Gate::Register = gate {
             // Our instance node is not there yet (a registration not visible yet, a new
             // session): register.
@@ -279,9 +279,10 @@ pub(crate) struct Standing {
 pub(crate) enum Gate<'v> {
     /// This instance's node is gone: register again.
     Register,
-    /// No leader, and this server is enabled: stand for election.
+    /// No leader, this server is enabled, and no ElasticJob instance can lead: stand for
+    /// election.
     Elect,
-    /// Leading from a disabled server: step down.
+    /// Leading from a disabled server, or while an ElasticJob instance can lead: step down.
     Abdicate,
     /// A trigger addressed to this instance, with its parameter: consume it.
     Trigger(&'v str),
@@ -307,17 +308,88 @@ impl Standing {
         }
     }
 
-    pub(crate) fn gate<'v>(&self, view: &'v JobView, me: &InstanceId) -> Gate<'v> {
+    #[cfg_attr(not(feature = "plant-bugs"), allow(unused_variables))]
+    pub(crate) fn gate<'v>(
+        &self,
+        view: &'v JobView,
+        me: &InstanceId,
+        opts: &MachineOptions,
+    ) -> Gate<'v> {
+        // A mixed job is led by ElasticJob whenever one of its instances can lead.
+        let java_leads = view.java_can_lead() && !planted!(opts, ElectBesideJava);
         if !self.registered {
             Gate::Register
-        } else if view.leader.is_none() && self.enabled {
+        } else if view.leader.is_none() && self.enabled && !java_leads {
             Gate::Elect
-        } else if self.i_lead && !self.enabled {
+        } else if self.i_lead && (!self.enabled || java_leads) {
             Gate::Abdicate
         } else if let Some(param) = view.triggers.get(me) {
             Gate::Trigger(param)
         } else {
             Gate::Items
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an active instance does first, by its standing and the job's view: register,
+    /// elect, step down, consume a trigger, or go on to the items. While an ElasticJob
+    /// instance can lead, a shardjob instance neither elects nor keeps the lead.
+    #[test]
+    fn the_gate_before_the_items() {
+        let me = InstanceId::new("10.0.0.1@-@1").unwrap();
+        let java = InstanceId::new("10.0.0.2@-@2").unwrap();
+        let opts = MachineOptions::new(me.clone());
+        let standing = |registered, enabled, i_lead| Standing {
+            registered,
+            enabled,
+            i_lead,
+        };
+        let view = |leader: Option<&str>, with_java: bool, java_disabled: bool| {
+            let mut v = JobView {
+                leader: leader.map(str::to_owned),
+                ..JobView::default()
+            };
+            if with_java {
+                v.java.insert(java.clone());
+            }
+            if java_disabled {
+                v.servers
+                    .insert("10.0.0.2".to_owned(), "DISABLED".to_owned());
+            }
+            v
+        };
+        let name = |g: Gate<'_>| match g {
+            Gate::Register => "register",
+            Gate::Elect => "elect",
+            Gate::Abdicate => "abdicate",
+            Gate::Trigger(_) => "trigger",
+            Gate::Items => "items",
+        };
+        let mine = Some("10.0.0.1@-@1");
+        #[rustfmt::skip]
+        let cases = [
+            ("not registered", standing(false, true, false), view(None, false, false), "register"),
+            ("no leader", standing(true, true, false), view(None, false, false), "elect"),
+            ("no leader, disabled here", standing(true, false, false), view(None, false, false), "items"),
+            ("no leader, ElasticJob can lead", standing(true, true, false), view(None, true, false), "items"),
+            ("no leader, ElasticJob disabled", standing(true, true, false), view(None, true, true), "elect"),
+            ("leading", standing(true, true, true), view(mine, false, false), "items"),
+            ("leading, disabled here", standing(true, false, true), view(mine, false, false), "abdicate"),
+            ("leading, ElasticJob can lead", standing(true, true, true), view(mine, true, false), "abdicate"),
+            ("leading, ElasticJob disabled", standing(true, true, true), view(mine, true, true), "items"),
+        ];
+        for (what, s, v, want) in cases {
+            assert_eq!(name(s.gate(&v, &me, &opts)), want, "{what}");
+        }
+        let mut v = view(Some("10.0.0.3@-@3"), false, false);
+        v.triggers.insert(me.clone(), "p".to_owned());
+        assert_eq!(
+            name(standing(true, true, false).gate(&v, &me, &opts)),
+            "trigger"
+        );
     }
 }

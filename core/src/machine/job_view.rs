@@ -57,6 +57,9 @@ pub(crate) struct JobView {
     pub instances: VecSet<InstanceId>,
     /// The instance nodes of [`JobView::instances`] that no session holds.
     pub unbound: BTreeMap<InstanceId, Unbound>,
+    /// The instances of [`JobView::instances`] that are ElasticJob's (see [`is_java`]) and
+    /// bound to a session: while one of them can lead, the job is led by ElasticJob.
+    pub java: VecSet<InstanceId>,
     /// Each server's node value, by ip.
     pub servers: VecMap<String, String>,
     pub leader: Option<String>,
@@ -77,6 +80,24 @@ pub(crate) struct JobView {
     pub dones: Counted<i64>,
     pub triggers: BTreeMap<InstanceId, String>,
     pub corrupt: BTreeMap<NodePath, String>,
+}
+
+/// The label a shardjob instance writes into its instance node (`labels`, a property of
+/// ElasticJob's `JobInstance` that ElasticJob itself never sets).
+pub(crate) const SHARDJOB_LABEL: &str = "shardjob";
+
+/// Whether the instance node `id` with `value` is an ElasticJob instance's: its value reads
+/// as the instance YAML of `id` (ElasticJob writes `jobInstanceId: …` and `serverIp: …`) and
+/// carries no `labels: shardjob`. A value that names no instance (empty, written by hand) is
+/// nobody's: not counted as ElasticJob's.
+pub(crate) fn is_java(id: &str, value: &str) -> bool {
+    super::leader::stale::instance_yaml(id, value)
+        && !value.lines().any(|line| {
+            line.trim()
+                .strip_prefix("labels:")
+                .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\''))
+                == Some(SHARDJOB_LABEL)
+        })
 }
 
 pub(crate) fn text(data: &[u8]) -> String {
@@ -114,6 +135,16 @@ impl JobView {
             .filter(|i| unbound_too || !self.unbound.contains_key(*i))
             .cloned()
             .collect()
+    }
+
+    /// Whether an ElasticJob instance of the job can lead it: one is registered, bound to a
+    /// session, on an enabled server. A shardjob instance then neither stands for election nor
+    /// keeps the lead (`docs/migration-design.md` 3.3): ElasticJob cannot follow another
+    /// leader safely, shardjob can.
+    pub fn java_can_lead(&self) -> bool {
+        self.java
+            .iter()
+            .any(|id| self.server_enabled(id.server_ip()))
     }
 
     /// Whether `id` names a live instance: its node exists and a session holds it.
@@ -170,5 +201,39 @@ mod tests {
             view.eligible(false),
             [id("10.0.0.1@-@1"), id("10.0.0.1@-@7"), id("10.0.0.6@-@6")]
         );
+    }
+
+    /// Who is ElasticJob's: an instance YAML of the id without shardjob's label; shardjob's
+    /// own value, an empty one or another id's are not.
+    #[test]
+    fn elasticjob_instances_by_their_value() {
+        const ID: &str = "10.0.0.1@-@7";
+        #[rustfmt::skip]
+        let cases = [
+            ("jobInstanceId: 10.0.0.1@-@7\nserverIp: 10.0.0.1\n", true),
+            ("jobInstanceId: '10.0.0.1@-@7'\nlabels: other\nserverIp: 10.0.0.1\n", true),
+            ("jobInstanceId: 10.0.0.1@-@7\nlabels: shardjob\nserverIp: 10.0.0.1\n", false),
+            ("jobInstanceId: 10.0.0.1@-@7\nlabels: 'shardjob'\n", false),
+            ("jobInstanceId: 10.0.0.2@-@2\nserverIp: 10.0.0.2\n", false),
+            ("", false),
+            ("garbage", false),
+        ];
+        for (value, java) in cases {
+            assert_eq!(is_java(ID, value), java, "{value:?}");
+        }
+    }
+
+    /// ElasticJob leads when one of its instances is on an enabled server.
+    #[test]
+    fn elasticjob_can_lead_from_an_enabled_server_only() {
+        let mut view = JobView::default();
+        assert!(!view.java_can_lead(), "no ElasticJob instance");
+        view.java.insert(id("10.0.0.2@-@2"));
+        assert!(view.java_can_lead(), "no server node: enabled");
+        view.servers
+            .insert("10.0.0.2".to_owned(), "DISABLED".to_owned());
+        assert!(!view.java_can_lead(), "its server disabled");
+        view.java.insert(id("10.0.0.3@-@3"));
+        assert!(view.java_can_lead(), "another on an enabled server");
     }
 }

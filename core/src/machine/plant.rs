@@ -103,11 +103,14 @@ pub enum Plant {
     /// applied) removes a newer marker of the item created since, at version 0 again, under a
     /// live run.
     StaleRemovalByVersion,
+    /// Stand for election, and keep the lead, while an ElasticJob instance that can lead is
+    /// registered (a mixed job is led by ElasticJob: see `docs/migration-design.md` 3.3).
+    ElectBesideJava,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 32] = [
+    pub const ALL: [Plant; 33] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -140,6 +143,7 @@ impl Plant {
         Plant::KeepStaleRunning,
         Plant::UnboundCandidates,
         Plant::StaleRemovalByVersion,
+        Plant::ElectBesideJava,
     ];
 
     /// The name used on the command line.
@@ -177,6 +181,7 @@ impl Plant {
             Plant::KeepStaleRunning => "keep-stale-running",
             Plant::UnboundCandidates => "unbound-candidates",
             Plant::StaleRemovalByVersion => "stale-removal-by-version",
+            Plant::ElectBesideJava => "elect-beside-java",
         }
     }
 }

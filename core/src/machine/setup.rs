@@ -87,7 +87,12 @@ pub(crate) fn setup_ops(
         ));
     }
     let instance = p.instance(me);
-    let value = format!("jobInstanceId: {me}\nserverIp: {}\n", me.server_ip());
+    // `labels` tells shardjob's instances from ElasticJob's in a mixed job.
+    let value = format!(
+        "jobInstanceId: {me}\nlabels: {}\nserverIp: {}\n",
+        job_view::SHARDJOB_LABEL,
+        me.server_ip()
+    );
     match j.cache.own_instance() {
         Some(stat) if stat.ephemeral_owner.is_none_or(|o| o == sid) => {}
         Some(stat) => {

@@ -8,6 +8,7 @@ pub mod fresh;
 pub mod invariant;
 pub mod liveness;
 pub mod lost;
+pub mod mixed;
 pub mod once;
 pub mod overlap;
 pub mod prepare;
