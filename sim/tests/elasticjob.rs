@@ -476,3 +476,83 @@ fn mixed_jobs_are_led_by_elasticjob() {
         assert!(leader_violations(&report) > 0, "the plant is not caught");
     }
 }
+
+/// The fire gate (`docs/migration-design.md` 3.4): while an ElasticJob leader waits to
+/// re-shard (its own long run holds it), the ElasticJob instances wait at their fire for the
+/// new plan, and so does shardjob, without its own bound. A shardjob instance that ran the
+/// fire under the old plan once its re-shard wait ran out (the planted bug) would run it on an
+/// item whose new owner then runs the same fire.
+fn gate_world(planted: bool) -> Cluster {
+    const S: &str = "10.0.0.2@-@2";
+    const B3: &str = "10.0.0.3@-@3";
+    let mut c = cluster(200);
+    c.job_type = "SCRIPT".to_owned();
+    // ElasticJob's run of item 1 at the fire of +10 s lasts 20 s; every other run 200 ms.
+    c.duration = Box::new(|_, item, now| {
+        if item == 1 && (10_000..12_000).contains(&now) {
+            20_000
+        } else {
+            200
+        }
+    });
+    let pay = job("pay", 2);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(1_000);
+    let mut opts = shardjob_core::machine::MachineOptions::new(S.parse().unwrap());
+    opts.reshard_wait = std::time::Duration::from_secs(5);
+    #[cfg(feature = "plant")]
+    if planted {
+        opts.plants
+            .insert(shardjob_core::machine::plant::Plant::GateOpenBesideJava);
+    }
+    #[cfg(not(feature = "plant"))]
+    assert!(!planted, "planted bugs need the `plant` feature");
+    c.options = Some(opts);
+    c.add_node(S, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(12_000);
+    c.add_elasticjob_node(B3, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(45_000);
+    c
+}
+
+#[test]
+fn shardjob_waits_at_the_gate_while_elasticjob_re_shards() {
+    let c = gate_world(false);
+    let log = timeline(&c);
+    // The new instance joined before the fire of +15 s; the leader re-shards after its long
+    // run, and the fire of +15 s runs once per item, under the new plan.
+    for item in 0..2 {
+        let runs: Vec<&RunRecord> = c
+            .runs
+            .iter()
+            .filter(|r| r.job == "pay" && r.item == item && r.fire == fire(15))
+            .collect();
+        assert!(
+            runs.len() <= 1,
+            "pay/{item} fire +15 s ran twice: {runs:#?}\n{log}"
+        );
+        // Item 0 moved to the new ElasticJob instance, which ran the fire it waited at.
+        if item == 0 {
+            assert!(
+                runs.iter().all(|r| r.java) && runs.len() == 1,
+                "pay/0 fire +15 s: {runs:#?}\n{log}"
+            );
+        }
+    }
+    let once = checkers::once::check(&c.runs);
+    assert!(once.violations.is_empty(), "{:#?}\n{log}", once.violations);
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn shardjob_past_the_gate_runs_a_fire_its_new_owner_runs_again() {
+    let c = gate_world(true);
+    let once = checkers::once::check(&c.runs);
+    assert!(
+        !once.violations.is_empty(),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+}

@@ -101,7 +101,8 @@ impl Machine {
             let mut seen = j.necessary_seen;
             let necessary = view.necessary.is_some();
             let wait = ms(self.opts.reshard_wait);
-            let held = hold_for_reshard(&mut seen, necessary, wait, now, &mut wake);
+            let gate = view.led_by_java() && !planted!(self.opts, GateOpenBesideJava);
+            let held = hold_for_reshard(&mut seen, necessary, gate, wait, now, &mut wake);
             let cx = Ctx {
                 me: &me,
                 sid,

@@ -239,7 +239,8 @@ impl Machine {
         };
         let necessary = view.necessary.is_some();
         let wait = ms(self.opts.reshard_wait);
-        let held = hold_for_reshard(&mut j.necessary_seen, necessary, wait, now, &mut wake);
+        let gate = view.led_by_java() && !planted!(self.opts, GateOpenBesideJava);
+        let held = hold_for_reshard(&mut j.necessary_seen, necessary, gate, wait, now, &mut wake);
         if can_claim && enabled {
             let cx = Ctx {
                 me: &me,

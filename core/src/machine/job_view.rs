@@ -147,6 +147,14 @@ impl JobView {
             .any(|id| self.server_enabled(id.server_ip()))
     }
 
+    /// Whether the job's leader is an ElasticJob instance of [`JobView::java`].
+    pub fn led_by_java(&self) -> bool {
+        self.leader
+            .as_deref()
+            .and_then(|l| InstanceId::new(l.trim()).ok())
+            .is_some_and(|l| self.java.contains(&l))
+    }
+
     /// Whether `id` names a live instance: its node exists and a session holds it.
     pub fn is_live(&self, id: &str) -> bool {
         InstanceId::new(id.trim())

@@ -106,11 +106,15 @@ pub enum Plant {
     /// Stand for election, and keep the lead, while an ElasticJob instance that can lead is
     /// registered (a mixed job is led by ElasticJob: see `docs/migration-design.md` 3.3).
     ElectBesideJava,
+    /// Hold new runs for the re-shard wait only, as when shardjob leads, while an ElasticJob
+    /// instance leads and re-shards: a run started under the old plan is run again by the
+    /// item's new owner for the same fire (the fire gate of `docs/migration-design.md` 3.4).
+    GateOpenBesideJava,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 33] = [
+    pub const ALL: [Plant; 34] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -144,6 +148,7 @@ impl Plant {
         Plant::UnboundCandidates,
         Plant::StaleRemovalByVersion,
         Plant::ElectBesideJava,
+        Plant::GateOpenBesideJava,
     ];
 
     /// The name used on the command line.
@@ -182,6 +187,7 @@ impl Plant {
             Plant::UnboundCandidates => "unbound-candidates",
             Plant::StaleRemovalByVersion => "stale-removal-by-version",
             Plant::ElectBesideJava => "elect-beside-java",
+            Plant::GateOpenBesideJava => "gate-open-beside-java",
         }
     }
 }

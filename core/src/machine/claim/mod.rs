@@ -441,9 +441,16 @@ fn claim_txn(
 /// this instance first saw the flag, even if it stays, so a leader that cannot finish the
 /// re-shard never stops the job. Looked at on every decision, whether or not the instance may
 /// claim, so that a flag seen again starts a new hold.
+///
+/// While an ElasticJob instance leads the job (`led_by_java`), the hold has no end but the
+/// flag's deletion (`docs/migration-design.md` 3.4, the fire gate): ElasticJob's leader shards
+/// at a fire and its other instances run that fire under the new plan once the flag is gone,
+/// so a run started here under the old plan would be that fire's second run on its item.
+/// ElasticJob's own instances wait the same way, without a bound.
 pub(crate) fn hold_for_reshard(
     seen: &mut Option<Mono>,
     necessary: bool,
+    led_by_java: bool,
     wait: u64,
     now: Now,
     wake: &mut Vec<Mono>,
@@ -451,6 +458,10 @@ pub(crate) fn hold_for_reshard(
     if !necessary {
         *seen = None;
         return false;
+    }
+    if led_by_java {
+        seen.get_or_insert(now.mono);
+        return true;
     }
     waiting(seen, wait, now, wake)
 }
@@ -504,6 +515,39 @@ mod tests {
         Now {
             mono: Mono(u64::try_from(wall_ms - T0).unwrap_or(0)),
             wall: DateTime::<Utc>::from_timestamp_millis(wall_ms).unwrap_or_default(),
+        }
+    }
+
+    /// New runs are held while the flag is set: for the re-shard wait when shardjob leads,
+    /// until the flag goes when ElasticJob leads; a flag gone ends the hold and forgets it.
+    #[test]
+    fn runs_are_held_for_a_reshard_as_long_as_its_leader_waits() {
+        const WAIT: u64 = 10_000;
+        // (what, necessary, led by ElasticJob, since, now, held, wake)
+        #[rustfmt::skip]
+        #[allow(clippy::type_complexity)]
+        let cases: [(&str, bool, bool, Option<u64>, u64, bool, Option<u64>); 6] = [
+            ("no flag", false, false, Some(5), 20_000, false, None),
+            ("flag seen now", true, false, None, 1_000, true, Some(11_000)),
+            ("flag within the wait", true, false, Some(1_000), 10_999, true, Some(11_000)),
+            ("flag past the wait", true, false, Some(1_000), 11_000, false, None),
+            ("ElasticJob leads, past the wait", true, true, Some(1_000), 60_000, true, None),
+            ("ElasticJob leads, no flag", false, true, Some(1_000), 60_000, false, None),
+        ];
+        for (what, necessary, java, since, now, held, wake_at) in cases {
+            let mut seen = since.map(Mono);
+            let mut wake = Vec::new();
+            let got = hold_for_reshard(
+                &mut seen,
+                necessary,
+                java,
+                WAIT,
+                at(T0 + now as i64),
+                &mut wake,
+            );
+            assert_eq!(got, held, "{what}");
+            assert_eq!(wake.first().map(|m| m.0), wake_at, "{what}: wake");
+            assert_eq!(seen.is_some(), necessary, "{what}: seen");
         }
     }
 
