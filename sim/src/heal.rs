@@ -47,8 +47,11 @@ impl Nemesis<'_> {
         for (_, ip) in std::mem::take(&mut self.java_restarts) {
             self.join_java(c, &ip);
         }
+        // At least two shardjob processes, in a world that has any (a world of ElasticJob
+        // processes only keeps them only: those that crashed were started again above).
         let alive = c.nodes.iter().filter(|n| n.up() && !n.crashed()).count();
-        for k in alive..2 {
+        let wanted = if self.ips.is_empty() { 0 } else { 2 };
+        for k in alive..wanted {
             let ip = format!("10.0.1.{k}");
             self.join(c, &ip);
         }
@@ -82,6 +85,7 @@ impl Nemesis<'_> {
         for (_, step) in &self.deploys {
             if let Deploy::Add(n, job) = step {
                 self.refusals.push(Violation {
+                    subject: Default::default(),
                     checker: "deploy",
                     time: c.now,
                     message: format!(
@@ -136,6 +140,7 @@ fn take_back_shut_down(
                     leaving.insert((n, job));
                 }
                 Err(e) => refused.push(Violation {
+                    subject: Default::default(),
                     checker: "deploy",
                     time: c.now,
                     message: format!(
@@ -150,6 +155,7 @@ fn take_back_shut_down(
         if c.now >= until {
             for (n, job) in leaving {
                 refused.push(Violation {
+                    subject: Default::default(),
                     checker: "deploy",
                     time: c.now,
                     message: format!(

@@ -1153,6 +1153,7 @@ impl DeployPlan<'_> {
                             steps.push((c.now + 500, Deploy::Add(n, job)));
                         }
                         Err(e) => problems.push(Violation {
+                            subject: Default::default(),
                             checker: "deploy",
                             time: c.now,
                             message: format!(

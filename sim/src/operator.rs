@@ -52,6 +52,7 @@ pub(crate) fn refusal<T>(
     result
         .map_err(|e| {
             refused.push(Violation {
+                subject: Default::default(),
                 checker: "config",
                 time: now,
                 message: e.to_string(),

@@ -318,6 +318,7 @@ impl Swarm {
                     Ok(()) => return None,
                 };
                 Some(Violation {
+                    subject: Default::default(),
                     checker: "config",
                     time: 0,
                     message: format!("job {:?} {problem}", j.job_name),
@@ -618,6 +619,7 @@ impl Swarm {
 /// refuse.
 fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
     let problem = |message: String| Violation {
+        subject: Default::default(),
         checker: "config",
         time: 0,
         message,

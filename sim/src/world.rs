@@ -94,7 +94,8 @@ impl Fault {
 pub struct WorldConfig {
     /// The seed: the same seed gives the same world and the same run.
     pub seed: u64,
-    /// Instances at the start.
+    /// shardjob instances at the start. 0 with `elasticjob` > 0: a world of ElasticJob
+    /// instances only (0 without them: one).
     pub instances: usize,
     /// Jobs drawn from the seed (ignored when `jobs` is given).
     pub job_count: usize,
@@ -192,8 +193,12 @@ impl WorldConfig {
 pub struct SeedReport {
     /// The seed.
     pub seed: u64,
-    /// Broken invariants.
+    /// Broken invariants (those of ElasticJob's own semantics left out: see
+    /// `elasticjob_own`).
     pub violations: Vec<Violation>,
+    /// In a world with ElasticJob processes, the violations their own semantics made, with the
+    /// behaviour each stands for ([`checkers::attribution`]): counted, but no failure.
+    pub elasticjob_own: Vec<(Violation, checkers::attribution::Behaviour)>,
     /// The hash of the whole trace.
     pub trace_hash: u64,
     /// Simulated ms.
@@ -248,6 +253,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             return SeedReport {
                 seed: cfg.seed,
                 violations: invalid,
+                elasticjob_own: Vec::new(),
                 trace_hash: 0,
                 sim_ms: 0,
                 retries: 0,
@@ -331,7 +337,14 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         c.job_type = "SCRIPT".to_owned();
     }
     let mut nemesis = Nemesis::new(&c, &swarm, streams, cfg.max_items, cfg.duration_ms);
-    nemesis.start(&mut c, &swarm.skews);
+    // A world of ElasticJob instances only (`instances: 0`, `elasticjob` > 0) starts no
+    // shardjob process (without ElasticJob instances, `instances: 0` still means one).
+    let shardjob_slots = if cfg.instances == 0 && cfg.elasticjob > 0 {
+        0
+    } else {
+        swarm.skews.len()
+    };
+    nemesis.start(&mut c, &swarm.skews[..shardjob_slots]);
     if cfg.elasticjob > 0 {
         nemesis.start_java(&mut c, cfg.elasticjob);
     }
@@ -487,10 +500,14 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     violations.extend(refusals);
     violations.extend(checkers::prepare::check(&c));
     violations.sort_by_key(|v| v.time);
+    // In a world with ElasticJob processes, what ElasticJob's own semantics made is counted
+    // apart (none of it in a world without them: every violation fails, as before).
+    let split = checkers::attribution::split(violations, &c.runs, !c.java.is_empty());
 
     SeedReport {
         seed: cfg.seed,
-        violations,
+        violations: split.failing,
+        elasticjob_own: split.elasticjob,
         trace_hash: c.trace_hash(),
         sim_ms: end,
         retries: once.retries,

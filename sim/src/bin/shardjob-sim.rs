@@ -47,7 +47,7 @@ struct Args {
     /// Replay one seed, with its timeline.
     #[arg(long)]
     seed: Option<u64>,
-    /// Instances at the start.
+    /// Instances at the start (0 only with --elasticjob: a world of ElasticJob instances).
     #[arg(long, default_value_t = 5)]
     instances: usize,
     /// Jobs per world.
@@ -128,6 +128,12 @@ fn main() -> ExitCode {
     let mut quiet_wakes = 0;
     // Violations by checker, and the seeds each failed.
     let mut by_checker: std::collections::BTreeMap<&'static str, (u64, u64)> = Default::default();
+    // In worlds with ElasticJob instances: the failing violations by checker and by the kinds
+    // of the two runs they name (`once J then S`), and ElasticJob's own by checker and
+    // behaviour, with the seeds that had any.
+    let mut by_kinds: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut own: std::collections::BTreeMap<String, u64> = Default::default();
+    let (mut own_total, mut own_seeds) = (0u64, 0u64);
     for seed in from..from.saturating_add(count) {
         let mut cfg = base.clone();
         cfg.seed = seed;
@@ -152,6 +158,23 @@ fn main() -> ExitCode {
                     report.trace_hash,
                     again.trace_hash
                 );
+            }
+        }
+        if !report.elasticjob_own.is_empty() {
+            own_seeds += 1;
+            own_total += report.elasticjob_own.len() as u64;
+            for (v, b) in &report.elasticjob_own {
+                *own.entry(format!("{} {}", v.checker, b.name()))
+                    .or_default() += 1;
+            }
+        }
+        if args.elasticjob > 0 {
+            for v in &report.violations {
+                let key = match shardjob_sim::checkers::attribution::kinds(&v.subject) {
+                    Some(k) => format!("{} {k}", v.checker),
+                    None => v.checker.to_owned(),
+                };
+                *by_kinds.entry(key).or_default() += 1;
             }
         }
         if !report.violations.is_empty() {
@@ -206,6 +229,20 @@ fn main() -> ExitCode {
             .map(|(k, (n, seeds))| format!("{k}={n} in {seeds} seeds"))
             .collect();
         say!("(violations by checker: {})", parts.join(", "));
+    }
+    if !by_kinds.is_empty() {
+        let parts: Vec<String> = by_kinds.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        say!(
+            "(failing by checker and kinds of runs: {})",
+            parts.join(", ")
+        );
+    }
+    if own_total > 0 {
+        let parts: Vec<String> = own.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        say!(
+            "(elasticjob's own, not failing: {own_total} in {own_seeds} seeds: {})",
+            parts.join(", ")
+        );
     }
     if args.plant.is_some() {
         return if caught {
@@ -326,7 +363,13 @@ fn config(args: &Args) -> Result<WorldConfig, String> {
         }
     };
     let mut cfg = WorldConfig::standard(0);
-    cfg.instances = in_range("instances", args.instances, world::MAX_INSTANCES)?;
+    // A world of ElasticJob instances only (`--instances 0 --elasticjob N`): what ElasticJob
+    // does alone, to validate what the checkers count as its own.
+    cfg.instances = if args.instances == 0 && args.elasticjob > 0 {
+        0
+    } else {
+        in_range("instances", args.instances, world::MAX_INSTANCES)?
+    };
     cfg.job_count = in_range("jobs", args.jobs, world::MAX_DRAWN_JOBS)?;
     cfg.duration_ms = (args.hours * 3_600_000.0) as u64;
     cfg.max_items = in_range(

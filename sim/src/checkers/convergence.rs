@@ -13,19 +13,23 @@ use std::collections::BTreeSet;
 use shardjob_core::InstanceId;
 use shardjob_core::machine::MachineEvent;
 
-use super::Violation;
+use super::{Subject, Violation};
 use crate::cluster::Cluster;
 
 /// Checks the store and the nodes at the cluster's current time.
 pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
     let mut out = Vec::new();
-    let mut fail = |message: String| {
+    let mut fail = |message: String, subject: Subject| {
         out.push(Violation {
+            subject,
             checker: "convergence",
             time: now,
             message,
         });
     };
+    // The ElasticJob processes' ids, whatever their state: a plan part that names one is
+    // theirs.
+    let java_ids: BTreeSet<String> = c.java.iter().map(|n| n.id.to_string()).collect();
     for (job, total) in jobs {
         // ElasticJob processes that run the job count as live owners too.
         let live: BTreeSet<String> = c
@@ -41,20 +45,39 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             )
             .filter(|id| c.exists(&format!("/{job}/instances/{id}")))
             .collect();
+        // Whether the plan is ElasticJob's (see [`super::attribution`]): a J holds the leader
+        // node, or none does and a J that can lead (registered, its server enabled) is there.
+        let leader = c.read(&format!("/{job}/leader/election/instance"));
+        let java_plan = match &leader {
+            Some(l) => java_ids.contains(l),
+            None => c.java.iter().any(|n| {
+                let ip = n.id.server_ip();
+                n.up()
+                    && !n.job_shut_down(job)
+                    && c.exists(&format!("/{job}/instances/{}", n.id))
+                    && c.read(&format!("/{job}/servers/{ip}")).as_deref() == Some("ENABLED")
+            }),
+        };
+        let plan = Subject::Plan {
+            job: job.clone(),
+            java: java_plan,
+        };
         let owners = c.owners(job);
         for item in 0..*total {
             match owners.get(&item) {
-                None => fail(format!("{job}/{item} has no owner")),
-                Some(o) if !live.contains(o) => {
-                    fail(format!("{job}/{item} is owned by {o}, which is not live"))
-                }
+                None => fail(format!("{job}/{item} has no owner"), plan.clone()),
+                Some(o) if !live.contains(o) => fail(
+                    format!("{job}/{item} is owned by {o}, which is not live"),
+                    plan.clone(),
+                ),
                 Some(o) => {
                     let ip = InstanceId::new(o.as_str())
                         .map_or_else(|_| o.clone(), |id| id.server_ip().to_owned());
                     if c.read(&format!("/{job}/servers/{ip}")).as_deref() == Some("DISABLED") {
-                        fail(format!(
-                            "{job}/{item} is owned by {o}, whose server is disabled"
-                        ));
+                        fail(
+                            format!("{job}/{item} is owned by {o}, whose server is disabled"),
+                            plan.clone(),
+                        );
                     }
                 }
             }
@@ -70,18 +93,26 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             if runs && c.exists(&format!("/{job}/sharding/{item}/running")) {
                 continue;
             }
-            fail(format!("{job}/{item} is left beyond the total {total}"));
+            fail(
+                format!("{job}/{item} is left beyond the total {total}"),
+                plan.clone(),
+            );
         }
         match c.read(&format!("/{job}/leader/election/instance")) {
-            None => fail(format!("{job} has no leader")),
-            Some(l) if !live.contains(&l) => fail(format!("{job}'s leader {l} is not live")),
+            None => fail(format!("{job} has no leader"), plan.clone()),
+            Some(l) if !live.contains(&l) => {
+                fail(format!("{job}'s leader {l} is not live"), plan.clone())
+            }
             Some(_) => {}
         }
         for n in c.nodes.iter().filter(|n| {
             n.up() && !n.crashed() && !n.machine.is_stopped() && n.jobs.contains(job.as_str())
         }) {
             if !live.contains(n.id.as_str()) {
-                fail(format!("{job}: running process {} is not registered", n.id));
+                fail(
+                    format!("{job}: running process {} is not registered", n.id),
+                    Subject::Other,
+                );
             }
             let owned: Vec<u32> = owners
                 .iter()
@@ -93,10 +124,13 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
                 _ => None,
             });
             if reported != Some(&owned) {
-                fail(format!(
-                    "{job}: process {} last reported owning {reported:?}, the plan gives it {owned:?}",
-                    n.id
-                ));
+                fail(
+                    format!(
+                        "{job}: process {} last reported owning {reported:?}, the plan gives it {owned:?}",
+                        n.id
+                    ),
+                    Subject::Other,
+                );
             }
             let pending = n
                 .events
@@ -111,11 +145,14 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
                 .unwrap_or(false);
             let flag = c.exists(&format!("/{job}/leader/sharding/necessary"));
             if pending != flag {
-                fail(format!(
-                    "{job}: process {} last reported a re-shard pending {pending}, the flag is {}",
-                    n.id,
-                    if flag { "set" } else { "clear" }
-                ));
+                fail(
+                    format!(
+                        "{job}: process {} last reported a re-shard pending {pending}, the flag is {}",
+                        n.id,
+                        if flag { "set" } else { "clear" }
+                    ),
+                    Subject::Other,
+                );
             }
         }
         // A process that left the job (or never hosted it) must not hold its place.
@@ -123,10 +160,10 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             n.up() && !n.crashed() && !n.machine.is_stopped() && !n.jobs.contains(job.as_str())
         }) {
             if live.contains(n.id.as_str()) {
-                fail(format!(
-                    "{job}: process {} is registered but does not host it",
-                    n.id
-                ));
+                fail(
+                    format!("{job}: process {} is registered but does not host it", n.id),
+                    Subject::Other,
+                );
             }
         }
     }
@@ -136,21 +173,24 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
     for (j, n) in c.java.iter().enumerate().filter(|(_, n)| n.up()) {
         for job in &n.jobs {
             if n.job_shut_down(job) {
-                fail(format!(
-                    "elasticjob {j} ({}) shut job {job} down by itself",
-                    n.id
-                ));
+                fail(
+                    format!("elasticjob {j} ({}) shut job {job} down by itself", n.id),
+                    Subject::JavaShutDown { job: job.clone() },
+                );
             } else if !c.exists(&format!("/{job}/instances/{}", n.id)) {
-                fail(format!(
-                    "{job}: elasticjob process {} is not registered",
-                    n.id
-                ));
+                fail(
+                    format!("{job}: elasticjob process {} is not registered", n.id),
+                    Subject::JavaShutDown { job: job.clone() },
+                );
             }
         }
     }
     for (i, n) in c.nodes.iter().enumerate() {
         if !n.crashed() && n.machine.is_stopped() && !n.shutdown_requested {
-            fail(format!("node {i} ({}) stopped by itself", n.id));
+            fail(
+                format!("node {i} ({}) stopped by itself", n.id),
+                Subject::Other,
+            );
         }
         if n.up() && !n.crashed() && !n.machine.is_stopped() {
             for job in n
@@ -158,7 +198,10 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
                 .iter()
                 .filter(|j| !n.machine.job_names().any(|h| h == *j))
             {
-                fail(format!("node {i} ({}) dropped job {job} by itself", n.id));
+                fail(
+                    format!("node {i} ({}) dropped job {job} by itself", n.id),
+                    Subject::Other,
+                );
             }
         }
     }

@@ -10,6 +10,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
         .iter()
         .filter_map(|i| c.runs.get(*i))
         .map(|r| Violation {
+            subject: Default::default(),
             checker: "disabled",
             time: r.start,
             message: format!(

@@ -38,6 +38,7 @@ pub fn check(
         let before = origin_ms + created as i64 - slack_ms as i64;
         if r.fire < before {
             out.push(Violation {
+                subject: super::Subject::run(r),
                 checker: "fresh",
                 time: r.start,
                 message: format!(

@@ -16,6 +16,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
         .iter()
         .filter(|(_, n, what)| seen.insert((*n, what.as_str())))
         .map(|(time, n, what)| Violation {
+            subject: Default::default(),
             checker: "invariant",
             time: *time,
             // An ElasticJob node's finding names it ([`crate::elasticjob`]).

@@ -80,6 +80,7 @@ pub fn check(
                 });
                 if !done {
                     out.push(Violation {
+                        subject: super::Subject::fire(name, item, f),
                         checker: "liveness",
                         time: deadline,
                         message: format!(
@@ -142,6 +143,7 @@ pub fn misfires(
                 .any(|x| x.fire >= fire && x.start >= r.start && x.start <= end + slack_ms);
             if !compensated {
                 out.push(Violation {
+                    subject: super::Subject::run(r),
                     checker: "misfire",
                     time: end + slack_ms,
                     message: format!(
@@ -190,6 +192,7 @@ pub fn downtime(
         let allowed = bound.saturating_add(slack_ms);
         if r.late_by_own_clock() > allowed && r.fire.saturating_add(allowed) < s.wall {
             out.push(Violation {
+                subject: super::Subject::run(r),
                 checker: "downtime",
                 time: r.start,
                 message: format!(
@@ -286,6 +289,7 @@ pub fn catch_ups(
             });
             if !done {
                 out.push(Violation {
+                    subject: super::Subject::fire(&s.job, item, fire),
                     checker: "catch-up",
                     time: deadline,
                     message: format!(

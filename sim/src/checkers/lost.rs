@@ -256,6 +256,7 @@ pub fn check(
                     continue;
                 }
                 out.push(Violation {
+                    subject: super::Subject::fire(name, item, f),
                     checker: "lost",
                     time: hi,
                     message: match next {
@@ -350,6 +351,7 @@ fn late(
         })
         .min_by_key(|r| r.start)?;
     Some(Violation {
+        subject: super::Subject::fire(name, item, f),
         checker: "late",
         time: calmed + bound,
         message: format!(

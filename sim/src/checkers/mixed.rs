@@ -32,6 +32,7 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             .is_ok_and(|l| c.nodes.iter().any(|n| n.id.as_str() == l.as_str()));
         if shardjob {
             out.push(Violation {
+                subject: Default::default(),
                 checker: "mixed-leader",
                 time: now,
                 message: format!(

@@ -2,6 +2,7 @@
 //! the nodes) and returns the violations it finds, with the virtual time of the first event
 //! that shows each one.
 
+pub mod attribution;
 pub mod convergence;
 pub mod disabled;
 pub mod fresh;
@@ -27,6 +28,119 @@ pub struct Violation {
     pub time: u64,
     /// What is wrong.
     pub message: String,
+    /// What it is about, in terms [`attribution`] judges it by (whether it is ElasticJob's
+    /// own). [`Subject::Other`] for a checker that names nothing of the kind: never ElasticJob's.
+    pub subject: Subject,
+}
+
+/// What a violation is about: the runs, the fire or the part of the plan it names, for
+/// [`attribution`] to tell a violation of ElasticJob's own guarantees from one of shardjob's.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Subject {
+    /// Nothing the attribution knows: always a failure.
+    #[default]
+    Other,
+    /// Two runs of one item: the earlier and the later (overlap, once).
+    Runs {
+        /// The job.
+        job: String,
+        /// The item.
+        item: u32,
+        /// The run that started first.
+        earlier: RunRef,
+        /// The run that started after it.
+        later: RunRef,
+    },
+    /// One run that should not have run as it did (downtime, fresh, misfire).
+    Run {
+        /// The job.
+        job: String,
+        /// The item.
+        item: u32,
+        /// The run.
+        run: RunRef,
+    },
+    /// A fire of an item that did not run, or not in time (lost, late, liveness, catch-up).
+    Fire {
+        /// The job.
+        job: String,
+        /// The item.
+        item: u32,
+        /// The fire, epoch ms.
+        fire: i64,
+    },
+    /// The plan of a job at the end (convergence): an item's owner, or the job's leader.
+    Plan {
+        /// The job.
+        job: String,
+        /// Whether the plan is ElasticJob's: an ElasticJob process holds the leader node, or
+        /// none does and one that can lead (registered, its server enabled) is there.
+        java: bool,
+    },
+    /// An ElasticJob process that shut one of its jobs down by itself, or is not registered
+    /// in it (convergence).
+    JavaShutDown {
+        /// The job.
+        job: String,
+    },
+}
+
+/// A run as a violation names it (see [`crate::cluster::RunRecord`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunRef {
+    /// Whether an ElasticJob node ran it.
+    pub java: bool,
+    /// Its node.
+    pub node: usize,
+    /// Why it ran.
+    pub kind: shardjob_core::machine::record::RunKind,
+    /// Its fire, epoch ms.
+    pub fire: i64,
+    /// When it started, virtual ms.
+    pub start: u64,
+}
+
+impl RunRef {
+    /// The run's reference.
+    pub fn of(r: &crate::cluster::RunRecord) -> Self {
+        Self {
+            java: r.java,
+            node: r.node,
+            kind: r.kind,
+            fire: r.fire,
+            start: r.start,
+        }
+    }
+}
+
+impl Subject {
+    /// Two runs of one item.
+    pub fn runs(a: &crate::cluster::RunRecord, b: &crate::cluster::RunRecord) -> Self {
+        Self::Runs {
+            job: b.job.clone(),
+            item: b.item,
+            earlier: RunRef::of(a),
+            later: RunRef::of(b),
+        }
+    }
+
+    /// One run.
+    pub fn run(r: &crate::cluster::RunRecord) -> Self {
+        Self::Run {
+            job: r.job.clone(),
+            item: r.item,
+            run: RunRef::of(r),
+        }
+    }
+
+    /// A fire of an item.
+    pub fn fire(job: &str, item: u32, fire: i64) -> Self {
+        Self::Fire {
+            job: job.to_owned(),
+            item,
+            fire,
+        }
+    }
 }
 
 /// A run for the checkers' tests, which change what they need: node 0 runs item 0 of job `j`

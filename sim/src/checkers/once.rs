@@ -54,55 +54,65 @@ pub fn check(runs: &[RunRecord]) -> Once {
         for (k, &bi) in list.iter().enumerate().skip(1) {
             let b = &runs[bi];
             let earlier = || list[..k].iter().map(|&i| &runs[i]);
-            let mut fail = |why: String| {
+            let mut fail = |a: &RunRecord, why: String| {
                 out.violations.push(Violation {
+                    subject: super::Subject::runs(a, b),
                     checker: "once",
                     time: b.start,
                     message: format!("{job}/{item} fire {fire} started again: {why}"),
                 });
             };
             if let Some(a) = earlier().find(|a| a.token == b.token) {
-                fail(format!(
-                    "{} {:?} at {} and {} {:?} at {}, both with token {}",
-                    a.runner(),
-                    a.kind,
-                    a.start,
-                    b.runner(),
-                    b.kind,
-                    b.start,
-                    b.token
-                ));
+                fail(
+                    a,
+                    format!(
+                        "{} {:?} at {} and {} {:?} at {}, both with token {}",
+                        a.runner(),
+                        a.kind,
+                        a.start,
+                        b.runner(),
+                        b.kind,
+                        b.start,
+                        b.token
+                    ),
+                );
                 continue;
             }
             if let Some(a) = earlier().find(|a| !died(a)) {
-                fail(format!(
-                    "{} {:?} at {} token {} ended at {:?} (end committed at {:?}, its session {}), not cut short; then {} {:?} at {} token {}",
-                    a.runner(),
-                    a.kind,
-                    a.start,
-                    a.token,
-                    a.end,
-                    a.end_committed,
-                    a.session_end
-                        .map_or_else(|| "lived on".to_owned(), |t| format!("ended at {t}")),
-                    b.runner(),
-                    b.kind,
-                    b.start,
-                    b.token
-                ));
+                fail(
+                    a,
+                    format!(
+                        "{} {:?} at {} token {} ended at {:?} (end committed at {:?}, its session {}), not cut short; then {} {:?} at {} token {}",
+                        a.runner(),
+                        a.kind,
+                        a.start,
+                        a.token,
+                        a.end,
+                        a.end_committed,
+                        a.session_end
+                            .map_or_else(|| "lived on".to_owned(), |t| format!("ended at {t}")),
+                        b.runner(),
+                        b.kind,
+                        b.start,
+                        b.token
+                    ),
+                );
                 continue;
             }
             if let Some(a) = earlier().find(|a| a.token >= b.token) {
-                fail(format!(
-                    "the retry ({} {:?} at {} token {}) does not carry a larger token than {}'s attempt at {} (token {})",
-                    b.runner(),
-                    b.kind,
-                    b.start,
-                    b.token,
-                    a.runner(),
-                    a.start,
-                    a.token
-                ));
+                fail(
+                    a,
+                    format!(
+                        "the retry ({} {:?} at {} token {}) does not carry a larger token than {}'s attempt at {} (token {})",
+                        b.runner(),
+                        b.kind,
+                        b.start,
+                        b.token,
+                        a.runner(),
+                        a.start,
+                        a.token
+                    ),
+                );
                 continue;
             }
             out.retries += 1;

@@ -79,6 +79,7 @@ fn violation(
     what: &str,
 ) -> Violation {
     Violation {
+        subject: super::Subject::runs(a, b),
         checker: "overlap",
         time,
         message: format!(

@@ -10,6 +10,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
     c.protocol_errors
         .iter()
         .map(|(time, why)| Violation {
+            subject: Default::default(),
             checker: "prepare",
             time: *time,
             message: why.clone(),

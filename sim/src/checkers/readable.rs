@@ -19,6 +19,7 @@ pub fn check(
         match c.config_of(&j.job_name) {
             Some(config) => configs.push((j.job_name.clone(), config)),
             None => violations.push(Violation {
+                subject: Default::default(),
                 checker: "convergence",
                 time: end,
                 message: format!("{} has no readable configuration", j.job_name),

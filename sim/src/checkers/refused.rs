@@ -40,6 +40,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
                 _ => continue,
             };
             violations.push(Violation {
+                subject: Default::default(),
                 checker,
                 time: *time,
                 message,

@@ -13,6 +13,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
         .iter()
         .filter_map(|i| c.runs.get(*i))
         .map(|r| Violation {
+            subject: Default::default(),
             checker: "shutdown",
             time: r.start,
             message: format!(

@@ -26,6 +26,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
             .get(*n)
             .map_or_else(String::new, |node| node.id.to_string());
         found.push(Violation {
+            subject: Default::default(),
             checker: "wake",
             time: *time,
             message: format!(

@@ -40,6 +40,7 @@ pub fn check(c: &Cluster) -> Vec<Violation> {
                 .get(*n)
                 .map_or_else(String::new, |node| node.id.to_string());
             Violation {
+                subject: Default::default(),
                 checker: "wake-rate",
                 time: *time,
                 message: format!(

@@ -1,0 +1,279 @@
+//! Which violations are ElasticJob's own: in a world that mixes ElasticJob 3.0.4 instances
+//! ("J", [`crate::elasticjob`]) with shardjob's ("S"), ElasticJob loses and repeats fires in
+//! ways it documents (`docs/migration-design.md`, sections 1 and 3.9). A violation that only
+//! ElasticJob's own semantics made is counted apart, by checker and by the behaviour it stands
+//! for ([`Behaviour`]), and does not fail the seed; one that involves a shardjob run, or that a
+//! shardjob-only cluster would never allow, still fails.
+//!
+//! The rules are strict, and each names the behaviour it stands for:
+//!
+//! - two runs of an item (overlap, once): both are J's; for a fire started twice, every run of
+//!   that fire up to the later one is J's (a J run after an S run of the same fire fails);
+//! - one run that ran as it should not (downtime, fresh, misfire): it is J's, and for the
+//!   misfire checker the first run of the item after it is J's too (or there is none);
+//! - a fire that did not run, or not in time (lost, late, liveness, catch-up): every run of the
+//!   item from the last attempt of an earlier fire up to the first run that covers the fire (a
+//!   run of it or of a later fire; the end of the world if none) is J's, and there is at least
+//!   one: the item was in J's hands across the fire, as far as its runs tell (the plan's
+//!   history is not recorded; a run is the registry's and the executor's trace of who had an
+//!   item);
+//! - the plan at the end (convergence): a J holds the leader node, or there is no leader and a
+//!   J that can lead is registered (J leads, and shards only at a fire); and a J process that
+//!   lost its own registration (J shuts a job down for good when its instance node goes).
+//!
+//! Anything else fails, as before. A world without J processes is judged exactly as before:
+//! [`split`] leaves every violation failing (no run, plan or process of J to name).
+
+use std::collections::BTreeMap;
+
+use shardjob_core::machine::record::RunKind;
+
+use super::{Subject, Violation};
+use crate::cluster::RunRecord;
+
+/// An ElasticJob 3.0.4 behaviour that breaks one of shardjob's invariants, as documented in
+/// `docs/migration-design.md` (sections 1, 3.9 and 5). Each exemption of [`judge`] names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Behaviour {
+    /// J has no fencing (3.9): a J paused, cut off or reconnecting goes on running the run it
+    /// started (Quartz is paused on a lost connection, a run in progress goes on, 1.8), and its
+    /// failover listener fails over the items of an instance it sees DELETED while their run
+    /// goes on (1.7): two Js run one item at once.
+    NoFencing,
+    /// J starts a run without a claim (5, question 1): it reads its items from its cache, which
+    /// may hold a plan another J has just re-sharded away (1.5 step 2), and writes `running`
+    /// blindly (`fillJobNode` overwrites, 1.5 step 5): two Js start the same fire.
+    StartWithoutClaim,
+    /// J's misfire flags and loop (1.5 step 6, 1.6): a flag names the item, not the fire, and is
+    /// consumed by whichever J runs the item next, which replays its whole context with the
+    /// same task id: a fire already run is run again.
+    MisfireReplay,
+    /// J's failover (1.7): an item of a DELETED instance with a `running` node is failed over
+    /// whether or not its run had finished its fire (the node may be a left-over, or the
+    /// instance may have registered again), and the failover run replays it.
+    FailoverReplay,
+    /// J gives fires up (1.4, 1.5 step 2, 3.9): a J killed between fires keeps its items until a
+    /// re-sharding, which happens only at a J leader's fire; a fire of an item with a
+    /// `running` node is not run and leaves no misfire flag; the next owner runs later fires
+    /// only.
+    GivesUpFires,
+    /// J shards lazily, at a fire, and waits without a bound (1.4 steps 3 and 4): non-leaders
+    /// block while `necessary` exists, the leader while any item has a `running` node; an item
+    /// of a dead J stays its until then: its fires come late, or never until the wait ends.
+    UnboundedWait,
+    /// J replays a missed fire only after its next run (1.6, 3.9): a fire that comes while its
+    /// run lasts is flagged, and the flag is consumed by the misfire loop after the item's next
+    /// fire's run, not at the end of the run it came in.
+    LateMisfireReplay,
+    /// J's misfire flags outlive a cluster start (1.6): a flag left by a J before every
+    /// instance went away is consumed after the cluster starts again, replaying a fire from
+    /// before that start (J has no catch-up bound); a flag of an item removed and created again
+    /// (a shrunk and grown total: sharding leaves `misfire` alone, 1.4 step 6) replays a fire
+    /// from before the item's creation.
+    StaleMisfireFlags,
+    /// J has no catch-up after downtime (3.9: `shardjob.misfire.catchup.seconds` is shardjob's):
+    /// fires missed while no instance was registered are never run by a J.
+    NoCatchUp,
+    /// J leads whenever it can and shards only at a fire (1.2, 1.4, 3.3): until a J leader's
+    /// next fire, the plan keeps owners that are gone, items without owners, surplus items;
+    /// a J elects only on events and at a fire.
+    ShardsOnlyAtFire,
+    /// J's registration (1.8): a J whose instance node is deleted under it (by its own
+    /// delete-then-create on RECONNECTED racing a session expiry, or anyone) shuts the job down
+    /// for good, and stays unregistered.
+    InstanceNodeLost,
+}
+
+impl Behaviour {
+    /// The behaviour in words, for the binary's summary: `no-fencing`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::NoFencing => "no-fencing",
+            Self::StartWithoutClaim => "start-without-claim",
+            Self::MisfireReplay => "misfire-replay",
+            Self::FailoverReplay => "failover-replay",
+            Self::GivesUpFires => "gives-up-fires",
+            Self::UnboundedWait => "unbounded-wait",
+            Self::LateMisfireReplay => "late-misfire-replay",
+            Self::StaleMisfireFlags => "stale-misfire-flags",
+            Self::NoCatchUp => "no-catch-up",
+            Self::ShardsOnlyAtFire => "shards-only-at-fire",
+            Self::InstanceNodeLost => "instance-node-lost",
+        }
+    }
+}
+
+/// Who ran the two runs a violation names, in their order: `J then S`.
+pub fn kinds(subject: &Subject) -> Option<&'static str> {
+    let Subject::Runs { earlier, later, .. } = subject else {
+        return None;
+    };
+    Some(match (earlier.java, later.java) {
+        (true, true) => "J then J",
+        (true, false) => "J then S",
+        (false, true) => "S then J",
+        (false, false) => "S then S",
+    })
+}
+
+/// A world's violations, split.
+#[derive(Debug, Default)]
+pub struct Split {
+    /// The violations that fail the seed.
+    pub failing: Vec<Violation>,
+    /// ElasticJob's own, with the behaviour each stands for.
+    pub elasticjob: Vec<(Violation, Behaviour)>,
+}
+
+/// Splits a world's violations ([`judge`] on each). `java` is whether the world ran ElasticJob
+/// processes: without any, every violation fails, as before attribution existed.
+pub fn split(violations: Vec<Violation>, runs: &[RunRecord], java: bool) -> Split {
+    let mut out = Split::default();
+    if !java {
+        out.failing = violations;
+        return out;
+    }
+    let by_item = super::runs_by_item(runs);
+    for v in violations {
+        match judge(&v, &by_item) {
+            Some(b) => out.elasticjob.push((v, b)),
+            None => out.failing.push(v),
+        }
+    }
+    out
+}
+
+/// The ElasticJob behaviour a violation stands for, if it is ElasticJob's own; `None`: it
+/// fails. `by_item`: the world's runs of each (job, item), in the order they started.
+pub fn judge(v: &Violation, by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>) -> Option<Behaviour> {
+    fn runs_of<'m, 'r: 'm>(
+        by_item: &'m BTreeMap<(&'m str, u32), Vec<&'r RunRecord>>,
+        job: &'m str,
+        item: u32,
+    ) -> &'m [&'r RunRecord] {
+        by_item.get(&(job, item)).map_or(&[][..], |v| &v[..])
+    }
+    match &v.subject {
+        Subject::Other => None,
+        Subject::Runs {
+            job,
+            item,
+            earlier,
+            later,
+        } => {
+            if !(earlier.java && later.java) {
+                return None;
+            }
+            match v.checker {
+                // Each overlapping pair is a violation of its own: this one is J's.
+                "overlap" => Some(Behaviour::NoFencing),
+                "once" => {
+                    // Every attempt of the fire up to the later one is J's: a J start after
+                    // an S run of the fire is not J's alone.
+                    let all_java = runs_of(by_item, job, *item)
+                        .iter()
+                        .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
+                        .filter(|r| r.start <= later.start)
+                        .all(|r| r.java);
+                    all_java.then_some(match later.kind {
+                        RunKind::Misfire => Behaviour::MisfireReplay,
+                        RunKind::Failover => Behaviour::FailoverReplay,
+                        _ => Behaviour::StartWithoutClaim,
+                    })
+                }
+                _ => None,
+            }
+        }
+        Subject::Run { job, item, run } => {
+            if !run.java {
+                return None;
+            }
+            match v.checker {
+                "downtime" | "fresh" => Some(match run.kind {
+                    RunKind::Misfire => Behaviour::StaleMisfireFlags,
+                    RunKind::Failover => Behaviour::FailoverReplay,
+                    // A scheduled run of an old fire: a J that waited at the fire (1.4) and
+                    // ran it once the wait ended.
+                    _ => Behaviour::UnboundedWait,
+                }),
+                "misfire" => {
+                    // The item's next run, which owed the replay, is J's too (or none came).
+                    let next_java = runs_of(by_item, job, *item)
+                        .iter()
+                        .find(|r| r.start > run.start)
+                        .is_none_or(|r| r.java);
+                    next_java.then_some(Behaviour::LateMisfireReplay)
+                }
+                _ => None,
+            }
+        }
+        Subject::Fire { job, item, fire } => {
+            let mine = runs_of(by_item, job, *item);
+            if !in_java_hands(mine, *fire) {
+                return None;
+            }
+            match v.checker {
+                "lost" => {
+                    let later = mine
+                        .iter()
+                        .any(|r| r.fire > *fire && r.kind != RunKind::Trigger);
+                    Some(if later {
+                        Behaviour::GivesUpFires
+                    } else {
+                        Behaviour::UnboundedWait
+                    })
+                }
+                "late" => Some(later_cover_kind(mine, *fire)),
+                "liveness" => Some(Behaviour::UnboundedWait),
+                "catch-up" => Some(Behaviour::NoCatchUp),
+                _ => None,
+            }
+        }
+        Subject::Plan { java, .. } => {
+            (*java && v.checker == "convergence").then_some(Behaviour::ShardsOnlyAtFire)
+        }
+        Subject::JavaShutDown { .. } => {
+            (v.checker == "convergence").then_some(Behaviour::InstanceNodeLost)
+        }
+    }
+}
+
+/// Whether an item was in J's hands across fire `fire`, as its runs tell (`mine`, in the order
+/// they started): every run from the last attempt of an earlier fire up to the first run that
+/// covers it (of it or a later fire; none: up to the end) is J's, and there is one.
+fn in_java_hands(mine: &[&RunRecord], fire: i64) -> bool {
+    let scheduled = |r: &&&RunRecord| r.kind != RunKind::Trigger;
+    let from = mine
+        .iter()
+        .filter(scheduled)
+        .filter(|r| r.fire < fire)
+        .map(|r| r.start)
+        .max()
+        .unwrap_or(0);
+    let to = mine
+        .iter()
+        .filter(scheduled)
+        .filter(|r| r.fire >= fire)
+        .map(|r| r.start)
+        .min()
+        .unwrap_or(u64::MAX);
+    let mut window = mine
+        .iter()
+        .filter(|r| (from..=to).contains(&r.start))
+        .peekable();
+    window.peek().is_some() && window.all(|r| r.java)
+}
+
+/// The behaviour that made the run covering fire `fire` late: a J's misfire run, replayed
+/// after its next run, or any other J run that waited.
+fn later_cover_kind(mine: &[&RunRecord], fire: i64) -> Behaviour {
+    let cover = mine
+        .iter()
+        .filter(|r| r.fire >= fire && r.kind != RunKind::Trigger)
+        .min_by_key(|r| r.start);
+    match cover.map(|r| r.kind) {
+        Some(RunKind::Misfire) => Behaviour::LateMisfireReplay,
+        Some(RunKind::Failover) => Behaviour::GivesUpFires,
+        _ => Behaviour::UnboundedWait,
+    }
+}
