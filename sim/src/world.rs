@@ -502,7 +502,12 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     violations.sort_by_key(|v| v.time);
     // In a world with ElasticJob processes, what ElasticJob's own semantics made is counted
     // apart (none of it in a world without them: every violation fails, as before).
-    let split = checkers::attribution::split(violations, &c.runs, !c.java.is_empty());
+    let plans = if c.java.is_empty() {
+        BTreeMap::new()
+    } else {
+        checkers::attribution::plans(&c, &totals)
+    };
+    let split = checkers::attribution::split(violations, &c.runs, !c.java.is_empty(), &plans);
 
     SeedReport {
         seed: cfg.seed,

@@ -94,6 +94,10 @@ struct Args {
     /// fail).
     #[arg(long, default_value_t = 0)]
     elasticjob: usize,
+    /// Print every violation counted as ElasticJob's own (always with --seed), with the
+    /// behaviour it stands for.
+    #[arg(long)]
+    show_elasticjob_own: bool,
     /// Print each seed's trace hash (`seed N trace 0x…`): two builds that behave alike print
     /// the same lines, so a change meant to keep behaviour is checked by a diff.
     #[arg(long)]
@@ -157,6 +161,17 @@ fn main() -> ExitCode {
                     "seed {seed}: determinism: trace hash {:#x} then {:#x}",
                     report.trace_hash,
                     again.trace_hash
+                );
+            }
+        }
+        if args.seed.is_some() || args.show_elasticjob_own {
+            for (v, b) in &report.elasticjob_own {
+                say!(
+                    "  elasticjob's own ({}) [{}] at {}: {}",
+                    b.name(),
+                    v.checker,
+                    shardjob_sim::timeline::clock(v.time),
+                    v.message
                 );
             }
         }

@@ -78,6 +78,17 @@ pub enum Behaviour {
     /// next fire, the plan keeps owners that are gone, items without owners, surplus items;
     /// a J elects only on events and at a fire.
     ShardsOnlyAtFire,
+    /// J skips an item with a `running` node at every fire (1.5 step 2) and in its failover
+    /// runs, its leader waits for it before sharding (1.4 step 4), and nothing of J deletes a
+    /// persistent `running` node of a J that died running a failover (1.7: that branch only
+    /// queues the item again; ElasticJob issue 2429) or a foreign one: the item never runs
+    /// again while it stays.
+    LeftRunningNode,
+    /// J reads every instance node as a `JobInstance` (1.1 step 5): one it cannot bind (a
+    /// scalar, an unknown key: a foreign hand's garbage) makes every sharding and failover
+    /// throw, so a J-led job is never sharded again while it stays (shardjob's leader deletes
+    /// it, 3.7; a J never does).
+    UnreadableInstance,
     /// J's registration (1.8): a J whose instance node is deleted under it (by its own
     /// delete-then-create on RECONNECTED racing a session expiry, or anyone) shuts the job down
     /// for good, and stays unregistered.
@@ -98,6 +109,8 @@ impl Behaviour {
             Self::StaleMisfireFlags => "stale-misfire-flags",
             Self::NoCatchUp => "no-catch-up",
             Self::ShardsOnlyAtFire => "shards-only-at-fire",
+            Self::LeftRunningNode => "left-running-node",
+            Self::UnreadableInstance => "unreadable-instance",
             Self::InstanceNodeLost => "instance-node-lost",
         }
     }
@@ -125,9 +138,99 @@ pub struct Split {
     pub elasticjob: Vec<(Violation, Behaviour)>,
 }
 
+/// What the plan of a job says of ElasticJob's part in it at the end ([`plans`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JavaPlan {
+    /// The ElasticJob behaviour the plan's state stands for, if the plan is ElasticJob's: a J
+    /// holds the leader node, or none does and a J that can lead (registered, its server
+    /// enabled) is there ([`Behaviour::ShardsOnlyAtFire`], or
+    /// [`Behaviour::UnreadableInstance`] while an instance node J cannot read is registered);
+    /// or none does, no shardjob process is registered, and a J shut the job down
+    /// ([`Behaviour::InstanceNodeLost`]). `None`: the plan is shardjob's.
+    pub behaviour: Option<Behaviour>,
+    /// The items an ElasticJob process owns at the end.
+    pub java_items: std::collections::BTreeSet<u32>,
+    /// The items anyone owns at the end.
+    pub owned: std::collections::BTreeSet<u32>,
+    /// The items with a `running` node at the end whose value is no registered instance of
+    /// the job.
+    pub blocked: std::collections::BTreeSet<u32>,
+}
+
+/// The plans of `jobs` at the end, as the store shows them, for [`judge`].
+pub fn plans(c: &crate::cluster::Cluster, jobs: &[(String, u32)]) -> BTreeMap<String, JavaPlan> {
+    let java_ids: std::collections::BTreeSet<String> =
+        c.java.iter().map(|n| n.id.to_string()).collect();
+    let mut out = BTreeMap::new();
+    for (job, total) in jobs {
+        let registered = |id: &str| c.exists(&format!("/{job}/instances/{id}"));
+        let can_lead = c.java.iter().any(|n| {
+            n.up()
+                && !n.job_shut_down(job)
+                && registered(n.id.as_str())
+                && c.read(&format!("/{job}/servers/{}", n.id.server_ip())).as_deref()
+                    == Some("ENABLED")
+        });
+        let instances = shardjob_core::registry::NodePath::new(format!("/{job}/instances"));
+        let unreadable = instances.is_ok_and(|dir| {
+            c.store
+                .tree(&dir)
+                .iter()
+                .filter(|n| n.path != dir)
+                .any(|n| {
+                    crate::elasticjob::view::read_instance(&String::from_utf8_lossy(&n.data))
+                        .is_err()
+                })
+        });
+        let java_behaviour = if unreadable {
+            Behaviour::UnreadableInstance
+        } else {
+            Behaviour::ShardsOnlyAtFire
+        };
+        let shardjob_registered = c.nodes.iter().any(|n| registered(n.id.as_str()));
+        let behaviour = match c.read(&format!("/{job}/leader/election/instance")) {
+            Some(l) if java_ids.contains(&l) => Some(java_behaviour),
+            Some(_) => None,
+            None if can_lead => Some(java_behaviour),
+            None if !shardjob_registered && c.java.iter().any(|n| n.job_shut_down(job)) => {
+                Some(Behaviour::InstanceNodeLost)
+            }
+            None => None,
+        };
+        let blocked = (0..*total)
+            .filter(|i| {
+                c.read(&format!("/{job}/sharding/{i}/running"))
+                    .is_some_and(|v| !registered(&v))
+            })
+            .collect();
+        let owners = c.owners(job);
+        let java_items = owners
+            .iter()
+            .filter(|(_, o)| java_ids.contains(*o))
+            .map(|(i, _)| *i)
+            .collect();
+        out.insert(
+            job.clone(),
+            JavaPlan {
+                behaviour,
+                java_items,
+                owned: owners.into_keys().collect(),
+                blocked,
+            },
+        );
+    }
+    out
+}
+
 /// Splits a world's violations ([`judge`] on each). `java` is whether the world ran ElasticJob
-/// processes: without any, every violation fails, as before attribution existed.
-pub fn split(violations: Vec<Violation>, runs: &[RunRecord], java: bool) -> Split {
+/// processes: without any, every violation fails, as before attribution existed. `plans`: the
+/// jobs' plans at the end ([`plans`]).
+pub fn split(
+    violations: Vec<Violation>,
+    runs: &[RunRecord],
+    java: bool,
+    plans: &BTreeMap<String, JavaPlan>,
+) -> Split {
     let mut out = Split::default();
     if !java {
         out.failing = violations;
@@ -135,7 +238,7 @@ pub fn split(violations: Vec<Violation>, runs: &[RunRecord], java: bool) -> Spli
     }
     let by_item = super::runs_by_item(runs);
     for v in violations {
-        match judge(&v, &by_item) {
+        match judge(&v, &by_item, plans) {
             Some(b) => out.elasticjob.push((v, b)),
             None => out.failing.push(v),
         }
@@ -144,8 +247,13 @@ pub fn split(violations: Vec<Violation>, runs: &[RunRecord], java: bool) -> Spli
 }
 
 /// The ElasticJob behaviour a violation stands for, if it is ElasticJob's own; `None`: it
-/// fails. `by_item`: the world's runs of each (job, item), in the order they started.
-pub fn judge(v: &Violation, by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>) -> Option<Behaviour> {
+/// fails. `by_item`: the world's runs of each (job, item), in the order they started; `plans`:
+/// the jobs' plans at the end.
+pub fn judge(
+    v: &Violation,
+    by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>,
+    plans: &BTreeMap<String, JavaPlan>,
+) -> Option<Behaviour> {
     fn runs_of<'m, 'r: 'm>(
         by_item: &'m BTreeMap<(&'m str, u32), Vec<&'r RunRecord>>,
         job: &'m str,
@@ -209,9 +317,33 @@ pub fn judge(v: &Violation, by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>) ->
         }
         Subject::Fire { job, item, fire } => {
             let mine = runs_of(by_item, job, *item);
-            if !in_java_hands(mine, *fire) {
-                return None;
+            match java_hands(mine, *fire) {
+                Hands::Java => {}
+                Hands::Shardjob => return None,
+                // No run of the item across the fire: the plan at the end tells whose it was,
+                // if it is ElasticJob's and gives the item to a J or to nobody.
+                Hands::Nobody => {
+                    let plan = plans.get(job.as_str())?;
+                    let owner_java =
+                        plan.java_items.contains(item) || !plan.owned.contains(item);
+                    return match v.checker {
+                        "lost" | "liveness" | "catch-up" if owner_java => plan.behaviour,
+                        _ => None,
+                    };
+                }
             }
+            // A fire no run covered by the end: the item blocked by a left-over `running`
+            // node, or waiting.
+            let stuck = || {
+                if plans
+                    .get(job.as_str())
+                    .is_some_and(|p| p.blocked.contains(item))
+                {
+                    Behaviour::LeftRunningNode
+                } else {
+                    Behaviour::UnboundedWait
+                }
+            };
             match v.checker {
                 "lost" => {
                     let later = mine
@@ -220,17 +352,20 @@ pub fn judge(v: &Violation, by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>) ->
                     Some(if later {
                         Behaviour::GivesUpFires
                     } else {
-                        Behaviour::UnboundedWait
+                        stuck()
                     })
                 }
                 "late" => Some(later_cover_kind(mine, *fire)),
-                "liveness" => Some(Behaviour::UnboundedWait),
+                "liveness" => Some(stuck()),
                 "catch-up" => Some(Behaviour::NoCatchUp),
                 _ => None,
             }
         }
-        Subject::Plan { java, .. } => {
-            (*java && v.checker == "convergence").then_some(Behaviour::ShardsOnlyAtFire)
+        Subject::Plan { job } => {
+            if v.checker != "convergence" {
+                return None;
+            }
+            plans.get(job.as_str())?.behaviour
         }
         Subject::JavaShutDown { .. } => {
             (v.checker == "convergence").then_some(Behaviour::InstanceNodeLost)
@@ -238,18 +373,22 @@ pub fn judge(v: &Violation, by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>) ->
     }
 }
 
-/// Whether an item was in J's hands across fire `fire`, as its runs tell (`mine`, in the order
-/// they started): every run from the last attempt of an earlier fire up to the first run that
-/// covers it (of it or a later fire; none: up to the end) is J's, and there is one.
-fn in_java_hands(mine: &[&RunRecord], fire: i64) -> bool {
+/// Whose hands an item was in across a fire, as its runs tell.
+enum Hands {
+    /// Every run from the last attempt of an earlier fire (started before the cover) up to
+    /// the first run that covers the fire (of it or a later fire; none: up to the end) is
+    /// J's, and there is one.
+    Java,
+    /// One of those runs is shardjob's.
+    Shardjob,
+    /// There is none.
+    Nobody,
+}
+
+/// Whose hands an item was in across fire `fire` ([`Hands`]); `mine`: its runs, in the order
+/// they started.
+fn java_hands(mine: &[&RunRecord], fire: i64) -> Hands {
     let scheduled = |r: &&&RunRecord| r.kind != RunKind::Trigger;
-    let from = mine
-        .iter()
-        .filter(scheduled)
-        .filter(|r| r.fire < fire)
-        .map(|r| r.start)
-        .max()
-        .unwrap_or(0);
     let to = mine
         .iter()
         .filter(scheduled)
@@ -257,11 +396,26 @@ fn in_java_hands(mine: &[&RunRecord], fire: i64) -> bool {
         .map(|r| r.start)
         .min()
         .unwrap_or(u64::MAX);
+    // The last attempt of an earlier fire before that (a misfire or failover run of an
+    // earlier fire may start after a later fire's run).
+    let from = mine
+        .iter()
+        .filter(scheduled)
+        .filter(|r| r.fire < fire && r.start <= to)
+        .map(|r| r.start)
+        .max()
+        .unwrap_or(0);
     let mut window = mine
         .iter()
         .filter(|r| (from..=to).contains(&r.start))
         .peekable();
-    window.peek().is_some() && window.all(|r| r.java)
+    if window.peek().is_none() {
+        Hands::Nobody
+    } else if window.all(|r| r.java) {
+        Hands::Java
+    } else {
+        Hands::Shardjob
+    }
 }
 
 /// The behaviour that made the run covering fire `fire` late: a J's misfire run, replayed

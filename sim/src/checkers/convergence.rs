@@ -27,9 +27,6 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             message,
         });
     };
-    // The ElasticJob processes' ids, whatever their state: a plan part that names one is
-    // theirs.
-    let java_ids: BTreeSet<String> = c.java.iter().map(|n| n.id.to_string()).collect();
     for (job, total) in jobs {
         // ElasticJob processes that run the job count as live owners too.
         let live: BTreeSet<String> = c
@@ -45,23 +42,7 @@ pub fn check(c: &Cluster, jobs: &[(String, u32)], now: u64) -> Vec<Violation> {
             )
             .filter(|id| c.exists(&format!("/{job}/instances/{id}")))
             .collect();
-        // Whether the plan is ElasticJob's (see [`super::attribution`]): a J holds the leader
-        // node, or none does and a J that can lead (registered, its server enabled) is there.
-        let leader = c.read(&format!("/{job}/leader/election/instance"));
-        let java_plan = match &leader {
-            Some(l) => java_ids.contains(l),
-            None => c.java.iter().any(|n| {
-                let ip = n.id.server_ip();
-                n.up()
-                    && !n.job_shut_down(job)
-                    && c.exists(&format!("/{job}/instances/{}", n.id))
-                    && c.read(&format!("/{job}/servers/{ip}")).as_deref() == Some("ENABLED")
-            }),
-        };
-        let plan = Subject::Plan {
-            job: job.clone(),
-            java: java_plan,
-        };
+        let plan = Subject::Plan { job: job.clone() };
         let owners = c.owners(job);
         for item in 0..*total {
             match owners.get(&item) {

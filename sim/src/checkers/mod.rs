@@ -73,9 +73,6 @@ pub enum Subject {
     Plan {
         /// The job.
         job: String,
-        /// Whether the plan is ElasticJob's: an ElasticJob process holds the leader node, or
-        /// none does and one that can lead (registered, its server enabled) is there.
-        java: bool,
     },
     /// An ElasticJob process that shut one of its jobs down by itself, or is not registered
     /// in it (convergence).
