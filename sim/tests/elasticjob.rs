@@ -556,3 +556,80 @@ fn shardjob_past_the_gate_runs_a_fire_its_new_owner_runs_again() {
         timeline(&c)
     );
 }
+
+/// The world `shardjob-sim --seed SEED --instances S --jobs 4 --hours 0.03 --elasticjob J`
+/// runs.
+fn cli_world(seed: u64, instances: usize, elasticjob: usize) -> shardjob_sim::world::WorldConfig {
+    shardjob_sim::world::WorldConfig {
+        instances,
+        job_count: 4,
+        duration_ms: 108_000,
+        elasticjob,
+        ..shardjob_sim::world::WorldConfig::standard(seed)
+    }
+}
+
+#[test]
+fn a_world_of_elasticjob_instances_only_counts_their_duplicates_as_their_own() {
+    use checkers::attribution::Behaviour;
+    use shardjob_sim::world;
+    // Seed 2 of `--instances 0 --elasticjob 3`: elasticjob 0 runs job0/2's fire at +7 s, then
+    // elasticjob 1, whose cache still gave it the item, starts the same fire at +10.25 s (J
+    // claims nothing, 5 question 1).
+    let report = world::run(&cli_world(2, 0, 3));
+    assert!(
+        report.instances.is_empty(),
+        "no shardjob process: {:?}",
+        report.instances
+    );
+    assert!(report.records.iter().all(|r| r.java));
+    assert!(
+        report.violations.is_empty(),
+        "a world of ElasticJob instances fails only by ElasticJob's own: {:#?}",
+        report.violations
+    );
+    let twice = report.elasticjob_own.iter().find(|(v, _)| {
+        v.checker == "once" && v.message.starts_with("job0/2 fire ") && v.time == 10_250
+    });
+    let Some((v, b)) = twice else {
+        panic!(
+            "the known duplicate of job0/2 is not counted as ElasticJob's own: {:#?}",
+            report.elasticjob_own
+        );
+    };
+    assert_eq!(*b, Behaviour::StartWithoutClaim, "{v:?}");
+    assert_eq!(
+        checkers::attribution::kinds(v, &checkers::runs_by_item(&report.records)).as_deref(),
+        Some("J then J")
+    );
+}
+
+#[test]
+fn a_duplicate_that_involves_a_shardjob_run_still_fails_a_mixed_world() {
+    use shardjob_sim::world;
+    // Seed 2 of `--instances 3 --elasticjob 2`: node 2 runs job0/1's fire at +14 s (from
+    // +12.3 s, its clock ahead), then elasticjob 1 runs it again at +14.9 s; elasticjob 2 runs
+    // the fire at +37 s (from +32.6 s), then node 3 again at +37 s.
+    let report = world::run(&cli_world(2, 3, 2));
+    let by_item = checkers::runs_by_item(&report.records);
+    let once: Vec<String> = report
+        .violations
+        .iter()
+        .filter(|v| v.checker == "once" && v.message.starts_with("job0/1 fire "))
+        .filter_map(|v| checkers::attribution::kinds(v, &by_item))
+        .collect();
+    for kinds in ["S then J", "J then S"] {
+        assert!(
+            once.iter().any(|k| k == kinds),
+            "no failing {kinds} duplicate of job0/1: {once:?}\n{:#?}",
+            report.violations
+        );
+    }
+    assert!(
+        report.elasticjob_own.iter().all(
+            |(v, _)| checkers::attribution::kinds(v, &by_item).is_none_or(|k| !k.contains('S'))
+        ),
+        "nothing that names a shardjob run is ElasticJob's own: {:#?}",
+        report.elasticjob_own
+    );
+}

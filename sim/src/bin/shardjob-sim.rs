@@ -135,7 +135,7 @@ fn main() -> ExitCode {
     // In worlds with ElasticJob instances: the failing violations by checker and by the kinds
     // of the two runs they name (`once J then S`), and ElasticJob's own by checker and
     // behaviour, with the seeds that had any.
-    let mut by_kinds: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut by_kinds: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
     let mut own: std::collections::BTreeMap<String, u64> = Default::default();
     let (mut own_total, mut own_seeds) = (0u64, 0u64);
     for seed in from..from.saturating_add(count) {
@@ -184,12 +184,18 @@ fn main() -> ExitCode {
             }
         }
         if args.elasticjob > 0 {
+            let by_item = shardjob_sim::checkers::runs_by_item(&report.records);
+            let mut seen = std::collections::BTreeSet::new();
             for v in &report.violations {
-                let key = match shardjob_sim::checkers::attribution::kinds(&v.subject) {
+                let key = match shardjob_sim::checkers::attribution::kinds(v, &by_item) {
                     Some(k) => format!("{} {k}", v.checker),
                     None => v.checker.to_owned(),
                 };
-                *by_kinds.entry(key).or_default() += 1;
+                let e = by_kinds.entry(key.clone()).or_default();
+                e.0 += 1;
+                if seen.insert(key) {
+                    e.1 += 1;
+                }
             }
         }
         if !report.violations.is_empty() {
@@ -246,7 +252,10 @@ fn main() -> ExitCode {
         say!("(violations by checker: {})", parts.join(", "));
     }
     if !by_kinds.is_empty() {
-        let parts: Vec<String> = by_kinds.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        let parts: Vec<String> = by_kinds
+            .iter()
+            .map(|(k, (n, seeds))| format!("{k}={n} in {seeds} seeds"))
+            .collect();
         say!(
             "(failing by checker and kinds of runs: {})",
             parts.join(", ")

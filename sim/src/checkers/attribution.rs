@@ -116,17 +116,58 @@ impl Behaviour {
     }
 }
 
-/// Who ran the two runs a violation names, in their order: `J then S`.
-pub fn kinds(subject: &Subject) -> Option<&'static str> {
-    let Subject::Runs { earlier, later, .. } = subject else {
-        return None;
+/// Who ran the runs a violation names, in their order, for a summary: `J then S` for two runs
+/// of an item (overlap, once), or for a fire the last attempt of an earlier fire then the first
+/// run that covers it (`S then none`: no run covered it; `none then J`: no earlier attempt);
+/// `J` or `S` for one run; `None` for the rest. `by_item`: the world's runs of each (job,
+/// item), in the order they started.
+pub fn kinds(v: &Violation, by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>) -> Option<String> {
+    let word = |java: Option<bool>| match java {
+        Some(true) => "J",
+        Some(false) => "S",
+        None => "none",
     };
-    Some(match (earlier.java, later.java) {
-        (true, true) => "J then J",
-        (true, false) => "J then S",
-        (false, true) => "S then J",
-        (false, false) => "S then S",
-    })
+    match &v.subject {
+        Subject::Runs { earlier, later, .. } => Some(format!(
+            "{} then {}",
+            word(Some(earlier.java)),
+            word(Some(later.java))
+        )),
+        Subject::Run { run, .. } => Some(word(Some(run.java)).to_owned()),
+        Subject::Fire { job, item, fire } => {
+            let mine = by_item
+                .get(&(job.as_str(), *item))
+                .map_or(&[][..], |v| &v[..]);
+            let (from, to) = around(mine, *fire);
+            Some(format!(
+                "{} then {}",
+                word(from.map(|r| r.java)),
+                word(to.map(|r| r.java))
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// For fire `fire` of an item (`mine`: its runs, in the order they started): the first run
+/// that covers it (of it or a later fire), and the last attempt of an earlier fire started
+/// before that one, triggers left out.
+fn around<'r>(mine: &[&'r RunRecord], fire: i64) -> (Option<&'r RunRecord>, Option<&'r RunRecord>) {
+    let scheduled = |r: &&&RunRecord| r.kind != RunKind::Trigger;
+    let to = mine
+        .iter()
+        .filter(scheduled)
+        .filter(|r| r.fire >= fire)
+        .min_by_key(|r| r.start)
+        .copied();
+    let until = to.map_or(u64::MAX, |r| r.start);
+    let from = mine
+        .iter()
+        .filter(scheduled)
+        .filter(|r| r.fire < fire && r.start <= until)
+        .max_by_key(|r| r.start)
+        .copied();
+    (from, to)
 }
 
 /// A world's violations, split.
@@ -168,7 +209,8 @@ pub fn plans(c: &crate::cluster::Cluster, jobs: &[(String, u32)]) -> BTreeMap<St
             n.up()
                 && !n.job_shut_down(job)
                 && registered(n.id.as_str())
-                && c.read(&format!("/{job}/servers/{}", n.id.server_ip())).as_deref()
+                && c.read(&format!("/{job}/servers/{}", n.id.server_ip()))
+                    .as_deref()
                     == Some("ENABLED")
         });
         let instances = shardjob_core::registry::NodePath::new(format!("/{job}/instances"));
@@ -324,8 +366,7 @@ pub fn judge(
                 // if it is ElasticJob's and gives the item to a J or to nobody.
                 Hands::Nobody => {
                     let plan = plans.get(job.as_str())?;
-                    let owner_java =
-                        plan.java_items.contains(item) || !plan.owned.contains(item);
+                    let owner_java = plan.java_items.contains(item) || !plan.owned.contains(item);
                     return match v.checker {
                         "lost" | "liveness" | "catch-up" if owner_java => plan.behaviour,
                         _ => None,
@@ -388,23 +429,9 @@ enum Hands {
 /// Whose hands an item was in across fire `fire` ([`Hands`]); `mine`: its runs, in the order
 /// they started.
 fn java_hands(mine: &[&RunRecord], fire: i64) -> Hands {
-    let scheduled = |r: &&&RunRecord| r.kind != RunKind::Trigger;
-    let to = mine
-        .iter()
-        .filter(scheduled)
-        .filter(|r| r.fire >= fire)
-        .map(|r| r.start)
-        .min()
-        .unwrap_or(u64::MAX);
-    // The last attempt of an earlier fire before that (a misfire or failover run of an
-    // earlier fire may start after a later fire's run).
-    let from = mine
-        .iter()
-        .filter(scheduled)
-        .filter(|r| r.fire < fire && r.start <= to)
-        .map(|r| r.start)
-        .max()
-        .unwrap_or(0);
+    let (from, to) = around(mine, fire);
+    let from = from.map_or(0, |r| r.start);
+    let to = to.map_or(u64::MAX, |r| r.start);
     let mut window = mine
         .iter()
         .filter(|r| (from..=to).contains(&r.start))
@@ -429,5 +456,179 @@ fn later_cover_kind(mine: &[&RunRecord], fire: i64) -> Behaviour {
         Some(RunKind::Misfire) => Behaviour::LateMisfireReplay,
         Some(RunKind::Failover) => Behaviour::GivesUpFires,
         _ => Behaviour::UnboundedWait,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use shardjob_core::machine::record::RunKind;
+
+    use super::{Behaviour, JavaPlan, judge, split};
+    use crate::checkers::{Subject, Violation, runs_by_item, test_run};
+    use crate::cluster::RunRecord;
+
+    /// A run of item 0 of job `j` for the fire at `fire` ms (epoch), started at `start`.
+    fn run(java: bool, node: usize, fire: i64, start: u64, kind: RunKind) -> RunRecord {
+        RunRecord {
+            java,
+            node,
+            fire,
+            kind,
+            token: start,
+            ..test_run(start)
+        }
+    }
+
+    fn about(checker: &'static str, subject: Subject) -> Violation {
+        Violation {
+            checker,
+            time: 0,
+            message: String::new(),
+            subject,
+        }
+    }
+
+    fn judged(
+        v: &Violation,
+        runs: &[RunRecord],
+        plans: &BTreeMap<String, JavaPlan>,
+    ) -> Option<Behaviour> {
+        judge(v, &runs_by_item(runs), plans)
+    }
+
+    #[test]
+    fn two_runs_are_elasticjobs_own_only_if_both_are_and_no_shardjob_run_of_the_fire_came_first() {
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let s = run(false, 0, 1_000, 10, Scheduled);
+        let j1 = run(true, 0, 1_000, 20, Scheduled);
+        let j2 = run(true, 1, 1_000, 30, Scheduled);
+        let runs = [j1.clone(), j2.clone()];
+        let v = about("once", Subject::runs(&j1, &j2));
+        assert_eq!(judged(&v, &runs, &none), Some(Behaviour::StartWithoutClaim));
+        let replay = run(true, 1, 1_000, 30, Misfire);
+        let v = about("once", Subject::runs(&j1, &replay));
+        assert_eq!(
+            judged(&v, &[j1.clone(), replay.clone()], &none),
+            Some(Behaviour::MisfireReplay)
+        );
+        // An S run of the same fire before them: the J pair is not J's alone.
+        let runs = [s.clone(), j1.clone(), j2.clone()];
+        let v = about("once", Subject::runs(&j1, &j2));
+        assert_eq!(judged(&v, &runs, &none), None);
+        // S then J, J then S, S then S: never.
+        for (a, b) in [(&s, &j1), (&j1, &s), (&s, &s)] {
+            let v = about("once", Subject::runs(a, b));
+            assert_eq!(judged(&v, &runs, &none), None);
+            let v = about("overlap", Subject::runs(a, b));
+            assert_eq!(judged(&v, &runs, &none), None);
+        }
+        let v = about("overlap", Subject::runs(&j1, &j2));
+        assert_eq!(judged(&v, &runs, &none), Some(Behaviour::NoFencing));
+        // Another checker naming two J runs: not exempted.
+        let v = about("late", Subject::runs(&j1, &j2));
+        assert_eq!(judged(&v, &runs, &none), None);
+    }
+
+    #[test]
+    fn a_lost_fire_is_elasticjobs_own_only_if_the_item_stayed_in_elasticjob_hands() {
+        use RunKind::{Scheduled, Trigger};
+        let none = BTreeMap::new();
+        let lost = about("lost", Subject::fire("j", 0, 2_000));
+        // J ran the fire before and the one after.
+        let before = run(true, 0, 1_000, 1_000, Scheduled);
+        let after = run(true, 1, 3_000, 3_000, Scheduled);
+        assert_eq!(
+            judged(&lost, &[before.clone(), after.clone()], &none),
+            Some(Behaviour::GivesUpFires)
+        );
+        // S ran the fire before, or the one after, or a trigger in between: S had the item.
+        let s_before = run(false, 0, 1_000, 1_000, Scheduled);
+        let s_after = run(false, 0, 3_000, 3_000, Scheduled);
+        let s_trigger = run(false, 0, 2_500, 2_500, Trigger);
+        assert_eq!(judged(&lost, &[s_before, after.clone()], &none), None);
+        assert_eq!(judged(&lost, &[before.clone(), s_after], &none), None);
+        assert_eq!(
+            judged(&lost, &[before.clone(), s_trigger, after.clone()], &none),
+            None
+        );
+        // Nothing ran around it: only a plan of ElasticJob's that gives the item to a J or to
+        // nobody tells.
+        assert_eq!(judged(&lost, &[], &none), None);
+        let mut plans = BTreeMap::from([(
+            "j".to_owned(),
+            JavaPlan {
+                behaviour: Some(Behaviour::ShardsOnlyAtFire),
+                ..JavaPlan::default()
+            },
+        )]);
+        assert_eq!(
+            judged(&lost, &[], &plans),
+            Some(Behaviour::ShardsOnlyAtFire)
+        );
+        plans.get_mut("j").map(|p| p.owned.insert(0));
+        assert_eq!(judged(&lost, &[], &plans), None, "owned by a shardjob node");
+        plans.get_mut("j").map(|p| p.behaviour = None);
+        assert_eq!(judged(&lost, &[], &plans), None);
+    }
+
+    #[test]
+    fn one_run_and_the_plan_are_elasticjobs_own_only_when_they_are_elasticjobs() {
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let j = run(true, 0, 1_000, 1_000, Misfire);
+        let s = run(false, 0, 1_000, 1_000, Misfire);
+        for checker in ["downtime", "fresh"] {
+            let v = about(checker, Subject::run(&j));
+            assert_eq!(judged(&v, &[], &none), Some(Behaviour::StaleMisfireFlags));
+            let v = about(checker, Subject::run(&s));
+            assert_eq!(judged(&v, &[], &none), None);
+        }
+        // A fire that came during a J run: J's, unless an S run of the item followed.
+        let during = run(true, 0, 1_000, 1_000, Scheduled);
+        let v = about("misfire", Subject::run(&during));
+        let next_j = run(true, 1, 3_000, 3_000, Scheduled);
+        let next_s = run(false, 0, 3_000, 3_000, Scheduled);
+        assert_eq!(
+            judged(&v, &[during.clone(), next_j], &none),
+            Some(Behaviour::LateMisfireReplay)
+        );
+        assert_eq!(judged(&v, &[during.clone(), next_s], &none), None);
+        // The plan: as [`super::plans`] found it.
+        let plan = about("convergence", Subject::Plan { job: "j".into() });
+        assert_eq!(judged(&plan, &[], &none), None);
+        let plans = BTreeMap::from([(
+            "j".to_owned(),
+            JavaPlan {
+                behaviour: Some(Behaviour::ShardsOnlyAtFire),
+                ..JavaPlan::default()
+            },
+        )]);
+        assert_eq!(
+            judged(&plan, &[], &plans),
+            Some(Behaviour::ShardsOnlyAtFire)
+        );
+        let other = about("convergence", Subject::Other);
+        assert_eq!(judged(&other, &[], &plans), None);
+    }
+
+    #[test]
+    fn a_world_without_elasticjob_processes_fails_every_violation() {
+        let j1 = run(true, 0, 1_000, 20, RunKind::Scheduled);
+        let j2 = run(true, 1, 1_000, 30, RunKind::Scheduled);
+        let v = about("overlap", Subject::runs(&j1, &j2));
+        let found = split(
+            vec![v.clone()],
+            &[j1.clone(), j2.clone()],
+            false,
+            &BTreeMap::new(),
+        );
+        assert_eq!(found.failing, [v.clone()]);
+        assert!(found.elasticjob.is_empty());
+        let found = split(vec![v], &[j1, j2], true, &BTreeMap::new());
+        assert!(found.failing.is_empty());
+        assert_eq!(found.elasticjob.len(), 1);
     }
 }

@@ -168,7 +168,7 @@ pub(crate) fn test_run(start: u64) -> crate::cluster::RunRecord {
 }
 
 /// The runs of each (job, item), in the order they started.
-fn runs_by_item(
+pub fn runs_by_item(
     runs: &[crate::cluster::RunRecord],
 ) -> std::collections::BTreeMap<(&str, u32), Vec<&crate::cluster::RunRecord>> {
     let mut by_item: std::collections::BTreeMap<(&str, u32), Vec<_>> = Default::default();
