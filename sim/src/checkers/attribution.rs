@@ -568,9 +568,13 @@ mod tests {
             judged(&lost, &[], &plans),
             Some(Behaviour::ShardsOnlyAtFire)
         );
-        plans.get_mut("j").map(|p| p.owned.insert(0));
+        if let Some(p) = plans.get_mut("j") {
+            p.owned.insert(0);
+        }
         assert_eq!(judged(&lost, &[], &plans), None, "owned by a shardjob node");
-        plans.get_mut("j").map(|p| p.behaviour = None);
+        if let Some(p) = plans.get_mut("j") {
+            p.behaviour = None;
+        }
         assert_eq!(judged(&lost, &[], &plans), None);
     }
 
@@ -625,7 +629,7 @@ mod tests {
             false,
             &BTreeMap::new(),
         );
-        assert_eq!(found.failing, [v.clone()]);
+        assert_eq!(found.failing, std::slice::from_ref(&v));
         assert!(found.elasticjob.is_empty());
         let found = split(vec![v], &[j1, j2], true, &BTreeMap::new());
         assert!(found.failing.is_empty());
