@@ -50,7 +50,10 @@
 //! Worlds can also hold ElasticJob 3.0.4 instances ([`elasticjob`]): a model of what a Java
 //! instance does, on the same store, wire and faults ([`cluster::Cluster::add_elasticjob_node`],
 //! [`world::WorldConfig::elasticjob`]), so that jobs shared by both kinds during a migration are
-//! judged by the same checkers.
+//! judged by the same checkers. What ElasticJob's own semantics make (a fire it loses or runs
+//! twice, a plan it leaves until its next fire) is counted apart, by the behaviour it stands
+//! for, and fails no seed ([`checkers::attribution`]); a world of ElasticJob instances only
+//! (`instances: 0`) validates that.
 //!
 //! # In your own tests
 //!
