@@ -16,10 +16,13 @@
 //!   run of it or of a later fire; the end of the world if none) is J's, and there is at least
 //!   one: the item was in J's hands across the fire, as far as its runs tell (the plan's
 //!   history is not recorded; a run is the registry's and the executor's trace of who had an
-//!   item);
-//! - the plan at the end (convergence): a J holds the leader node, or there is no leader and a
-//!   J that can lead is registered (J leads, and shards only at a fire); and a J process that
-//!   lost its own registration (J shuts a job down for good when its instance node goes).
+//!   item). With no run there at all (lost, liveness, catch-up), the plan at the end must be
+//!   J's ([`plans`]) and give the item to a J or to nobody;
+//! - the plan at the end (convergence): J's ([`plans`]: a J holds the leader node, or there is
+//!   no leader and a J that can lead is registered, or no shardjob process is registered and
+//!   a J shut the job down); and a J process that lost its own registration (J shuts a job
+//!   down for good when its instance node goes). What an S node reports of its plan always
+//!   fails.
 //!
 //! Anything else fails, as before. A world without J processes is judged exactly as before:
 //! [`split`] leaves every violation failing (no run, plan or process of J to name).
