@@ -16,8 +16,9 @@
 //!   run of it or of a later fire; the end of the world if none) is J's, and there is at least
 //!   one: the item was in J's hands across the fire, as far as its runs tell (the plan's
 //!   history is not recorded; a run is the registry's and the executor's trace of who had an
-//!   item). With no run there at all (lost, liveness, catch-up), the plan at the end must be
-//!   J's ([`plans`]) and give the item to a J or to nobody;
+//!   item). A fire no run covered by the end (lost, liveness) needs the plan at the end to be
+//!   J's too ([`plans`]). With no run there at all (lost, liveness, catch-up), the plan at the
+//!   end must be J's and give the item to a J or to nobody;
 //! - the plan at the end (convergence): J's ([`plans`]: a J holds the leader node, or there is
 //!   no leader and a J that can lead is registered, or no shardjob process is registered and
 //!   a J shut the job down); and a J process that lost its own registration (J shuts a job
@@ -377,30 +378,30 @@ pub fn judge(
                 }
             }
             // A fire no run covered by the end: the item blocked by a left-over `running`
-            // node, or waiting.
+            // node, or waiting; only while the plan is J's (a shardjob leader would have
+            // given the item to a live owner).
             let stuck = || {
-                if plans
-                    .get(job.as_str())
-                    .is_some_and(|p| p.blocked.contains(item))
-                {
+                let plan = plans.get(job.as_str())?;
+                plan.behaviour?;
+                Some(if plan.blocked.contains(item) {
                     Behaviour::LeftRunningNode
                 } else {
                     Behaviour::UnboundedWait
-                }
+                })
             };
             match v.checker {
                 "lost" => {
                     let later = mine
                         .iter()
                         .any(|r| r.fire > *fire && r.kind != RunKind::Trigger);
-                    Some(if later {
-                        Behaviour::GivesUpFires
+                    if later {
+                        Some(Behaviour::GivesUpFires)
                     } else {
                         stuck()
-                    })
+                    }
                 }
                 "late" => Some(later_cover_kind(mine, *fire)),
-                "liveness" => Some(stuck()),
+                "liveness" => stuck(),
                 "catch-up" => Some(Behaviour::NoCatchUp),
                 _ => None,
             }
@@ -556,6 +557,20 @@ mod tests {
         assert_eq!(
             judged(&lost, &[before.clone(), s_trigger, after.clone()], &none),
             None
+        );
+        // J ran the fire before, nothing after: the item waits, if the plan is J's (a
+        // shardjob leader would have given it to a live owner).
+        assert_eq!(judged(&lost, std::slice::from_ref(&before), &none), None);
+        let java_plan = BTreeMap::from([(
+            "j".to_owned(),
+            JavaPlan {
+                behaviour: Some(Behaviour::ShardsOnlyAtFire),
+                ..JavaPlan::default()
+            },
+        )]);
+        assert_eq!(
+            judged(&lost, std::slice::from_ref(&before), &java_plan),
+            Some(Behaviour::UnboundedWait)
         );
         // Nothing ran around it: only a plan of ElasticJob's that gives the item to a J or to
         // nobody tells.
