@@ -633,3 +633,68 @@ fn a_duplicate_that_involves_a_shardjob_run_still_fails_a_mixed_world() {
         report.elasticjob_own
     );
 }
+
+/// A job shardjob ran alone, then shared with an ElasticJob instance that leaves gracefully
+/// right after a run: shardjob takes its items back, with records of fires it ran before the
+/// ElasticJob instance took them. With `planted`, shardjob ignores the ElasticJob runs it saw.
+fn taken_back_world(planted: bool) -> Cluster {
+    let mut c = cluster(200);
+    c.job_type = "SCRIPT".to_owned();
+    let pay = job("pay", 4);
+    let mut opts = shardjob_core::machine::MachineOptions::new(B.parse().unwrap());
+    #[cfg(feature = "plant")]
+    if planted {
+        opts.plants
+            .insert(shardjob_core::machine::plant::Plant::RerunJavaFires);
+    }
+    #[cfg(not(feature = "plant"))]
+    assert!(!planted, "planted bugs need the `plant` feature");
+    c.options = Some(opts);
+    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(11_000);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(21_500);
+    c.stop_java(0);
+    c.run_until(40_000);
+    c
+}
+
+/// 3.6 of `docs/migration-design.md`: fires an ElasticJob instance was seen running are not
+/// run again by shardjob when the items come back to it (the duplicate found against
+/// ElasticJob 3.0.4 by hand: a Java instance that leaves 1.5 s after its run).
+#[test]
+fn fires_elasticjob_ran_are_not_run_again_when_its_items_come_back() {
+    let c = taken_back_world(false);
+    let log = timeline(&c);
+    let java: Vec<&RunRecord> = c.runs.iter().filter(|r| r.java).collect();
+    assert!(
+        java.iter().any(|r| r.fire == fire(20)),
+        "the ElasticJob instance ran the fire of +20 s: {java:#?}\n{log}"
+    );
+    let once = checkers::once::check(&c.runs);
+    assert!(once.violations.is_empty(), "{:#?}\n{log}", once.violations);
+    // Every item runs the fires after the leave.
+    for item in 0..4 {
+        for s in [25, 30, 35] {
+            let runs = c
+                .runs
+                .iter()
+                .filter(|r| r.item == item && r.fire == fire(s))
+                .count();
+            assert_eq!(runs, 1, "pay/{item} fire +{s}s\n{log}");
+        }
+    }
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn ignoring_elasticjob_runs_runs_their_fires_again() {
+    let c = taken_back_world(true);
+    let once = checkers::once::check(&c.runs);
+    assert!(
+        !once.violations.is_empty(),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+}

@@ -60,6 +60,11 @@ pub(crate) struct Job {
     /// the marker's creation revision, epoch ms), leader or not: a leader that takes over
     /// attributes such a marker's fire from the first sight, not from its own.
     pub(crate) markers_seen: BTreeMap<u32, (Revision, i64)>,
+    /// Per item, when (wall time, epoch ms) a run of its ElasticJob owner was last seen to
+    /// start: the arrival of a `running` marker holding that instance's id
+    /// (`docs/migration-design.md` 3.6). The fires it covers are not run here again when the
+    /// item comes to this instance (`claim::fires::plan_item`). Memory only, from the watch.
+    pub(crate) java_ran: BTreeMap<u32, i64>,
     /// When this instance first saw `leader/sharding/necessary` set (monotonic ms): new runs
     /// of the job are held from then until the flag clears, at most
     /// [`MachineOptions::reshard_wait`].

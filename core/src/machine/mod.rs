@@ -435,6 +435,7 @@ impl Machine {
             txn_items: None,
             orphan_seen: BTreeMap::new(),
             markers_seen: BTreeMap::new(),
+            java_ran: BTreeMap::new(),
             necessary_seen: None,
             registered_in: None,
             node_gone: None,

@@ -110,11 +110,15 @@ pub enum Plant {
     /// instance leads and re-shards: a run started under the old plan is run again by the
     /// item's new owner for the same fire (the fire gate of `docs/migration-design.md` 3.4).
     GateOpenBesideJava,
+    /// Ignore the runs of ElasticJob seen on an item: a fire an ElasticJob instance ran just
+    /// before it left runs again here when the item comes over (`docs/migration-design.md`
+    /// 3.6).
+    RerunJavaFires,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 34] = [
+    pub const ALL: [Plant; 35] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -149,6 +153,7 @@ impl Plant {
         Plant::StaleRemovalByVersion,
         Plant::ElectBesideJava,
         Plant::GateOpenBesideJava,
+        Plant::RerunJavaFires,
     ];
 
     /// The name used on the command line.
@@ -188,6 +193,7 @@ impl Plant {
             Plant::StaleRemovalByVersion => "stale-removal-by-version",
             Plant::ElectBesideJava => "elect-beside-java",
             Plant::GateOpenBesideJava => "gate-open-beside-java",
+            Plant::RerunJavaFires => "rerun-java-fires",
         }
     }
 }

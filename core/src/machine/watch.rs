@@ -165,6 +165,9 @@ impl Machine {
         }
         if let JobNode::ItemState(i, ItemLeaf::Running) = node {
             note_marker(&mut j.markers_seen, i, ev.stat.as_ref(), now.wall_ms());
+            if ev.stat.is_some() && !planted!(self.opts, RerunJavaFires) {
+                note_java_run(&mut j.java_ran, j.cache.view(), i, &ev.data, now.wall_ms());
+            }
         }
         j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
         self.changes += 1;
@@ -172,6 +175,35 @@ impl Machine {
         if config {
             self.refresh_config(job);
         }
+    }
+}
+
+/// Notes a run of ElasticJob seen starting on item `i` at `now_wall` (epoch ms): a `running`
+/// marker created or written (`data`: its value) holding the id of an ElasticJob instance of
+/// `view` that owns the item: the item's fires up to then count as run (and the next one, if it
+/// is due within what a clock ahead explains: see `claim::fires::plan_item`). Not a failover's
+/// run (the item has a `failover` node): it replays the fire of a dead run, not the latest
+/// (`docs/migration-design.md` 3.6).
+pub(crate) fn note_java_run(
+    java_ran: &mut BTreeMap<u32, i64>,
+    view: &JobView,
+    i: u32,
+    data: &[u8],
+    now_wall: i64,
+) {
+    let item = view.items.get(&i);
+    // The owner's own run: an ElasticJob instance also replays fires of items it no longer
+    // owns (its misfire loop over a stale context), which says nothing of the item's fires.
+    let owners_run = std::str::from_utf8(data)
+        .ok()
+        .and_then(|v| InstanceId::new(v.trim()).ok())
+        .is_some_and(|id| {
+            view.java.contains(&id) && item.and_then(|v| v.owner.as_ref()) == Some(&id)
+        });
+    let failover = item.is_some_and(|v| v.failover.is_some());
+    if owners_run && !failover {
+        let seen = java_ran.entry(i).or_insert(now_wall);
+        *seen = (*seen).max(now_wall);
     }
 }
 
@@ -338,6 +370,51 @@ mod tests {
             assert_eq!(m.jobs.get(&id).unwrap().changed, k);
             assert!(touched.iter().all(|t| !t.others && t.items == [2]));
         }
+    }
+
+    /// A `running` marker holding the id of the ElasticJob instance that owns the item is a
+    /// run of ElasticJob: the item's fires up to its arrival (and the tolerance) count as run;
+    /// a shardjob instance's, an unknown id's, another instance's (item 4 is not its), one on
+    /// an item without owner (5), or a failover's replay (3 has a `failover` node) do not, and
+    /// a later sighting never moves the mark back.
+    #[test]
+    fn runs_of_elasticjob_are_noted_from_their_markers() {
+        let java = InstanceId::new("10.0.0.2@-@2").unwrap();
+        let mut view = JobView::default();
+        view.java.insert(java.clone());
+        view.instances.insert(java);
+        view.instances
+            .insert(InstanceId::new("10.0.0.1@-@1").unwrap());
+        let failing_over = crate::machine::job_view::ItemView {
+            failover: Some(Stat {
+                version: Version(0),
+                created: Revision(1),
+                modified: Revision(1),
+                ephemeral_owner: None,
+            }),
+            ..Default::default()
+        };
+        view.items.insert(3, Box::new(failing_over));
+        for i in 0..=3 {
+            view.items.entry(i).or_default().owner = InstanceId::new("10.0.0.2@-@2").ok();
+        }
+        view.items.entry(4).or_default().owner = InstanceId::new("10.0.0.1@-@1").ok();
+        let mut ran = BTreeMap::new();
+        note_java_run(&mut ran, &view, 0, b"10.0.0.2@-@2", 10_000);
+        note_java_run(&mut ran, &view, 1, b"10.0.0.1@-@1", 10_000);
+        note_java_run(&mut ran, &view, 2, b"garbage", 10_000);
+        note_java_run(&mut ran, &view, 3, b"10.0.0.2@-@2", 10_000);
+        note_java_run(&mut ran, &view, 4, b"10.0.0.2@-@2", 10_000);
+        note_java_run(&mut ran, &view, 5, b"10.0.0.2@-@2", 10_000);
+        assert_eq!(
+            ran,
+            BTreeMap::from([(0, 10_000)]),
+            "only the owner's own run"
+        );
+        note_java_run(&mut ran, &view, 0, b" 10.0.0.2@-@2\n", 20_000);
+        assert_eq!(ran.get(&0), Some(&20_000), "a later run");
+        note_java_run(&mut ran, &view, 0, b"10.0.0.2@-@2", 15_000);
+        assert_eq!(ran.get(&0), Some(&20_000), "never back");
     }
 
     /// A marker no session holds is noted at its first sight, kept through changes of its

@@ -28,6 +28,10 @@ pub(crate) struct ItemFires<'a> {
     /// When its last run here was recorded as ended (epoch ms): fires up to then came while it
     /// ran.
     pub(crate) last_end: Option<i64>,
+    /// When (epoch ms) a run of its ElasticJob owner was last seen to start: the fires up to
+    /// then are done, and the next one too if it comes within [`JAVA_AHEAD_MS`] (a quarter of
+    /// the cron's period at most): the ElasticJob instance's clock may be ahead of this one's.
+    pub(crate) java_ran: Option<i64>,
 }
 
 /// The rules a job's fires follow now.
@@ -45,6 +49,29 @@ pub(crate) struct FireRules<'a> {
     pub(crate) ahead_ms: i64,
     /// Planted bug: missed fires are dropped even with `misfire` on.
     pub(crate) drop_misfires: bool,
+}
+
+/// How far ahead of this instance's clock an ElasticJob instance may start a fire (ms), at
+/// most: ElasticJob's own `maxTimeDiffSeconds` check, when on, allows a second. Bounded by a
+/// quarter of the cron's period, or a run seen just after an every-second fire would count the
+/// next fire as run too.
+pub(crate) const JAVA_AHEAD_MS: i64 = 1_000;
+
+/// The fires a run of ElasticJob seen starting at `seen` (epoch ms) covers: those up to the
+/// returned instant. Its own fire is the latest at or before `seen`, or the next one when that
+/// comes within what a clock ahead explains.
+pub(crate) fn java_covered(config: &Arc<JobConfig>, seen: i64, memo: &mut FireMemo) -> i64 {
+    let Some(next) = memo.next_after(config, seen) else {
+        return seen;
+    };
+    let period = memo
+        .next_after(config, next)
+        .map_or(i64::MAX, |after| after.saturating_sub(next));
+    if next.saturating_sub(seen) <= JAVA_AHEAD_MS.min(period / 4) {
+        next
+    } else {
+        seen
+    }
 }
 
 /// What an item's fires ask of this instance now.
@@ -85,6 +112,10 @@ pub(crate) fn plan_item(
         }
     }
     let mut baseline = done.unwrap_or_else(|| item.owned_since.unwrap_or(now_ms));
+    if let Some(seen) = item.java_ran {
+        // Fires an ElasticJob instance was seen running are not run here again.
+        baseline = baseline.max(java_covered(config, seen, memo));
+    }
     if let Some(s) = rules.started {
         // Fires earlier than `s - catchup_ms` are given up.
         baseline = baseline.max(s.saturating_sub(rules.catchup_ms).saturating_sub(1));
@@ -194,6 +225,12 @@ mod tests {
             record,
             owned_since,
             last_end,
+            java_ran: None,
+        };
+        let java = |record, java_ran| ItemFires {
+            record,
+            java_ran: Some(java_ran),
+            ..ItemFires::default()
         };
         #[rustfmt::skip]
         let cases: Vec<(&str, &Arc<JobConfig>, ItemFires<'_>, i64, FireStep)> = vec![
@@ -212,6 +249,14 @@ mod tests {
             ("a dead run with failover on: failover's", &every_five, item(Some(&rec_dead_run), None, None), T0 + 9 * S, Nothing),
             ("a dead run with failover off: its fire is given up", &no_failover, item(Some(&rec_dead_run), None, None), T0 + 9 * S, WakeAt(T0 + 10 * S - 250)),
             ("a dead trigger with failover off is no fire", &no_failover, item(Some(&rec_dead_trigger), None, None), T0 + 5 * S, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+            ("ElasticJob seen running the fire: done", &every_five, java(Some(&rec_done_t0), T0 + 5 * S + 100), T0 + 6 * S + 500, WakeAt(T0 + 10 * S - 250)),
+            ("ElasticJob seen running an earlier fire: the later one is due", &every_five, java(Some(&rec_done_t0), T0 + 100), T0 + 6 * S + 500, Claim { fire: T0 + 5 * S, kind: Misfire }),
+            ("ElasticJob seen just before a fire (its clock ahead): that fire", &every_five, java(Some(&rec_done_t0), T0 + 5 * S - 400), T0 + 6 * S + 500, WakeAt(T0 + 10 * S - 250)),
+            ("ElasticJob seen well before a fire: not that fire", &every_five, java(Some(&rec_done_t0), T0 + 5 * S - 1_100), T0 + 6 * S + 500, Claim { fire: T0 + 5 * S, kind: Misfire }),
+            ("every second: seen after a fire, the next is due", &every_second, java(Some(&rec_done_t0), T0 + 7 * S + 12), T0 + 8 * S + 100, Claim { fire: T0 + 8 * S, kind: Scheduled }),
+            ("every second: seen just before a fire, that fire", &every_second, java(Some(&rec_done_t0), T0 + 8 * S - 200), T0 + 8 * S + 100, WakeAt(T0 + 9 * S - 250)),
+            ("the record later than ElasticJob's run: the record counts", &every_five, java(Some(&rec_done_t5), T0 + 100), T0 + 10 * S, Claim { fire: T0 + 10 * S, kind: Scheduled }),
+            ("no record, owned before ElasticJob's run: after it", &every_five, ItemFires { owned_since: Some(T0 + 4 * S), ..java(None, T0 + 5 * S + 100) }, T0 + 10 * S, Claim { fire: T0 + 10 * S, kind: Scheduled }),
         ];
         for (what, config, item, now, want) in cases {
             let mut memo = FireMemo::default();

@@ -194,6 +194,7 @@ pub(crate) fn claims(
                 record: v.record.as_ref().map(|(r, _)| r),
                 owned_since: j.owned_since.get(&i).copied(),
                 last_end: j.last_end.get(&i).copied(),
+                java_ran: j.java_ran.get(&i).copied(),
             };
             match fires::plan_item(item, &rules, now_ms, memo) {
                 FireStep::Claim { fire, kind } => {
