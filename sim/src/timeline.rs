@@ -222,6 +222,14 @@ pub fn event(e: &MachineEvent, origin_ms: i64) -> String {
                 value.trim()
             )
         }
+        MachineEvent::ReshardStalled {
+            job,
+            leader,
+            waited_ms,
+        } => format!(
+            "{job}: ElasticJob leader {:?} has not re-sharded for {waited_ms} ms, runs held",
+            leader.trim()
+        ),
         MachineEvent::UnboundInstance {
             job,
             path,

@@ -543,6 +543,21 @@ fn shardjob_waits_at_the_gate_while_elasticjob_re_shards() {
     }
     let once = checkers::once::check(&c.runs);
     assert!(once.violations.is_empty(), "{:#?}\n{log}", once.violations);
+    // The hold past the re-shard wait (5 s here) is reported once, naming the leader.
+    let stalls: Vec<u64> = c.nodes[0]
+        .events
+        .iter()
+        .filter_map(|(_, e)| match e {
+            shardjob_core::machine::MachineEvent::ReshardStalled {
+                leader, waited_ms, ..
+            } if leader.trim() == A => Some(*waited_ms),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        stalls.len() == 1 && stalls[0] >= 5_000,
+        "stall reports {stalls:?}\n{log}"
+    );
 }
 
 #[cfg(feature = "plant")]

@@ -1134,10 +1134,24 @@ impl Driver {
                 };
                 tracing::warn!(
                     instance = %me, %job, item, %path, value = %value.trim(),
-                    "removed a running marker no session held, whose owner {:?} is gone                      (a killed ElasticJob instance's, or written by hand): it kept item {item}                      from running; {what}",
+                    "removed a running marker no session held, whose owner {:?} is gone \
+                     (a killed ElasticJob instance's, or written by hand): it kept item {item} \
+                     from running; {what}",
                     value.trim()
                 )
             }
+            MachineEvent::ReshardStalled {
+                job,
+                leader,
+                waited_ms,
+            } => tracing::warn!(
+                instance = %me, %job, leader = %leader.trim(), waited_ms,
+                "the job's leader {:?}, an ElasticJob instance, has not re-sharded for {} s: new \
+                 runs of the job are held here until it does, as ElasticJob's own instances \
+                 wait (look at that instance: a long run, a stuck running node, a pause)",
+                leader.trim(),
+                waited_ms / 1_000
+            ),
             MachineEvent::UnboundInstance {
                 job,
                 path,

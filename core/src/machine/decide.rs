@@ -241,6 +241,20 @@ impl Machine {
         let wait = ms(self.opts.reshard_wait);
         let gate = view.led_by_java() && !planted!(self.opts, GateOpenBesideJava);
         let held = hold_for_reshard(&mut j.necessary_seen, necessary, gate, wait, now, &mut wake);
+        if !necessary {
+            j.stall_reported = false;
+        } else if let (true, false, Some(since)) = (gate, j.stall_reported, j.necessary_seen) {
+            let waited_ms = now.mono.0.saturating_sub(since.0);
+            if waited_ms >= wait {
+                j.stall_reported = true;
+                self.out
+                    .push_back(Command::Event(MachineEvent::ReshardStalled {
+                        job: j.name().to_owned(),
+                        leader: view.leader.clone().unwrap_or_default(),
+                        waited_ms,
+                    }));
+            }
+        }
         if can_claim && enabled {
             let cx = Ctx {
                 me: &me,

@@ -180,6 +180,19 @@ pub enum MachineEvent {
         /// What became of the marker's fire.
         settled: StaleSettle,
     },
+    /// An ElasticJob instance leads the job and has kept `leader/sharding/necessary` set for
+    /// [`MachineOptions::reshard_wait`](super::MachineOptions::reshard_wait): new runs of the
+    /// job stay held here until it re-shards, as ElasticJob's own instances wait (the fire gate
+    /// of a job shared with ElasticJob, `docs/migration-design.md` 3.4). Reported once per
+    /// hold.
+    ReshardStalled {
+        /// The job.
+        job: String,
+        /// The leader's instance id, as its node holds it.
+        leader: String,
+        /// How long the hold has lasted so far (ms).
+        waited_ms: u64,
+    },
     /// The leader found an `instances/` node that no session holds (a persistent node: written
     /// by hand or by a tool, never by a live instance): it is never given items. Reported once
     /// per leadership; `deleting` when it is plainly garbage (its id is not `{ip}@-@{pid}`, or

@@ -69,6 +69,9 @@ pub(crate) struct Job {
     /// of the job are held from then until the flag clears, at most
     /// [`MachineOptions::reshard_wait`].
     pub(crate) necessary_seen: Option<Mono>,
+    /// The current hold behind an ElasticJob leader's re-shard was reported as stalled
+    /// ([`MachineEvent::ReshardStalled`]).
+    pub(crate) stall_reported: bool,
     /// Leaving the job, and why.
     pub(crate) leaving: Option<Leaving>,
     /// The items owned here as last reported ([`MachineEvent::ItemsOwned`]).

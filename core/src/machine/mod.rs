@@ -437,6 +437,7 @@ impl Machine {
             markers_seen: BTreeMap::new(),
             java_ran: BTreeMap::new(),
             necessary_seen: None,
+            stall_reported: false,
             registered_in: None,
             node_gone: None,
             leaving: None,

@@ -461,7 +461,11 @@ pub(crate) fn hold_for_reshard(
         return false;
     }
     if led_by_java {
-        seen.get_or_insert(now.mono);
+        // No end; a wake at the wait's end only to report the stall.
+        let end = seen.get_or_insert(now.mono).after(wait);
+        if now.mono < end {
+            wake.push(end);
+        }
         return true;
     }
     waiting(seen, wait, now, wake)
@@ -527,11 +531,12 @@ mod tests {
         // (what, necessary, led by ElasticJob, since, now, held, wake)
         #[rustfmt::skip]
         #[allow(clippy::type_complexity)]
-        let cases: [(&str, bool, bool, Option<u64>, u64, bool, Option<u64>); 6] = [
+        let cases: [(&str, bool, bool, Option<u64>, u64, bool, Option<u64>); 7] = [
             ("no flag", false, false, Some(5), 20_000, false, None),
             ("flag seen now", true, false, None, 1_000, true, Some(11_000)),
             ("flag within the wait", true, false, Some(1_000), 10_999, true, Some(11_000)),
             ("flag past the wait", true, false, Some(1_000), 11_000, false, None),
+            ("ElasticJob leads, within the wait", true, true, Some(1_000), 5_000, true, Some(11_000)),
             ("ElasticJob leads, past the wait", true, true, Some(1_000), 60_000, true, None),
             ("ElasticJob leads, no flag", false, true, Some(1_000), 60_000, false, None),
         ];
