@@ -656,6 +656,7 @@ fn taken_back_world(planted: bool) -> Cluster {
     let mut c = cluster(200);
     c.job_type = "SCRIPT".to_owned();
     let pay = job("pay", 4);
+    #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
     let mut opts = shardjob_core::machine::MachineOptions::new(B.parse().unwrap());
     #[cfg(feature = "plant")]
     if planted {
