@@ -477,6 +477,19 @@ fn mixed_jobs_are_led_by_elasticjob() {
     }
 }
 
+/// The options of shardjob instance `id`, with the planted bug named `plant` switched on.
+fn options(id: &str, plant: Option<&str>) -> shardjob_core::machine::MachineOptions {
+    #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
+    let mut opts = shardjob_core::machine::MachineOptions::new(id.parse().unwrap());
+    if let Some(name) = plant {
+        #[cfg(feature = "plant")]
+        opts.plants.insert(name.parse().unwrap());
+        #[cfg(not(feature = "plant"))]
+        panic!("planted bug {name} needs the `plant` feature");
+    }
+    opts
+}
+
 /// The fire gate (`docs/migration-design.md` 3.4): while an ElasticJob leader waits to
 /// re-shard (its own long run holds it), the ElasticJob instances wait at their fire for the
 /// new plan, and so does shardjob, without its own bound. A shardjob instance that ran the
@@ -499,15 +512,8 @@ fn gate_world(planted: bool) -> Cluster {
     c.add_elasticjob_node(A, std::slice::from_ref(&pay))
         .unwrap();
     c.run_until(1_000);
-    let mut opts = shardjob_core::machine::MachineOptions::new(S.parse().unwrap());
+    let mut opts = options(S, planted.then_some("gate-open-beside-java"));
     opts.reshard_wait = std::time::Duration::from_secs(5);
-    #[cfg(feature = "plant")]
-    if planted {
-        opts.plants
-            .insert(shardjob_core::machine::plant::Plant::GateOpenBesideJava);
-    }
-    #[cfg(not(feature = "plant"))]
-    assert!(!planted, "planted bugs need the `plant` feature");
     c.options = Some(opts);
     c.add_node(S, std::slice::from_ref(&pay.config)).unwrap();
     c.run_until(12_000);
@@ -656,16 +662,7 @@ fn taken_back_world(planted: bool) -> Cluster {
     let mut c = cluster(200);
     c.job_type = "SCRIPT".to_owned();
     let pay = job("pay", 4);
-    #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
-    let mut opts = shardjob_core::machine::MachineOptions::new(B.parse().unwrap());
-    #[cfg(feature = "plant")]
-    if planted {
-        opts.plants
-            .insert(shardjob_core::machine::plant::Plant::RerunJavaFires);
-    }
-    #[cfg(not(feature = "plant"))]
-    assert!(!planted, "planted bugs need the `plant` feature");
-    c.options = Some(opts);
+    c.options = Some(options(B, planted.then_some("rerun-java-fires")));
     c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
     c.run_until(11_000);
     c.add_elasticjob_node(A, std::slice::from_ref(&pay))

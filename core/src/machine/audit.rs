@@ -135,32 +135,11 @@ impl Machine {
 mod tests {
     use super::*;
     use crate::CronExpr;
-    use crate::registry::{Node, SessionId, Stat};
+    use crate::machine::test_support::{WALL, node, now};
+    use crate::registry::SessionId;
 
     const SID: SessionId = SessionId(7);
     const ME: &str = "10.0.0.1@-@1";
-    /// A whole minute, in epoch ms: the wall clock is this plus the monotonic one.
-    const WALL: i64 = 1_800_000_000_000;
-
-    fn now(mono: u64) -> Now {
-        Now {
-            mono: Mono(mono),
-            wall: DateTime::<Utc>::from_timestamp_millis(WALL + mono as i64).unwrap_or_default(),
-        }
-    }
-
-    fn node(path: &str, data: Vec<u8>, owner: Option<SessionId>) -> Node {
-        Node {
-            path: NodePath::new(path).unwrap(),
-            data,
-            stat: Stat {
-                version: Version(0),
-                created: Revision(1),
-                modified: Revision(1),
-                ephemeral_owner: owner,
-            },
-        }
-    }
 
     /// A machine of `ME` on a live session, hosting job `j` (two items firing every five
     /// seconds, both its own, last done at +50 s, led by another instance), active at `at`

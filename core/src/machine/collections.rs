@@ -78,6 +78,11 @@ impl<T: Ord> VecSet<T> {
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.0.iter()
     }
+
+    /// Whether the set has no element.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A small ordered map kept as a vector sorted by key: a job has a few servers, and a B-tree

@@ -149,10 +149,13 @@ impl JobView {
 
     /// Whether the job's leader is an ElasticJob instance of [`JobView::java`].
     pub fn led_by_java(&self) -> bool {
-        self.leader
-            .as_deref()
-            .and_then(|l| InstanceId::new(l.trim()).ok())
-            .is_some_and(|l| self.java.contains(&l))
+        // Asked at every decision: no parse of the leader's id unless the job is mixed.
+        !self.java.is_empty()
+            && self
+                .leader
+                .as_deref()
+                .and_then(|l| InstanceId::new(l.trim()).ok())
+                .is_some_and(|l| self.java.contains(&l))
     }
 
     /// Whether `id` names a live instance: its node exists and a session holds it.

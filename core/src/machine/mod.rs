@@ -227,6 +227,8 @@ mod requests;
 mod selfcheck;
 mod session;
 mod setup;
+#[cfg(test)]
+mod test_support;
 mod timer;
 mod watch;
 

@@ -220,14 +220,7 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn now(mono: u64) -> Now {
-        Now {
-            mono: Mono(mono),
-            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000 + mono as i64)
-                .unwrap_or_default(),
-        }
-    }
+    use crate::machine::test_support::now;
 
     /// A machine hosting `n` jobs.
     fn hosting(n: usize, safety_sweep: bool) -> Machine {

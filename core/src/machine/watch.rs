@@ -191,6 +191,10 @@ pub(crate) fn note_java_run(
     data: &[u8],
     now_wall: i64,
 ) {
+    // On every run marker's event: nothing to parse unless the job is mixed.
+    if view.java.is_empty() {
+        return;
+    }
     let item = view.items.get(&i);
     // The owner's own run: an ElasticJob instance also replays fires of items it no longer
     // owns (its misfire loop over a stale context), which says nothing of the item's fires.
@@ -238,18 +242,12 @@ mod tests {
     /// A node as the registry shows it: run markers held by a live session, the rest
     /// persistent.
     fn node(path: &str, data: Vec<u8>) -> Node {
-        Node {
-            path: NodePath::new(path).unwrap(),
+        let held = path.ends_with("/running");
+        crate::machine::test_support::node(
+            path,
             data,
-            stat: Stat {
-                version: Version(0),
-                created: Revision(1),
-                modified: Revision(1),
-                ephemeral_owner: path
-                    .ends_with("/running")
-                    .then_some(crate::registry::SessionId(8)),
-            },
-        }
+            held.then_some(crate::registry::SessionId(8)),
+        )
     }
 
     fn record(instance: &str) -> Vec<u8> {

@@ -181,14 +181,7 @@ impl Machine {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn now(mono: u64) -> Now {
-        Now {
-            mono: Mono(mono),
-            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000 + mono as i64)
-                .unwrap_or_default(),
-        }
-    }
+    use crate::machine::test_support::now;
 
     /// An adoption of items `0..n`, all of one fire.
     fn adoption(n: u32) -> Vec<(RunKey, Vec<(ExecItem, Revision)>)> {

@@ -62,17 +62,10 @@ pub(crate) fn housekeeping(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::machine::test_support::now;
     use crate::registry::SessionId;
 
     const SID: SessionId = SessionId(7);
-
-    fn now(mono: u64) -> Now {
-        Now {
-            mono: Mono(mono),
-            wall: DateTime::<Utc>::from_timestamp_millis(1_800_000_000_000 + mono as i64)
-                .unwrap_or_default(),
-        }
-    }
 
     /// The leader's housekeeping comes every `reconcileIntervalMinutes` (counted from the
     /// last one's end; never when 0) and deletes the ENABLED server nodes no live instance is

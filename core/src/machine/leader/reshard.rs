@@ -432,34 +432,18 @@ pub(crate) fn assignment_problem(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{Node, SessionId, Stat};
+    use crate::machine::test_support::{self, WALL, now};
+    use crate::registry::{Node, SessionId};
 
     const SID: SessionId = SessionId(7);
     const ME: &str = "10.0.0.1@-@1";
     const GONE: &str = "10.0.0.9@-@9";
-    const WALL: i64 = 1_800_000_000_000;
-
-    fn now(mono: u64) -> Now {
-        Now {
-            mono: Mono(mono),
-            wall: DateTime::<Utc>::from_timestamp_millis(WALL + mono as i64).unwrap_or_default(),
-        }
-    }
 
     /// A node as the registry shows it: instance nodes and run markers held by a session (an
     /// instance's own or a live other's), the rest persistent.
     fn node(path: &str, data: Vec<u8>) -> Node {
         let held = path.contains("/instances/") || path.ends_with("/running");
-        Node {
-            path: NodePath::new(path).unwrap(),
-            data,
-            stat: Stat {
-                version: Version(0),
-                created: Revision(1),
-                modified: Revision(1),
-                ephemeral_owner: held.then_some(SessionId(8)),
-            },
-        }
+        test_support::node(path, data, held.then_some(SessionId(8)))
     }
 
     /// Item `i` owned by `owner`, with a record.
