@@ -110,6 +110,9 @@ pub struct CronExpr {
     last_day: Option<LastDay>,
     /// The day-of-month and month fields never meet (such as `30 2`, February 30th).
     never: bool,
+    /// The seconds of the hour it fires at, when it fires at the same ones every hour of every
+    /// day (see [`hourly`]); shared by clones.
+    hourly: Option<Arc<hourly::HourMask>>,
 }
 
 /// A field of a cron expression, as error messages name it.
@@ -376,6 +379,7 @@ impl CronExpr {
             DayOfMonth::Last(last) if last.offset > 0 => Some(last),
             _ => None,
         };
+        let hourly = hourly_mask(&fields).map(Arc::new);
         let pattern = canonical_pattern(&fields);
         let cron = compiled(&pattern).map_err(|e| CronError::Compile {
             expr: quote(text, QUOTE_LIMIT),
@@ -386,6 +390,7 @@ impl CronExpr {
             cron,
             last_day,
             never,
+            hourly,
         })
     }
 
@@ -427,6 +432,25 @@ impl CronExpr {
             Some(floor) if after.date_naive() < floor => floor.and_time(NaiveTime::MIN).and_utc(),
             _ => after,
         };
+        if let Some(mask) = &self.hourly {
+            // Far from the search's year limit, where croner's answer could differ.
+            if let Some(offset) = hourly::constant_offset(tz, from)
+                .filter(|_| from.year() >= 1 && from.year() < SEARCH_YEAR_LIMIT - 1)
+            {
+                return mask.next_after(from, offset).filter(|next| *next > after);
+            }
+        }
+        self.searched_after(after, from, tz)
+    }
+
+    /// [`CronExpr::next_after`] by croner's calendar search, from `from` (`after` moved to
+    /// croner's floor).
+    fn searched_after(
+        &self,
+        after: DateTime<Utc>,
+        from: DateTime<Utc>,
+        tz: &JobTimeZone,
+    ) -> Option<DateTime<Utc>> {
         let next = match tz {
             JobTimeZone::Named(zone) => {
                 self.next_in(&from.with_timezone(zone))?.with_timezone(&Utc)
@@ -898,6 +922,31 @@ fn parse_day_of_week(text: &str) -> Result<DayOfWeek, Bad> {
     parse_plain(field, text).map(DayOfWeek::Days)
 }
 
+/// The mask of an expression that fires at the same seconds of every hour: its hours, days of
+/// the month, months, days of the week and years are all "every" (one of the two day fields
+/// `?`, the other `*`).
+fn hourly_mask(fields: &Fields) -> Option<hourly::HourMask> {
+    let every = |field: CronField, values: &BTreeSet<u32>| {
+        values.len() as u32 == field.max() - field.min() + 1
+    };
+    let every_day = match (&fields.day_of_month, &fields.day_of_week) {
+        (DayOfMonth::Days(days), DayOfWeek::NoSpec) => every(CronField::DayOfMonth, days),
+        (DayOfMonth::NoSpec, DayOfWeek::Days(days)) => every(CronField::DayOfWeek, days),
+        _ => false,
+    };
+    if !every_day
+        || !every(CronField::Hours, &fields.hours)
+        || !every(CronField::Month, &fields.months)
+        || fields.years.is_some()
+    {
+        return None;
+    }
+    hourly::HourMask::new(
+        fields.seconds.iter().copied(),
+        fields.minutes.iter().copied(),
+    )
+}
+
 /// Whether the days of the month and the months can never meet (`30 2`, `31W 4,6`, `L-30 2`).
 fn never_fires(fields: &Fields) -> bool {
     let longest = fields
@@ -1073,6 +1122,8 @@ impl From<CronExpr> for String {
         expr.text
     }
 }
+
+mod hourly;
 
 #[cfg(test)]
 mod tests;

@@ -1037,3 +1037,87 @@ proptest! {
         prop_assert_eq!(fired, expected, "{}", expr);
     }
 }
+
+/// An expression that fires at the same seconds of every hour: seconds and minutes drawn,
+/// everything else "every" (written in the ways Quartz allows).
+fn hourly_expression() -> impl Strategy<Value = String> {
+    (
+        prop_oneof![Just("*".to_owned()), Just("0".to_owned()), plain(0, 59)],
+        prop_oneof![Just("*".to_owned()), plain(0, 59)],
+        prop_oneof![
+            Just("*".to_owned()),
+            Just("0-23".to_owned()),
+            Just("0/1".to_owned())
+        ],
+        prop_oneof![
+            Just(("*", "?")),
+            Just(("?", "*")),
+            Just(("1-31", "?")),
+            Just(("?", "1-7")),
+            Just(("?", "SUN-SAT")),
+        ],
+        prop_oneof![Just("*"), Just("1-12"), Just("JAN-DEC")],
+        prop_oneof![Just(""), Just(" *")],
+    )
+        .prop_map(|(s, m, h, (dom, dow), mon, year)| format!("{s} {m} {h} {dom} {mon} {dow}{year}"))
+}
+
+/// Zones whose offset never changes, where the hourly mask answers.
+fn constant_zone() -> impl Strategy<Value = JobTimeZone> {
+    prop_oneof![
+        prop::sample::select(vec!["UTC", "Etc/UTC", "GMT", "Etc/GMT+5", "Etc/GMT-14"])
+            .prop_map(zone),
+        // Java custom ids, whole minutes from -18:00 to +18:00.
+        (-18 * 60..=18 * 60i32).prop_map(|m| {
+            let sign = if m < 0 { '-' } else { '+' };
+            zone(&format!("GMT{sign}{:02}:{:02}", m.abs() / 60, m.abs() % 60))
+        }),
+    ]
+}
+
+#[test]
+fn hourly_expressions_take_the_mask() {
+    for expr in [
+        "* * * * * ?",
+        "0/5 * * * * ?",
+        "0 0/15 * * * ?",
+        "0 0 * * * ?",
+        "0 0 * ? * *",
+    ] {
+        assert!(CronExpr::parse(expr).unwrap().hourly.is_some(), "{expr}");
+    }
+    for expr in [
+        "0 0 9 * * ?",
+        "0 0 * 1 * ?",
+        "0 0 * ? * MON",
+        "0 0 * * 1 ?",
+        "0 0 * * * ? 2030",
+        "0 0 * L * ?",
+    ] {
+        assert!(CronExpr::parse(expr).unwrap().hourly.is_none(), "{expr}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The hourly mask gives croner's answers, fire after fire.
+    #[test]
+    fn the_hourly_mask_agrees_with_the_search(
+        expr in hourly_expression(),
+        tz in constant_zone(),
+        after in any_instant(),
+    ) {
+        let cron = CronExpr::parse(&expr).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(cron.hourly.is_some(), "{expr} has no mask");
+        let mut at = after;
+        for _ in 0..30 {
+            let fast = cron.next_after(at, &tz);
+            let searched = cron.searched_after(at, at, &tz);
+            prop_assert_eq!(fast, searched, "{} in {} after {}", expr, tz, at);
+            let Some(next) = fast else { break };
+            // Now and then a step into the middle of a second, or past an hour.
+            at = next + TimeDelta::milliseconds(i64::from(next.timestamp() as u32 % 7) * 397);
+        }
+    }
+}
