@@ -268,6 +268,10 @@ pub struct Store {
     next_session: u64,
     watches: BTreeMap<WatchId, WatchEntry>,
     next_watch: u64,
+    /// Grows whenever any watch may have something new to deliver: an event queued or
+    /// parked, a hold, delay or latency changed, a watch made, ended or removed (see
+    /// [`Store::watch_changes`]).
+    watch_changes: u64,
     now: Duration,
     max_txn_ops: Option<usize>,
 }
@@ -298,6 +302,7 @@ impl Store {
             next_session: 1,
             watches: BTreeMap::new(),
             next_watch: 1,
+            watch_changes: 0,
             now: Duration::ZERO,
             max_txn_ops: None,
         }
@@ -385,6 +390,7 @@ impl Store {
     /// suspension began. Closing a session that already expired just ends its watches. Fails with
     /// [`RegistryError::Closed`] if the session was closed before or its client was killed.
     pub fn close_session(&mut self, id: SessionId, now: Duration) -> Result<(), RegistryError> {
+        self.watch_changes += 1;
         self.advance_to(now);
         let Some(s) = self.sessions.get_mut(&id) else {
             return Err(RegistryError::Closed);
@@ -447,6 +453,7 @@ impl Store {
     /// expired meanwhile they get [`SessionEvent::Expired`]. Returns whether the client was
     /// suspended.
     pub fn resume(&mut self, id: SessionId, now: Duration) -> bool {
+        self.watch_changes += 1;
         self.advance_to(now);
         let Some(s) = self.sessions.get_mut(&id) else {
             return false;
@@ -501,6 +508,7 @@ impl Store {
     /// `last_contact + timeout` (the suspension time if it was suspended, else `now`). Returns
     /// whether anything changed.
     pub fn kill(&mut self, id: SessionId, now: Duration) -> bool {
+        self.watch_changes += 1;
         self.advance_to(now);
         let Some(s) = self.sessions.get_mut(&id) else {
             return false;
@@ -529,6 +537,7 @@ impl Store {
     /// and queues [`SessionEvent::Connected`] on them. `None` unless the old session is expired
     /// and its client connected, or if it was renewed before.
     pub fn reconnect(&mut self, old: SessionId, now: Duration) -> Option<SessionInfo> {
+        self.watch_changes += 1;
         self.advance_to(now);
         let s = self.sessions.get(&old)?;
         if s.status != SessionStatus::Expired
@@ -814,6 +823,7 @@ impl Store {
         root: &NodePath,
         now: Duration,
     ) -> Result<WatchId, RegistryError> {
+        self.watch_changes += 1;
         self.advance_to(now);
         self.gate(session)?;
         let id = WatchId(self.next_watch);
@@ -839,6 +849,7 @@ impl Store {
 
     /// Removes a watch and its pending events (the client dropped the stream).
     pub fn unwatch(&mut self, watch: WatchId) {
+        self.watch_changes += 1;
         if let Some(w) = self.watches.remove(&watch)
             && let Some(s) = self.sessions.get_mut(&w.session)
         {
@@ -864,6 +875,25 @@ impl Store {
             return Vec::new();
         }
         w.queue.drain(..due).map(|q| q.event).collect()
+    }
+
+    /// A count that grows whenever any watch may have something new to deliver (an event
+    /// queued or parked, a hold, delay or latency changed, a watch made, ended or removed).
+    /// While it stays the same, [`Store::take_events`] on a watch returns nothing before
+    /// [`Store::watch_due`] said it would, so a driver that polls many watches can skip
+    /// the polls that would find nothing.
+    pub fn watch_changes(&self) -> u64 {
+        self.watch_changes
+    }
+
+    /// When `watch` next has an event to deliver, as things stand: its queue's front
+    /// becomes deliverable; `None` while it is held, its queue is empty, or it does not
+    /// exist (each can change only with [`Store::watch_changes`]).
+    pub fn watch_due(&self, watch: WatchId) -> Option<Duration> {
+        self.watches
+            .get(&watch)
+            .filter(|w| !w.held)
+            .and_then(WatchEntry::front_time)
     }
 
     /// Whether `watch` will deliver nothing more: it ended (session closed, client killed) and
@@ -892,6 +922,7 @@ impl Store {
     /// Holds `watch`'s delivery: events queue up until [`Store::release_watch`]. Returns whether
     /// the watch exists.
     pub fn hold_watch(&mut self, watch: WatchId) -> bool {
+        self.watch_changes += 1;
         self.watches.get_mut(&watch).is_some_and(|w| {
             w.held = !w.ended;
             true
@@ -900,6 +931,7 @@ impl Store {
 
     /// Releases a held watch. Returns whether the watch exists.
     pub fn release_watch(&mut self, watch: WatchId) -> bool {
+        self.watch_changes += 1;
         self.watches.get_mut(&watch).is_some_and(|w| {
             w.held = false;
             true
@@ -909,6 +941,7 @@ impl Store {
     /// Delivers nothing of `watch` before `until` (events stay queued, in order). Returns whether
     /// the watch exists.
     pub fn delay_watch(&mut self, watch: WatchId, until: Duration) -> bool {
+        self.watch_changes += 1;
         self.watches.get_mut(&watch).is_some_and(|w| {
             if !w.ended {
                 w.not_before = until;
@@ -921,6 +954,7 @@ impl Store {
     /// watch delivery; order is kept, so a later event never overtakes an earlier one). Returns
     /// whether the watch exists.
     pub fn set_watch_latency(&mut self, watch: WatchId, latency: Duration) -> bool {
+        self.watch_changes += 1;
         self.watches.get_mut(&watch).is_some_and(|w| {
             w.latency = latency;
             true
@@ -1325,6 +1359,7 @@ impl Store {
     /// copy of the path and the data per event. (Each watch has its own queue, so which one
     /// gets the original is not observable.)
     fn dispatch(&mut self, event: WatchEvent) {
+        self.watch_changes += 1;
         let now = self.now;
         let mut last: Option<(&mut WatchEntry, bool)> = None;
         for w in self.watches.values_mut() {
@@ -1341,6 +1376,7 @@ impl Store {
 
     /// Queues a session event on the session's watches (parked while it is suspended).
     fn push_session_event(&mut self, id: SessionId, event: SessionEvent) {
+        self.watch_changes += 1;
         let Some(s) = self.sessions.get(&id) else {
             return;
         };
@@ -1353,6 +1389,7 @@ impl Store {
 
     /// Expires an alive session at `self.now`. Returns whether it was alive.
     fn expire_now(&mut self, id: SessionId) -> bool {
+        self.watch_changes += 1;
         let Some(s) = self.sessions.get(&id) else {
             return false;
         };

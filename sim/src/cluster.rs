@@ -1378,7 +1378,19 @@ impl Cluster {
         // Watch events: handed over as the store releases them, or, when deliveries race, each
         // delivery after a drawn delay (never before an earlier one).
         if let Some(w) = self.nodes[n].watch {
-            let events = self.store.take_events(w, self.store_now());
+            let store_now = self.store_now();
+            let changes = self.store.watch_changes();
+            let idle = self.nodes[n].watch_poll.is_some_and(|(polled, seen, due)| {
+                polled == w && seen == changes && due.is_none_or(|d| d > store_now)
+            });
+            let events = if idle {
+                Vec::new()
+            } else {
+                let events = self.store.take_events(w, store_now);
+                self.nodes[n].watch_poll =
+                    Some((w, self.store.watch_changes(), self.store.watch_due(w)));
+                events
+            };
             if !events.is_empty() {
                 progressed = true;
                 if self.network.races.watch_spread > 0 {

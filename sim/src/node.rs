@@ -4,6 +4,7 @@
 //! [`crate::cluster::Cluster::partition`], ...); everyone else reads it through the accessors.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Duration;
 
 use shardjob_backend_mem::WatchId;
 use shardjob_core::InstanceId;
@@ -76,6 +77,11 @@ pub struct Node {
     /// Its live session, if any.
     pub session: Option<SessionId>,
     pub(crate) watch: Option<WatchId>,
+    /// What the registry said of the watch at its last poll: the watch, the store's
+    /// [`Store::watch_changes`](shardjob_backend_mem::Store::watch_changes) then, and when it
+    /// had something to deliver next. While the count stays and that time has not come, a poll
+    /// would find nothing, and the cluster skips it.
+    pub(crate) watch_poll: Option<(WatchId, u64, Option<Duration>)>,
     process: Process,
     link: Link,
     /// How many of its next requests lose their reply (see [`Node::lose_replies`]).
@@ -148,6 +154,7 @@ impl Node {
             suspended: false,
             session: None,
             watch: None,
+            watch_poll: None,
             process: Process::Up,
             link: Link::Connected,
             lose_replies: 0,
