@@ -1593,7 +1593,9 @@ impl Cluster {
 
     /// Notes that node `n` was shown a node: its own instance node, if it is one.
     fn note_own_node(&mut self, n: usize, path: &NodePath, stat: Option<&registry::Stat>) {
-        if path.name() != self.nodes[n].id.as_str() {
+        // Most paths shown are not instance nodes: their end tells at once.
+        let id = self.nodes[n].id.as_str();
+        if !path.as_str().ends_with(id) || path.name() != id {
             return;
         }
         let Some(session) = stat.and_then(|s| s.ephemeral_owner) else {

@@ -141,7 +141,9 @@ impl NodePath {
 
     /// The last segment, or `""` for the root.
     pub fn name(&self) -> &str {
-        match self.0.rfind('/') {
+        // A plain byte search from the end (names are short); a `/` byte is never part of a
+        // longer UTF-8 sequence, so the cut is at a character boundary.
+        match self.0.as_bytes().iter().rposition(|b| *b == b'/') {
             Some(at) => &self.0[at + 1..],
             None => "",
         }
