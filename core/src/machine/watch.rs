@@ -9,7 +9,41 @@ pub(crate) struct Touched {
     /// Changed by anything but the run markers and records of its items.
     pub(crate) others: bool,
     /// The items whose run marker or record changed.
-    pub(crate) items: Vec<u32>,
+    pub(crate) items: NotedItems,
+}
+
+/// A set of item numbers noted in a batch of events, without an allocation for items below
+/// 64 (a batch is mostly one transaction's events: a few items of one job).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct NotedItems {
+    /// Items 0-63, one bit each.
+    low: u64,
+    /// Items from 64 on, each once per run of events about it.
+    high: Vec<u32>,
+}
+
+impl NotedItems {
+    /// Notes item `i`.
+    pub(crate) fn note(&mut self, i: u32) {
+        if i < 64 {
+            self.low |= 1 << i;
+        } else if self.high.last() != Some(&i) {
+            self.high.push(i);
+        }
+    }
+
+    /// The items noted (those below 64 in order, each once).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut low = self.low;
+        std::iter::from_fn(move || {
+            (low != 0).then(|| {
+                let i = low.trailing_zeros();
+                low &= low - 1;
+                i
+            })
+        })
+        .chain(self.high.iter().copied())
+    }
 }
 
 impl Machine {
@@ -39,7 +73,7 @@ impl Machine {
         // In the order the jobs were added, as everywhere else.
         touched.sort_unstable_by_key(|t| t.job);
         for t in touched {
-            if t.others || t.items.iter().any(|i| self.bears_on_me(t.job, *i)) {
+            if t.others || t.items.iter().any(|i| self.bears_on_me(t.job, i)) {
                 self.evaluate(t.job, now);
                 if planted!(self.opts, ForgetWakes) {
                     if let Some(j) = self.jobs.get_mut(&t.job) {
@@ -150,7 +184,7 @@ impl Machine {
                 touched.push(Touched {
                     job,
                     others: false,
-                    items: Vec::new(),
+                    items: NotedItems::default(),
                 });
                 touched.len() - 1
             }
@@ -159,8 +193,7 @@ impl Machine {
         // An item may be noted more than once (a search of the list per event would cost a
         // batch of k events k²); only whether any of them bears on this instance is asked.
         match run_item {
-            Some(i) if t.items.last() != Some(&i) => t.items.push(i),
-            Some(_) => {}
+            Some(i) => t.items.note(i),
             None => t.others = true,
         }
         if let JobNode::ItemState(i, ItemLeaf::Running) = node {
@@ -237,6 +270,20 @@ pub(crate) fn note_marker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn noted_items_are_each_told_once_low_and_high() {
+        let mut items = NotedItems::default();
+        for i in [5, 0, 5, 63, 64, 64, 200, 64] {
+            items.note(i);
+        }
+        // The low ones in order, once; the high ones once per run of the same item.
+        assert_eq!(
+            items.iter().collect::<Vec<_>>(),
+            vec![0, 5, 63, 64, 200, 64]
+        );
+        assert_eq!(NotedItems::default().iter().count(), 0);
+    }
     use crate::registry::{Node, Stat};
 
     /// A node as the registry shows it: run markers held by a live session, the rest
@@ -366,7 +413,7 @@ mod tests {
             m.apply_node_event(ev, &mut touched, now);
             assert_eq!(m.changes, k);
             assert_eq!(m.jobs.get(&id).unwrap().changed, k);
-            assert!(touched.iter().all(|t| !t.others && t.items == [2]));
+            assert!(touched.iter().all(|t| !t.others && t.items.iter().eq([2])));
         }
     }
 
