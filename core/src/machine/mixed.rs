@@ -323,7 +323,8 @@ pub(crate) fn mixed_duties(
         );
         j.markers_left = plan.seen;
         wake.extend(plan.wake);
-        let keep = planted!(opts, KeepOwnMarkersLeft) || planted!(opts, PersistentRunningMarkers);
+        let mut keep = planted!(opts, KeepOwnMarkersLeft);
+        keep |= planted!(opts, PersistentRunningMarkers);
         let clear = if keep { Vec::new() } else { plan.clear };
         if !clear.is_empty() {
             let p = &j.paths;
