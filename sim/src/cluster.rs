@@ -274,8 +274,9 @@ pub struct Cluster {
     /// a misfire run: the world's record of which fire a `misfire` flag stands for.
     pub(crate) java_missed: BTreeMap<(String, u32), i64>,
     /// The fire an item queued for failover by an ElasticJob instance replays, per (job,
-    /// item): the fire of the item's latest run when it was queued.
-    pub(crate) java_failover: BTreeMap<(String, u32), i64>,
+    /// item): the fire its runner (its `running` node) claimed or last started when it was
+    /// queued; `None` for a runner that is no instance (a foreign marker: no fire).
+    pub(crate) java_failover: BTreeMap<(String, u32), Option<i64>>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
     /// The largest clock skew any node has had, ms ([`Cluster::set_skew`],

@@ -222,6 +222,14 @@ pub fn event(e: &MachineEvent, origin_ms: i64) -> String {
                 value.trim()
             )
         }
+        MachineEvent::LeftMarkerRemoved { job, item, value } => format!(
+            "{job}/{item}: running marker of {:?} left behind by its session removed",
+            value.trim()
+        ),
+        MachineEvent::OrphansSettled { job, items } => format!(
+            "{job}: orphaned runs of items {} settled (ElasticJob's failover has them)",
+            self::items(items)
+        ),
         MachineEvent::ReshardStalled {
             job,
             leader,

@@ -628,21 +628,24 @@ fn a_world_of_elasticjob_instances_only_counts_their_duplicates_as_their_own() {
 #[test]
 fn a_duplicate_that_involves_a_shardjob_run_still_fails_a_mixed_world() {
     use shardjob_sim::world;
-    // Seed 2 of `--instances 3 --elasticjob 2`: node 2 runs job0/1's fire at +14 s (from
-    // +12.3 s, its clock ahead), then elasticjob 1 runs it again at +14.9 s; elasticjob 2 runs
-    // the fire at +37 s (from +32.6 s), then node 3 again at +37 s.
-    let report = world::run(&cli_world(2, 3, 2));
+    // Seed 23 of `--instances 3 --elasticjob 2`: node 2 runs job0/1's fire at +14 s (from
+    // +13.0 s, its clock ahead), then elasticjob 0 again at +14.7 s; elasticjob 1 runs job0/3's
+    // fire at +81 s (from +70.8 s, its clock ahead), then node 5 again at +81 s.
+    let report = world::run(&cli_world(23, 3, 2));
     let by_item = checkers::runs_by_item(&report.records);
-    let once: Vec<String> = report
+    let once: Vec<(String, String)> = report
         .violations
         .iter()
-        .filter(|v| v.checker == "once" && v.message.starts_with("job0/1 fire "))
-        .filter_map(|v| checkers::attribution::kinds(v, &by_item))
+        .filter(|v| v.checker == "once")
+        .filter_map(|v| {
+            let item = v.message.split(' ').next()?.to_owned();
+            Some((item, checkers::attribution::kinds(v, &by_item)?))
+        })
         .collect();
-    for kinds in ["S then J", "J then S"] {
+    for (item, kinds) in [("job0/1", "S then J"), ("job0/3", "J then S")] {
         assert!(
-            once.iter().any(|k| k == kinds),
-            "no failing {kinds} duplicate of job0/1: {once:?}\n{:#?}",
+            once.iter().any(|(i, k)| i == item && k == kinds),
+            "no failing {kinds} duplicate of {item}: {once:?}\n{:#?}",
             report.violations
         );
     }
@@ -710,4 +713,297 @@ fn ignoring_elasticjob_runs_runs_their_fires_again() {
         "the planted bug is not caught\n{}",
         timeline(&c)
     );
+}
+
+/// Shardjob's runs in a job shared with ElasticJob (`docs/migration-design.md` 3.4, point 5,
+/// and 3.5): one ElasticJob instance (A) and two shardjob instances (B, C) share a job of
+/// three items, firing every 5 s, runs of 3 s. ElasticJob leads and shards at its first fire:
+/// C (10.0.0.3) item 0, B item 1, A item 2 (the shardjob instances run from the fire of +10 s
+/// on: the items came after the fire of +5 s). B is in its run of the fire of +10 s at
+/// +11.5 s. `plant` names a planted bug to switch on in both
+/// shardjob instances.
+fn killed_runner_world(failover: bool, plant: Option<&str>) -> Cluster {
+    const C: &str = "10.0.0.3@-@3";
+    let mut c = cluster(3_000);
+    c.job_type = "SCRIPT".to_owned();
+    let mut pay = job("pay", 3);
+    pay.config.failover = failover;
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(1_000);
+    c.options = Some(options(B, plant));
+    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.options = Some(options(C, plant));
+    c.add_node(C, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(11_500);
+    c
+}
+
+/// The runs of `job`'s item for the fire at `s` seconds, by any kind of instance.
+fn all_runs_of<'a>(c: &'a Cluster, job: &str, item: u32, s: i64) -> Vec<&'a RunRecord> {
+    c.runs
+        .iter()
+        .filter(|r| r.job == job && r.item == item && r.fire == fire(s))
+        .collect()
+}
+
+/// Whether a run of the fire at `s` seconds of `job`'s item ran to its end.
+fn ran_to_the_end(c: &Cluster, job: &str, item: u32, s: i64) -> bool {
+    all_runs_of(c, job, item, s)
+        .iter()
+        .any(|r| r.end.is_some() && !r.crashed && !r.cancelled)
+}
+
+#[test]
+fn elasticjob_fails_a_killed_shardjob_instance_s_run_over_once() {
+    let mut c = killed_runner_world(true, None);
+    let log = timeline(&c);
+    assert_eq!(
+        c.owners("pay").get(&1).map(String::as_str),
+        Some(B),
+        "{log}"
+    );
+    // Failover on in a mixed job: shardjob's marker is persistent, as ElasticJob's are.
+    let (holder, ephemeral) = c
+        .item_node("pay", 1, ItemLeaf::Running)
+        .unwrap_or_else(|| panic!("B runs item 1\n{log}"));
+    assert_eq!(holder, B);
+    assert!(!ephemeral, "the marker is bound to B's session\n{log}");
+    c.crash(0);
+    c.run_until(36_000);
+    let log = timeline(&c);
+    // ElasticJob's failover found the marker at B's session's end (3 s after the kill) and
+    // ran the fire once.
+    let at_10 = all_runs_of(&c, "pay", 1, 10);
+    assert_eq!(at_10.len(), 2, "pay/1 fire +10 s: {at_10:#?}\n{log}");
+    assert!(at_10[0].crashed && !at_10[0].java);
+    assert!(
+        at_10[1].java && at_10[1].kind == RunKind::Failover,
+        "{at_10:#?}"
+    );
+    assert!(
+        at_10[1].start >= 14_500,
+        "failed over before B's session expired"
+    );
+    assert!(ran_to_the_end(&c, "pay", 1, 10));
+    // C settled the orphaned run (its fire is done) and failed nothing over itself.
+    let settled = c.nodes[1].events.iter().any(|(_, e)| {
+        matches!(e, shardjob_core::machine::MachineEvent::OrphansSettled { items, .. } if items == &[1])
+    });
+    assert!(settled, "C did not settle item 1's orphaned run\n{log}");
+    assert!(
+        c.runs.iter().all(|r| r.java || r.kind != RunKind::Failover),
+        "a shardjob instance failed a run over\n{log}"
+    );
+    // Every fire from the re-shard at +20 s on runs once, to its end (item 2 came to C
+    // after the fire of +20 s, which its ElasticJob owner missed: `docs/migration-design.md`
+    // 3.6, the skip on a move).
+    for item in 0..3 {
+        for s in [20, 25, 30] {
+            if (item, s) == (2, 20) {
+                continue;
+            }
+            assert_eq!(
+                all_runs_of(&c, "pay", item, s).len(),
+                1,
+                "pay/{item} +{s}s\n{log}"
+            );
+            assert!(
+                ran_to_the_end(&c, "pay", item, s),
+                "pay/{item} +{s}s\n{log}"
+            );
+        }
+    }
+    // ElasticJob flagged item 2's fire of +15 s, missed while it failed item 1 over; C's run
+    // of the item deleted the flag (`docs/migration-design.md` 3.4, point 6).
+    assert_eq!(c.item_node("pay", 2, ItemLeaf::Misfire), None, "{log}");
+    checkers_pass(&c);
+}
+
+#[test]
+fn with_failover_off_shardjob_s_markers_stay_bound_to_its_session() {
+    let mut c = killed_runner_world(false, None);
+    let log = timeline(&c);
+    let (_, ephemeral) = c
+        .item_node("pay", 1, ItemLeaf::Running)
+        .unwrap_or_else(|| panic!("B runs item 1\n{log}"));
+    assert!(
+        ephemeral,
+        "failover off: the marker is bound to B's session\n{log}"
+    );
+    c.crash(0);
+    c.run_until(36_000);
+    let log = timeline(&c);
+    // Nobody runs the fire of +10 s again (failover is off), the later ones run once.
+    let at_10 = all_runs_of(&c, "pay", 1, 10);
+    assert!(at_10.len() == 1 && at_10[0].crashed, "{at_10:#?}\n{log}");
+    for item in 0..3 {
+        for s in [20, 25, 30] {
+            assert_eq!(
+                all_runs_of(&c, "pay", item, s).len(),
+                1,
+                "pay/{item} +{s}s\n{log}"
+            );
+        }
+    }
+    checkers_pass(&c);
+}
+
+/// The planted bug `ephemeral-markers-beside-java`: the killed instance's marker goes with
+/// its session before ElasticJob's failover looks for it, and the fire it was running is
+/// never run to its end.
+#[cfg(feature = "plant")]
+#[test]
+fn ephemeral_markers_beside_elasticjob_lose_a_killed_run() {
+    let mut c = killed_runner_world(true, Some("ephemeral-markers-beside-java"));
+    c.crash(0);
+    c.run_until(36_000);
+    assert!(
+        !ran_to_the_end(&c, "pay", 1, 10),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+}
+
+/// B killed as above; C hears nothing from +13.5 s to +19 s, while ElasticJob fails B's run
+/// over (from B's session's end at +14.5 s to +17.5 s): C sees the orphaned record only
+/// afterwards.
+fn deaf_settler_world(plant: Option<&str>) -> Cluster {
+    let mut c = killed_runner_world(true, plant);
+    c.crash(0);
+    c.run_until(13_500);
+    c.deafen(1);
+    c.run_until(19_000);
+    c.heal(1);
+    c.run_until(36_000);
+    c
+}
+
+/// A shardjob instance that sees an orphaned run after ElasticJob failed it over settles it:
+/// the fire ran once.
+#[test]
+fn an_orphan_elasticjob_failed_over_is_settled_not_run_again() {
+    let c = deaf_settler_world(None);
+    let log = timeline(&c);
+    let at_10 = all_runs_of(&c, "pay", 1, 10);
+    assert_eq!(at_10.len(), 2, "pay/1 fire +10 s: {at_10:#?}\n{log}");
+    assert!(
+        at_10[1].java && at_10[1].end.is_some_and(|e| e < 19_000),
+        "{log}"
+    );
+    let settled_late = c.nodes[1].events.iter().any(|(at, e)| {
+        *at >= 19_000
+            && matches!(e, shardjob_core::machine::MachineEvent::OrphansSettled { items, .. } if items == &[1])
+    });
+    assert!(
+        settled_late,
+        "C did not settle the orphan once it heard again\n{log}"
+    );
+    checkers_pass(&c);
+}
+
+/// The planted bug `failover-beside-java`: shardjob fails the orphaned run over itself while
+/// ElasticJob did too, and the fire runs twice.
+#[cfg(feature = "plant")]
+#[test]
+fn shardjob_s_own_failover_beside_elasticjob_runs_a_fire_twice() {
+    let c = deaf_settler_world(Some("failover-beside-java"));
+    let once = checkers::once::check(&c.runs);
+    assert!(
+        !once.violations.is_empty(),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+}
+
+/// A shardjob instance back from an expired session, in a job that stopped being mixed while
+/// it was away, with the persistent marker of its run cut short (`docs/migration-design.md`
+/// 3.4, point 5): B runs item 1 of the fire of +10 s and is cut off at +11.5 s; ElasticJob's
+/// instance leaves gracefully (after its own run, at +13 s), so nobody fails B's run over when
+/// B's session expires at +14.5 s; B is back at +15.5 s, before the shardjob leader's grace
+/// for markers no session holds ends, and its marker's owner is live again.
+fn back_from_expiry_world(plant: Option<&str>) -> Cluster {
+    let mut c = killed_runner_world(true, plant);
+    c.partition(0);
+    c.stop_java(0);
+    c.run_until(15_500);
+    c.heal(0);
+    c.run_until(40_000);
+    c
+}
+
+#[test]
+fn a_shardjob_instance_back_from_an_expired_session_removes_the_markers_it_left() {
+    let c = back_from_expiry_world(None);
+    let log = timeline(&c);
+    let removed = c.nodes[0].events.iter().any(|(_, e)| {
+        matches!(e, shardjob_core::machine::MachineEvent::LeftMarkerRemoved { item: 1, value, .. } if value.trim() == B)
+    });
+    assert!(removed, "B did not remove the marker it left\n{log}");
+    // The job is not mixed any more: the run cut short is failed over once, by shardjob.
+    let at_10 = all_runs_of(&c, "pay", 1, 10);
+    assert_eq!(at_10.len(), 2, "pay/1 fire +10 s: {at_10:#?}\n{log}");
+    assert!(
+        !at_10[1].java && at_10[1].kind == RunKind::Failover,
+        "{at_10:#?}"
+    );
+    assert!(ran_to_the_end(&c, "pay", 1, 10), "{log}");
+    for s in [25, 30, 35] {
+        assert!(ran_to_the_end(&c, "pay", 1, s), "pay/1 +{s}s\n{log}");
+    }
+    checkers_pass(&c);
+}
+
+/// The planted bug `keep-own-markers-left`: the marker stays, its owner live, and the item
+/// never runs again.
+#[cfg(feature = "plant")]
+#[test]
+fn markers_left_in_place_block_their_item_for_good() {
+    let c = back_from_expiry_world(Some("keep-own-markers-left"));
+    assert!(
+        [25, 30, 35]
+            .iter()
+            .all(|s| !ran_to_the_end(&c, "pay", 1, *s)),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+}
+
+/// The same in a job that stays mixed: B's server is disabled by an operator at +11 s, in B's
+/// run, so ElasticJob's failover passes B's run by when B's session expires (it fails over
+/// the runs of enabled servers only) and its leader waits for B's marker before it re-shards.
+/// B, back at +15.5 s, waits a session timeout for ElasticJob's failover, then removes its
+/// marker; the run's fire is given up (as ElasticJob gives it up), and ElasticJob re-shards.
+#[test]
+fn in_a_mixed_job_a_marker_left_waits_for_elasticjob_s_failover_then_goes() {
+    let mut c = killed_runner_world(true, None);
+    c.run_until(11_000);
+    c.operator_write(&format!("/pay/servers/{}", "10.0.0.2"), b"DISABLED")
+        .unwrap();
+    c.run_until(11_500);
+    c.partition(0);
+    c.run_until(15_500);
+    c.heal(0);
+    c.run_until(40_000);
+    let log = timeline(&c);
+    let removed: Vec<u64> = c.nodes[0]
+        .events
+        .iter()
+        .filter_map(|(at, e)| match e {
+            shardjob_core::machine::MachineEvent::LeftMarkerRemoved { item: 1, .. } => Some(*at),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        removed.len() == 1 && removed[0] >= 18_500,
+        "B's marker left removed at {removed:?}, before a session timeout after its return\n{log}"
+    );
+    // Nobody ran the fire of +10 s again; the item runs again once ElasticJob re-shards
+    // (on ElasticJob's instance, which replays the fires its busy worker missed late).
+    assert_eq!(all_runs_of(&c, "pay", 1, 10).len(), 1, "{log}");
+    assert!(
+        [25, 35].iter().all(|s| ran_to_the_end(&c, "pay", 1, *s)),
+        "{log}"
+    );
+    checkers_pass(&c);
 }

@@ -1140,6 +1140,20 @@ impl Driver {
                     value.trim()
                 )
             }
+            MachineEvent::LeftMarkerRemoved { job, item, value } => tracing::warn!(
+                instance = %me, %job, item, value = %value.trim(),
+                "removed item {item}'s running marker of {:?}, left behind by its session in a \
+                 job shared with ElasticJob (this instance's earlier session, whose runs were \
+                 cancelled before it expired, or an instance that is gone and whose run \
+                 ElasticJob did not fail over): it kept the item from running",
+                value.trim()
+            ),
+            MachineEvent::OrphansSettled { job, items } => tracing::info!(
+                instance = %me, %job, ?items,
+                "runs whose instance's session ended are ElasticJob's failover's in a job shared \
+                 with ElasticJob: their fires count as done here (run by ElasticJob's failover, \
+                 or given up where it could not)"
+            ),
             MachineEvent::ReshardStalled {
                 job,
                 leader,

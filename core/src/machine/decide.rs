@@ -225,7 +225,7 @@ impl Machine {
         } else if self
             .jobs
             .get(&job)
-            .is_some_and(|j| adoptable(view, &me, sid, &j.running))
+            .is_some_and(|j| adoptable(view, &me, sid, mixed::registration(j, sid), &j.running))
         {
             // Confirm the session first; the probe's reply evaluates the job again.
             self.sess.waiters.insert(job);
@@ -253,6 +253,23 @@ impl Machine {
                         leader: view.leader.clone().unwrap_or_default(),
                         waited_ms,
                     }));
+            }
+        }
+        if can_claim {
+            // A job shared with ElasticJob (or that was): the markers an earlier session left,
+            // the orphans ElasticJob's failover has.
+            let cx = Ctx {
+                me: &me,
+                sid,
+                opts: &self.opts,
+                now,
+            };
+            let grace = match &self.sess.state {
+                Session::Live(info) => ms(info.timeout),
+                _ => 0,
+            };
+            if let Some(action) = mixed::mixed_duties(j, view, &config, &cx, grace, &mut wake) {
+                return action;
             }
         }
         if can_claim && enabled {

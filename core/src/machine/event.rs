@@ -193,6 +193,30 @@ pub enum MachineEvent {
         /// How long the hold has lasted so far (ms).
         waited_ms: u64,
     },
+    /// A job shared with ElasticJob (or that was): a persistent `running` marker of a shardjob
+    /// run left behind by its session was removed, by its own instance (an earlier session,
+    /// whose runs were cancelled before it expired) or, while the job is mixed and ElasticJob's
+    /// failover did not take it within a session timeout, by another (its instance is gone).
+    /// The item's recorded run is then an orphan: failed over if the job is no longer mixed,
+    /// settled if it is ([`MachineEvent::OrphansSettled`]). `docs/migration-design.md` 3.4.
+    LeftMarkerRemoved {
+        /// The job.
+        job: String,
+        /// The item.
+        item: u32,
+        /// The marker's value: the instance whose run it stood for.
+        value: String,
+    },
+    /// A job shared with ElasticJob, with failover on: runs whose `running` marker is gone (their
+    /// instance's session ended) are ElasticJob's failover's, which shardjob leaves to it
+    /// (`docs/migration-design.md` 3.5). Their fires count as done here: run by ElasticJob's
+    /// failover, or given up where it could not fail them over.
+    OrphansSettled {
+        /// The job.
+        job: String,
+        /// The items, ascending.
+        items: Vec<u32>,
+    },
     /// The leader found an `instances/` node that no session holds (a persistent node: written
     /// by hand or by a tool, never by a live instance): it is never given items. Reported once
     /// per leadership; `deleting` when it is plainly garbage (its id is not `{ip}@-@{pid}`, or

@@ -65,6 +65,10 @@ pub(crate) struct Job {
     /// (`docs/migration-design.md` 3.6). The fires it covers are not run here again when the
     /// item comes to this instance (`claim::fires::plan_item`). Memory only, from the watch.
     pub(crate) java_ran: BTreeMap<u32, i64>,
+    /// The persistent `running` markers of shardjob runs left behind (by an earlier session
+    /// of this instance, or, while mixed, by a shardjob instance that is gone), as first
+    /// seen: removed once ElasticJob's failover had its turn (`mixed::mixed_duties`).
+    pub(crate) markers_left: BTreeMap<u32, crate::machine::leader::stale::SeenMarker>,
     /// When this instance first saw `leader/sharding/necessary` set (monotonic ms): new runs
     /// of the job are held from then until the flag clears, at most
     /// [`MachineOptions::reshard_wait`].

@@ -234,6 +234,35 @@ mod tests {
         }
     }
 
+    /// A marker's owner lives while its instance node exists and a session holds it: a live
+    /// shardjob instance's persistent marker (a job shared with ElasticJob, failover on) is no
+    /// stale one, however long it stays; an owner whose node is gone, or held by no session,
+    /// does not live; nor does a value that is no instance id.
+    #[test]
+    fn which_owners_of_markers_live() {
+        let mut view = JobView::default();
+        view.instances.insert(id("10.0.0.1@-@1"));
+        view.instances.insert(id("10.0.0.2@-@2"));
+        view.unbound.insert(
+            id("10.0.0.2@-@2"),
+            Unbound {
+                version: Version(0),
+                value: String::new(),
+            },
+        );
+        #[rustfmt::skip]
+        let cases = [
+            ("registered, bound to a session", "10.0.0.1@-@1", true),
+            ("blanks around it", " 10.0.0.1@-@1\n", true),
+            ("registered, no session holds it", "10.0.0.2@-@2", false),
+            ("not registered", "10.0.0.3@-@3", false),
+            ("no instance id", "garbage", false),
+        ];
+        for (what, owner, live) in cases {
+            assert_eq!(view.is_live(owner), live, "{what}");
+        }
+    }
+
     /// ElasticJob leads when one of its instances is on an enabled server.
     #[test]
     fn elasticjob_can_lead_from_an_enabled_server_only() {

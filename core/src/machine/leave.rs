@@ -12,6 +12,7 @@ pub(crate) fn leave_ops(
 ) -> Vec<TxnOp> {
     let p = &j.paths;
     let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+    let registered = mixed::registration(j, sid);
     // Run markers and failover nodes of this session: by now no local run holds any, so they
     // are claims whose reply was lost. Left, they would keep their items "running", or their
     // failover taken, for the session's life; deleted, the fire is one whose attempt died.
@@ -21,7 +22,7 @@ pub(crate) fn leave_ops(
         .iter()
         .filter(|(item, _)| !j.running.contains_key(item))
         .filter_map(|(item, v)| {
-            let marker = session_marker(v, me, sid);
+            let marker = session_marker(v, me, sid, registered);
             let failover = v.failover.filter(|stat| stat.ephemeral_owner == Some(sid));
             let deletes: Vec<TxnOp> = marker
                 .map(|stat| (p.item_running(*item), stat.version))
@@ -48,7 +49,12 @@ pub(crate) fn leave_ops(
     if view.triggers.contains_key(me) {
         ops.push(TxnOp::delete(p.trigger(me)));
     }
-    // The server node goes with its last instance, unless an operator disabled it.
+    // The server node goes with its last instance, unless an operator disabled it, or the job
+    // is shared with ElasticJob (an ElasticJob instance on this IP that reconnects and finds
+    // it gone registers itself DISABLED).
+    if !mixed::may_delete_server(view) {
+        return ops;
+    }
     let ip = me.server_ip();
     let others_on_ip = view
         .instances
@@ -364,5 +370,62 @@ mod tests {
         for (what, view, limit, want) in cases {
             assert_eq!(leave_ops(j, view, &me, SID, limit), want, "{what}");
         }
+    }
+
+    /// In a job shared with ElasticJob (`docs/migration-design.md` 3.4): the server node stays
+    /// (an ElasticJob instance on the IP that reconnects would register itself DISABLED), and a
+    /// persistent marker created since this session's instance node is this session's, a
+    /// claim whose reply was lost, deleted as one bound to it would be; one older, an earlier
+    /// session's, is not this session's to delete.
+    #[test]
+    fn a_leaving_instance_in_a_mixed_job_keeps_the_server_node() {
+        let me = id("10.0.0.1@-@1");
+        let mut m = hosting(&me);
+        let node = |path: &str, data: &str, created: u64, owner: Option<SessionId>| {
+            crate::registry::Node {
+                path: NodePath::new(path).unwrap(),
+                data: data.as_bytes().to_vec(),
+                stat: Stat {
+                    version: Version(0),
+                    created: Revision(created),
+                    modified: Revision(created),
+                    ephemeral_owner: owner,
+                },
+            }
+        };
+        let nodes = vec![
+            node("/j", "SCRIPT", 1, None),
+            node("/j/servers/10.0.0.1", "ENABLED", 2, None),
+            node(
+                "/j/instances/10.0.0.2@-@2",
+                "jobInstanceId: 10.0.0.2@-@2\nserverIp: 10.0.0.2\n",
+                3,
+                Some(SessionId(9)),
+            ),
+            node("/j/sharding/1/running", me.as_str(), 4, None),
+            node(
+                "/j/instances/10.0.0.1@-@1",
+                "jobInstanceId: 10.0.0.1@-@1\nlabels: shardjob\nserverIp: 10.0.0.1\n",
+                5,
+                Some(SID),
+            ),
+            node("/j/sharding/0/running", me.as_str(), 6, None),
+        ];
+        let Some((_, j)) = m.jobs.named_mut("j") else {
+            panic!("no job");
+        };
+        j.cache.load(nodes, Some(Revision(6)), &me);
+        let view = Arc::clone(j.cache.view());
+        assert!(mixed::is_mixed(&view), "10.0.0.2@-@2 is ElasticJob's");
+        let p = &j.paths;
+        let want = vec![
+            TxnOp::Check(Check::Session(SID)),
+            TxnOp::Delete {
+                path: p.item_running(0),
+                expected: Some(Version(0)),
+            },
+            TxnOp::delete(p.instance(&me)),
+        ];
+        assert_eq!(leave_ops(j, &view, &me, SID, None), want);
     }
 }

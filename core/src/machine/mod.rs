@@ -50,6 +50,7 @@
 //! | `leader/` | leader-only state (`LeaderState`, dropped with the lead): `reshard.rs` the plan, `housekeeping.rs` server nodes, `stale.rs` `running` markers and instance nodes no session holds |
 //! | `claim/` | pure planners: `triggers.rs`, `fires.rs` (scheduled fires, misfires), `failover.rs`, `limit.rs` (the transaction limit); `mod.rs` joins them into one claim |
 //! | `execution/` | an execution's life (`Life`): `start.rs` (at once or at the fire), `complete.rs` (its record), `adopt.rs` (markers whose claim reply was lost) |
+//! | `mixed.rs` | a job shared with ElasticJob instances: the markers' mode, the markers an earlier session left, orphans settled instead of failed over, server nodes kept |
 //! | `leave.rs` | leaving a job: removed, shut down by an operator, or the instance's shutdown |
 //! | `record.rs` | the per-item execution record's format |
 //! | `selfcheck.rs`, `audit.rs`, `plant.rs` | invariants after every input; the wake audit (feature `audit`); planted bugs (feature `plant-bugs`) |
@@ -222,6 +223,7 @@ mod job;
 mod leader;
 mod leave;
 mod load;
+mod mixed;
 mod replies;
 mod requests;
 mod selfcheck;
@@ -438,6 +440,7 @@ impl Machine {
             orphan_seen: BTreeMap::new(),
             markers_seen: BTreeMap::new(),
             java_ran: BTreeMap::new(),
+            markers_left: BTreeMap::new(),
             necessary_seen: None,
             stall_reported: false,
             registered_in: None,

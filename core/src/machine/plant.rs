@@ -26,7 +26,11 @@ pub enum Plant {
     RunDisabledItems,
     /// Claim items without checking who owns them, and write the record unconditionally.
     SkipOwnerCheck,
-    /// Create `running` markers persistent instead of bound to the session.
+    /// Create `running` markers persistent instead of bound to the session, in any job, without
+    /// the clean-up that makes persistent markers safe in a job shared with ElasticJob (the
+    /// markers an earlier session of this instance left stay in place, as with
+    /// [`Plant::KeepOwnMarkersLeft`]): an instance back from an expired session finds its
+    /// items blocked for good by its own markers, whose owner is live again.
     PersistentRunningMarkers,
     /// Keep the next fires worked out from the wall clock as it was before it stepped.
     IgnoreClockSteps,
@@ -114,11 +118,23 @@ pub enum Plant {
     /// before it left runs again here when the item comes over (`docs/migration-design.md`
     /// 3.6).
     RerunJavaFires,
+    /// Create `running` markers bound to the session while the job is mixed and `failover` is
+    /// on: they are gone with a killed instance's session before ElasticJob's failover looks
+    /// for them, and the fire the instance was running is never run again
+    /// (`docs/migration-design.md` 3.4, point 5).
+    EphemeralMarkersBesideJava,
+    /// Fail orphaned runs over with shardjob's own failover while the job is mixed, beside
+    /// ElasticJob's: a run ElasticJob fails over runs twice (`docs/migration-design.md` 3.5).
+    FailoverBesideJava,
+    /// Leave the persistent `running` markers of an earlier session of this instance in place:
+    /// their owner is live again, so nothing else removes them, and their items never run
+    /// again (`docs/migration-design.md` 3.4, point 5).
+    KeepOwnMarkersLeft,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 35] = [
+    pub const ALL: [Plant; 38] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -154,6 +170,9 @@ impl Plant {
         Plant::ElectBesideJava,
         Plant::GateOpenBesideJava,
         Plant::RerunJavaFires,
+        Plant::EphemeralMarkersBesideJava,
+        Plant::FailoverBesideJava,
+        Plant::KeepOwnMarkersLeft,
     ];
 
     /// The name used on the command line.
@@ -194,6 +213,9 @@ impl Plant {
             Plant::ElectBesideJava => "elect-beside-java",
             Plant::GateOpenBesideJava => "gate-open-beside-java",
             Plant::RerunJavaFires => "rerun-java-fires",
+            Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
+            Plant::FailoverBesideJava => "failover-beside-java",
+            Plant::KeepOwnMarkersLeft => "keep-own-markers-left",
         }
     }
 }

@@ -19,6 +19,8 @@ impl Machine {
             Purpose::Reshard { .. } => "re-sharding",
             Purpose::Housekeeping { .. } => "housekeeping",
             Purpose::Foreign { .. } => "clearing stale nodes",
+            Purpose::Settle { .. } => "settling orphaned runs",
+            Purpose::LeftMarkers { .. } => "removing markers left behind",
             Purpose::Flag => "re-sharding flag",
             Purpose::ConsumeTrigger { .. } => "trigger",
             Purpose::Leave => "leave",
@@ -106,6 +108,23 @@ impl Machine {
                                 }));
                         }
                     }
+                    Purpose::Settle { items } => {
+                        self.out
+                            .push_back(Command::Event(MachineEvent::OrphansSettled {
+                                job: name,
+                                items,
+                            }));
+                    }
+                    Purpose::LeftMarkers { cleared } => {
+                        for (item, value) in cleared {
+                            self.out
+                                .push_back(Command::Event(MachineEvent::LeftMarkerRemoved {
+                                    job: name.clone(),
+                                    item,
+                                    value,
+                                }));
+                        }
+                    }
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
                         self.forget_job(job);
@@ -121,6 +140,8 @@ impl Machine {
                     Purpose::Reshard { units, .. }
                     | Purpose::Housekeeping { units, .. }
                     | Purpose::Foreign { units, .. } => *units,
+                    Purpose::Settle { items } => items.len(),
+                    Purpose::LeftMarkers { cleared } => cleared.len(),
                     _ => 0,
                 };
                 if self.split_on_too_large(job, &error, units) {

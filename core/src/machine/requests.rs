@@ -52,6 +52,18 @@ pub(crate) enum Purpose {
         units: usize,
     },
     Flag,
+    /// Orphaned runs of a mixed job settled: ElasticJob's failover has them
+    /// (`docs/migration-design.md` 3.5).
+    Settle {
+        /// The items it settles, ascending (their number halves on `TooLarge`).
+        items: Vec<u32>,
+    },
+    /// Persistent markers of shardjob runs left behind by their sessions, removed
+    /// (`mixed::mixed_duties`).
+    LeftMarkers {
+        /// Each marker's item and value, for the event.
+        cleared: Vec<(u32, String)>,
+    },
     Claim(Vec<Claim>),
     /// Markers of this session found without an execution, confirmed by the transaction.
     Adopt(Vec<(RunKey, Vec<(ExecItem, Revision)>)>),

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use shardjob_core::InstanceId;
 use shardjob_core::layout::{ItemLeaf, JobNode};
-use shardjob_core::machine::record::RunKind;
+use shardjob_core::machine::record::{ItemRecord, RunKind};
 use shardjob_core::registry::{
     NodePath, RegistryError, RegistryEvent, RegistryOp, RegistryReply, RequestId, SessionEvent,
     SessionId, TxnOp,
@@ -624,6 +624,15 @@ impl Cluster {
                         _ => {}
                     }
                 }
+                // The fire each queued item's runner was running, read before the queueing
+                // applies (its `running` node is deleted after it).
+                let queued: Vec<(String, u32, Option<Option<i64>>)> = queued
+                    .into_iter()
+                    .map(|(job, item)| {
+                        let fire = self.replayed_fire(&job, item);
+                        (job, item, fire)
+                    })
+                    .collect();
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
                     for job in starting {
@@ -635,14 +644,15 @@ impl Cluster {
                             java: true,
                         });
                     }
-                    for (job, item) in queued {
-                        // The fire the item's runner had started: its latest run.
-                        let fire = self
-                            .runs
-                            .iter()
-                            .rev()
-                            .find(|r| r.job == job && r.item == item)
-                            .map(|r| r.fire);
+                    for (job, item, replayed) in queued {
+                        // Else the fire the item's latest run had started.
+                        let fire = replayed.or_else(|| {
+                            self.runs
+                                .iter()
+                                .rev()
+                                .find(|r| r.job == job && r.item == item)
+                                .map(|r| Some(r.fire))
+                        });
                         if let Some(fire) = fire {
                             self.java_failover.insert((job, item), fire);
                         }
@@ -659,6 +669,41 @@ impl Cluster {
             }
         };
         result.unwrap_or_else(RegistryReply::Failed)
+    }
+
+    /// The fire a failover of `job`'s `item` replays, as the item's `running` node (its
+    /// runner) tells it: `Some(Some(fire))` for the fire a shardjob runner claimed (its
+    /// execution record names the run in progress: it may have claimed ahead and died before
+    /// the start; ElasticJob writes no record) or the latest the runner started; `Some(None)`
+    /// for a runner that is no instance of the world (a foreign marker: the failover replays
+    /// no fire); `None` when it does not tell (no running node, or no run of the runner's).
+    fn replayed_fire(&self, job: &str, item: u32) -> Option<Option<i64>> {
+        let runner = self.read(&format!("/{job}/sharding/{item}/running"))?;
+        let runner = runner.trim();
+        let record = self
+            .read(&format!("/{job}/sharding/{item}/execution"))
+            .and_then(|r| ItemRecord::parse(r.as_bytes()).ok())
+            .and_then(|r| r.run);
+        if let Some(run) = record.filter(|run| run.instance.as_str() == runner) {
+            return Some(Some(run.fire));
+        }
+        let id_of = |r: &RunRecord| {
+            if r.java {
+                self.java.get(r.node).map(|n| n.id.as_str())
+            } else {
+                self.nodes.get(r.node).map(|n| n.id.as_str())
+            }
+        };
+        let known = self.nodes.iter().any(|n| n.id.as_str() == runner)
+            || self.java.iter().any(|n| n.id.as_str() == runner);
+        if !known {
+            return Some(None);
+        }
+        self.runs
+            .iter()
+            .rev()
+            .find(|r| r.job == job && r.item == item && id_of(r) == Some(runner))
+            .map(|r| Some(r.fire))
     }
 
     /// Starts a run of ElasticJob node `j`: one record per item, with the fire and kind the
@@ -682,16 +727,20 @@ impl Cluster {
             let (kind, fire) = match why {
                 RunWhy::Normal(Source::Cron(f)) => (RunKind::Scheduled, f),
                 RunWhy::Normal(Source::Trigger(at)) => (RunKind::Trigger, at),
-                RunWhy::Failover(_) => {
-                    let fire = self.java_failover.remove(&key).or_else(|| {
-                        self.runs
-                            .iter()
-                            .rev()
-                            .find(|r| r.job == job && r.item == item)
-                            .map(|r| r.fire)
-                    });
-                    (RunKind::Failover, fire.unwrap_or(wall))
-                }
+                RunWhy::Failover(_) => match self.java_failover.remove(&key) {
+                    // A foreign marker's failover replays no fire: a run of no fire.
+                    Some(None) => (RunKind::Trigger, wall),
+                    replayed => {
+                        let fire = replayed.flatten().or_else(|| {
+                            self.runs
+                                .iter()
+                                .rev()
+                                .find(|r| r.job == job && r.item == item)
+                                .map(|r| r.fire)
+                        });
+                        (RunKind::Failover, fire.unwrap_or(wall))
+                    }
+                },
                 RunWhy::Misfire(source) => {
                     let fire = self.java_missed.remove(&key).unwrap_or_else(|| {
                         // No missed fire recorded: a second run of the fire before it.

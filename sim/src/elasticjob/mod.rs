@@ -59,8 +59,11 @@
 //!
 //! - a cron fire's run: `Scheduled`, its fire;
 //! - a failover run (the context held this instance's `failover` items): `Failover`, the fire
-//!   of the run the item's dead runner had started (the latest run of the item when it was
-//!   queued for failover);
+//!   the item's dead runner (its `running` node when the item was queued for failover) stood
+//!   for: the fire a shardjob runner's execution record names (it may have claimed ahead and
+//!   died before the start), else the runner's latest run of the item (the item's latest run
+//!   if the runner has none); a `Trigger` at its start for a runner that is no instance of the
+//!   world (a foreign marker: the failover replays no fire);
 //! - a misfire-loop run: `Misfire`, the latest fire an ElasticJob instance missed for the item
 //!   (a Quartz collapse, or a fire whose item was running) since its last misfire run; an item
 //!   of the context with no missed fire recorded gets the fire of the run before it (so a

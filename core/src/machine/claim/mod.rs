@@ -135,6 +135,8 @@ pub(crate) fn claims(
     };
     let mine: Vec<u32> = (0..n).filter(|i| items.mine(*i)).collect();
     let run_disabled = planted!(opts, RunDisabledItems);
+    // Shared with ElasticJob instances (`docs/migration-design.md` 3.4, 3.5): see `mixed`.
+    let mixed = mixed::is_mixed(view);
 
     // (fire, kind) → items with their current record.
     let mut groups: ClaimGroups = BTreeMap::new();
@@ -187,7 +189,7 @@ pub(crate) fn claims(
             let Some(v) = view.items.get(&i) else {
                 continue;
             };
-            if (v.disabled && !run_disabled) || v.running.is_some() {
+            if mixed::held_at_fire(v, mixed, run_disabled) {
                 continue;
             }
             let item = ItemFires {
@@ -209,10 +211,12 @@ pub(crate) fn claims(
         }
     }
 
-    // Failover: recorded runs whose marker vanished with their session.
+    // Failover: recorded runs whose marker vanished with their session. Not while the job is
+    // mixed: ElasticJob's failover is the only one then (`mixed::mixed_duties`).
     let mut failover_items: Vec<(u32, RunRecord, CurrentRecord)> = Vec::new();
     let mut orphans_seen = None;
-    if config.failover && config.monitor_execution {
+    let own_failover = !mixed || planted!(opts, FailoverBesideJava);
+    if config.failover && config.monitor_execution && own_failover {
         let orphans = failover::orphans(
             view,
             n,
@@ -288,7 +292,7 @@ pub(crate) fn claims(
     }
 
     let action = (!groups.is_empty() || !failover_items.is_empty())
-        .then(|| claim_txn(j, config, cx, groups, trigger_param, failover_items));
+        .then(|| claim_txn(j, view, config, cx, groups, trigger_param, failover_items));
     ClaimDecision {
         action,
         mine,
@@ -298,10 +302,14 @@ pub(crate) fn claims(
 }
 
 /// The claim's transaction: its session, this instance's registration, and for each item its
-/// ownership (own items) and that it is not disabled, its session-bound `running` marker and
-/// its record of the run.
+/// ownership (own items) and that it is not disabled, its `running` marker (bound to the
+/// session, or persistent in a job shared with ElasticJob with failover on) and its record of
+/// the run. In a job shared with ElasticJob an own item's claim also checks that ElasticJob
+/// is not failing it over (no `failover` node); the claim of a fire deletes the item's
+/// `misfire` flag, which the run covers (`mixed`).
 fn claim_txn(
     j: &Job,
+    view: &JobView,
     config: &JobConfig,
     cx: &Ctx<'_>,
     groups: ClaimGroups,
@@ -310,6 +318,9 @@ fn claim_txn(
 ) -> Action {
     let (me, opts) = (cx.me, cx.opts);
     let p = &j.paths;
+    let mixed = mixed::is_mixed(view);
+    let persistent =
+        mixed::persistent_markers(view, config) && !planted!(opts, EphemeralMarkersBesideJava);
     let mut ops = vec![TxnOp::Check(Check::Session(cx.sid))];
     // Still registered: an operator's shutdown (the instance node deleted) stops new
     // claims at once, before this instance has seen it.
@@ -328,8 +339,21 @@ fn claim_txn(
                 // The cache may not show an operator's disable yet: the registry checks it.
                 ops.push(TxnOp::Check(Check::Absent(p.item_disabled(i))));
             }
+            if mixed {
+                // Not while ElasticJob fails it over (its claim may not be in the cache yet).
+                ops.push(TxnOp::Check(Check::Absent(p.item_failover(i))));
+            }
+            if kind != RunKind::Trigger
+                && view
+                    .items
+                    .get(&i)
+                    .is_some_and(|v| v.has(crate::layout::ItemLeaf::Misfire))
+            {
+                // ElasticJob's flag of a fire missed: this run, of the latest fire, covers it.
+                ops.push(TxnOp::delete(p.item_misfire(i)));
+            }
             let running_op = ops.len();
-            ops.push(running_marker(p.item_running(i), me, opts));
+            ops.push(running_marker(p.item_running(i), me, opts, persistent));
             let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
             let done = match &prior.run {
                 Some(run) if run.kind != RunKind::Trigger && !config.failover => {
@@ -381,7 +405,7 @@ fn claim_txn(
             ops.push(TxnOp::Check(Check::Absent(p.item_disabled(i))));
         }
         let running_op = ops.len();
-        ops.push(running_marker(p.item_running(i), me, opts));
+        ops.push(running_marker(p.item_running(i), me, opts, persistent));
         let failover_op = ops.len();
         ops.push(TxnOp::create_ephemeral(p.item_failover(i), me.as_str()));
         let prior = rec.as_ref().map(|(r, _)| r.clone()).unwrap_or_default();
@@ -477,10 +501,16 @@ pub(crate) type CurrentRecord = Option<(ItemRecord, Version)>;
 /// Due items by (fire, kind), each with its current record.
 pub(crate) type ClaimGroups = BTreeMap<(i64, RunKind), Vec<(u32, CurrentRecord)>>;
 
-/// The creation of an item's `running` marker, bound to the session.
-pub(crate) fn running_marker(path: NodePath, me: &InstanceId, opts: &MachineOptions) -> TxnOp {
+/// The creation of an item's `running` marker: bound to the session, or `persistent` (a job
+/// shared with ElasticJob, with failover on: see [`mixed::persistent_markers`]).
+pub(crate) fn running_marker(
+    path: NodePath,
+    me: &InstanceId,
+    opts: &MachineOptions,
+    persistent: bool,
+) -> TxnOp {
     let _ = opts;
-    if planted!(opts, PersistentRunningMarkers) {
+    if persistent || planted!(opts, PersistentRunningMarkers) {
         return TxnOp::create(path, me.as_str());
     }
     TxnOp::create_ephemeral(path, me.as_str())
@@ -674,6 +704,73 @@ mod tests {
                 true,
                 vec![(0, record.clone()), (1, record)]
             )]
+        );
+    }
+
+    /// In a job shared with ElasticJob with failover on (`docs/migration-design.md` 3.4, 3.5):
+    /// the claim of a fire creates a persistent marker, checks that ElasticJob is not failing
+    /// the item over, and deletes the item's `misfire` flag; an item ElasticJob fails over is
+    /// not claimed, and an orphaned run is not failed over here (ElasticJob's failover has it).
+    #[test]
+    fn a_claim_beside_elasticjob() {
+        let (me, dead) = (id("10.0.0.1@-@1"), id("10.0.0.3@-@3"));
+        let java = id("10.0.0.2@-@2");
+        let (m, config) = hosting(&me, true);
+        let done = ItemRecord {
+            done: Some(T0),
+            run: None,
+        };
+        let mut view = view(&me, &me, [done.clone(), done]);
+        view.instances.insert(java.clone());
+        view.java.insert(java.clone());
+        let flagged = view.items.get_mut(&0).unwrap();
+        flagged.leaves |= crate::machine::cache::leaf_bit(crate::layout::ItemLeaf::Misfire);
+        let failing_over = view.items.get_mut(&1).unwrap();
+        failing_over.failover = Some(crate::registry::Stat {
+            version: Version(0),
+            created: crate::registry::Revision(2),
+            modified: crate::registry::Revision(2),
+            ephemeral_owner: Some(SessionId(9)),
+        });
+        // Item 2: an orphaned run of a dead shardjob instance.
+        let orphan = ItemView {
+            exists: true,
+            owner: Some(dead.clone()),
+            record: Some((
+                ItemRecord {
+                    done: Some(T0),
+                    run: run(T0, RunKind::Scheduled, &dead),
+                },
+                Version(3),
+            )),
+            ..ItemView::default()
+        };
+        view.items.insert(2, Box::new(orphan));
+        let fire = T0 + 5_000;
+        let (ops, groups) = decide(&m, &view, &config, at(fire));
+        let p = &m.jobs.named("j").unwrap().paths;
+        let record = ItemRecord {
+            done: Some(T0),
+            run: run(fire, RunKind::Scheduled, &me),
+        };
+        let want = vec![
+            TxnOp::Check(Check::Session(SID)),
+            TxnOp::Check(Check::Exists(p.instance(&me))),
+            TxnOp::Check(Check::Value(p.item_instance(0), me.as_str().into())),
+            TxnOp::Check(Check::Absent(p.item_disabled(0))),
+            TxnOp::Check(Check::Absent(p.item_failover(0))),
+            TxnOp::delete(p.item_misfire(0)),
+            TxnOp::create(p.item_running(0), me.as_str()),
+            TxnOp::Set {
+                path: p.item_execution(0),
+                data: record.to_bytes(),
+                expected: Some(Version(3)),
+            },
+        ];
+        assert_eq!(ops, want);
+        assert_eq!(
+            groups,
+            [(fire, RunKind::Scheduled, true, vec![(0, record)])]
         );
     }
 

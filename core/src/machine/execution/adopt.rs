@@ -4,26 +4,34 @@
 #[allow(clippy::wildcard_imports)]
 use crate::machine::*;
 
-/// Whether the view shows `running` markers of this session that no local execution holds.
+/// Whether the view shows `running` markers of this session that no local execution holds
+/// (`registered`: see [`session_marker`]).
 pub(crate) fn adoptable(
     view: &JobView,
     me: &InstanceId,
     sid: crate::registry::SessionId,
+    registered: Option<Revision>,
     running: &BTreeMap<u32, ExecutionId>,
 ) -> bool {
-    view.items
-        .iter()
-        .any(|(item, v)| !running.contains_key(item) && session_marker(v, me, sid).is_some())
+    view.items.iter().any(|(item, v)| {
+        !running.contains_key(item) && session_marker(v, me, sid, registered).is_some()
+    })
 }
 
-/// The item's `running` marker, if this instance holds it under this session.
+/// The item's `running` marker, if this instance holds it under this session: bound to the
+/// session, or persistent (a job shared with ElasticJob) and created since this session's
+/// instance node, whose creation revision is `registered` (see
+/// [`mixed::marker_session`]).
 pub(crate) fn session_marker<'a>(
     v: &'a crate::machine::job_view::ItemView,
     me: &InstanceId,
     sid: crate::registry::SessionId,
+    registered: Option<Revision>,
 ) -> Option<&'a crate::registry::Stat> {
-    let (holder, stat) = v.running.as_ref()?;
-    (holder.trim() == me.as_str() && stat.ephemeral_owner == Some(sid)).then_some(stat)
+    match mixed::marker_session(v, me, sid, registered) {
+        Some((mixed::MarkerSession::This, stat)) => Some(stat),
+        _ => None,
+    }
 }
 
 impl Machine {
@@ -44,6 +52,7 @@ impl Machine {
         // Within the transaction limit; the next evaluation adopts the rest.
         let limit = j.txn_limit(&self.opts).unwrap_or(usize::MAX);
         let mut taken = 0usize;
+        let registered = mixed::registration(j, sid);
         for (item, v) in &view.items {
             if taken >= limit {
                 break;
@@ -59,7 +68,7 @@ impl Machine {
                     continue;
                 }
             }
-            let Some(stat) = session_marker(v, me, sid) else {
+            let Some(stat) = session_marker(v, me, sid, registered) else {
                 continue;
             };
             // Not while an operator has it disabled: it stays claimed, and starts once the

@@ -18,7 +18,8 @@ pub(crate) fn housekeeping(
     wake: &mut Vec<Mono>,
 ) -> Option<Action> {
     let interval = u64::from(config.reconcile_interval_minutes).saturating_mul(60_000);
-    if interval == 0 {
+    // Never while the job is shared with ElasticJob (`mixed::may_delete_server`).
+    if interval == 0 || !mixed::may_delete_server(view) {
         return None;
     }
     let last = *lead.last_housekeeping.get_or_insert(now.mono);
@@ -153,5 +154,27 @@ mod tests {
             assert_eq!(got, want, "{what}");
             assert_eq!(wake, want_wake, "{what}: wake");
         }
+        // Never while the job is shared with ElasticJob (`docs/migration-design.md` 3.4).
+        let mut mixed = view.clone();
+        mixed.java.insert(InstanceId::new("10.0.0.2@-@2").unwrap());
+        let mut config = JobConfig::new("j", 1);
+        config.reconcile_interval_minutes = 1;
+        let mut lead = LeaderState {
+            last_housekeeping: Some(Mono(0)),
+            ..LeaderState::default()
+        };
+        let mut wake = Vec::new();
+        let got = housekeeping(
+            &mut lead,
+            j,
+            &mixed,
+            &config,
+            &me,
+            SID,
+            None,
+            now(10 * minute),
+            &mut wake,
+        );
+        assert!(got.is_none() && wake.is_empty(), "mixed: no housekeeping");
     }
 }
