@@ -125,6 +125,7 @@ mod nemesis;
 pub mod network;
 pub mod node;
 mod operator;
+mod rolling;
 pub mod swarm;
 pub mod timeline;
 pub mod world;

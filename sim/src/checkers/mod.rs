@@ -33,6 +33,23 @@ pub struct Violation {
     pub subject: Subject,
 }
 
+impl Violation {
+    /// When what the violation is about happened, virtual ms: the fire's time (true time) for
+    /// a fire, the later run's start for two runs, the run's start for one, else the time
+    /// the violation was found. (A fire found lost is reported once a later run shows it,
+    /// which may be long after the fire.) `origin_ms`: the wall time at virtual 0, epoch ms.
+    pub fn about_time(&self, origin_ms: i64) -> u64 {
+        match &self.subject {
+            Subject::Fire { fire, .. } => {
+                u64::try_from(fire.saturating_sub(origin_ms)).unwrap_or(0)
+            }
+            Subject::Runs { later, .. } => later.start,
+            Subject::Run { run, .. } => run.start,
+            Subject::Other | Subject::Plan { .. } | Subject::JavaShutDown { .. } => self.time,
+        }
+    }
+}
+
 /// What a violation is about: the runs, the fire or the part of the plan it names, for
 /// [`attribution`] to tell a violation of ElasticJob's own guarantees from one of shardjob's.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
