@@ -270,7 +270,7 @@ impl Nemesis<'_> {
         roll.retired.insert(ip.clone());
         let way = roll.rng.below(10);
         let moment = roll.rng.between(200, 10_000);
-        let fresh = (way < 2 || way >= 6).then(|| roll.fresh_ip());
+        let fresh = (!(2..6).contains(&way)).then(|| roll.fresh_ip());
         let gap = roll.plan.gap;
         let (old, a_new) = (roll.direction().old_kind(), roll.direction().a_new_kind());
         // A process of the old kind that crashed there is not started again.

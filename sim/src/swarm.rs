@@ -211,7 +211,7 @@ impl std::str::FromStr for Rolling {
 }
 
 /// The tag of the rolling replacements' stream.
-const ROLLING_TAG: u64 = 0x726f_6c6c_696e_67; // "rolling"
+const ROLLING_TAG: u64 = 0x0072_6f6c_6c69_6e67; // "rolling"
 
 impl Shape {
     /// Every shape.
