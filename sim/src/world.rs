@@ -523,6 +523,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     violations.extend(checkers::invariant::check(&c));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::mixed::check(&c, &totals, end));
+    // After a migration's last ElasticJob instance left: none of ElasticJob's nodes is left.
+    if roll
+        .as_ref()
+        .is_some_and(|r| r.direction == Rolling::ToShardjob && r.last_left.is_some())
+    {
+        violations.extend(checkers::leftover::check(&c, &totals, end));
+    }
     violations.extend(checkers::disabled::check(&c));
     violations.extend(checkers::shutdown::check(&c));
     violations.extend(checkers::wake::check(&c));

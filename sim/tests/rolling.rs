@@ -258,3 +258,56 @@ fn a_roll_without_instances_of_the_old_kind_is_refused() {
     assert!(report.violations[0].message.contains("rolling s2j"));
     assert!(report.records.is_empty());
 }
+
+/// The left-over checker (run once a migration's last ElasticJob instance has left) names each
+/// node of ElasticJob's still there: a queued failover, a `failovering` node, a `misfire` flag,
+/// a `running` marker of an ElasticJob instance's; not a marker of anyone else's.
+#[test]
+fn the_left_over_checker_names_what_elasticjob_leaves_behind() {
+    use shardjob_sim::cluster::Cluster;
+    use shardjob_sim::elasticjob::JavaJob;
+    const J: &str = "10.0.2.1@-@1";
+    let mut c = Cluster::new();
+    c.job_type = "SCRIPT".to_owned();
+    c.add_elasticjob_node(J, &[JavaJob::script(pay())]).unwrap();
+    c.add_node("10.0.0.1@-@2", &[pay()]).unwrap();
+    c.run_until(5_000);
+    c.crash_java(0);
+    c.run_until(15_000);
+    let jobs = [("pay".to_owned(), 4)];
+    let found = checkers::leftover::check(&c, &jobs, c.now);
+    assert!(found.is_empty(), "{found:#?}\n{}", c.log.join("\n"));
+    // ElasticJob's latch and queue directories (a J creates them on its first failover).
+    for dir in ["/pay/leader/failover", "/pay/leader/failover/items"] {
+        if !c.exists(dir) {
+            c.operator_write(dir, b"").unwrap();
+        }
+    }
+    for (path, value) in [
+        ("/pay/leader/failover/items/3", ""),
+        ("/pay/sharding/2/failovering", J),
+        ("/pay/sharding/1/misfire", ""),
+        ("/pay/sharding/0/running", J),
+        ("/pay/sharding/3/running", "10.9.9.8@-@7"),
+    ] {
+        c.operator_write(path, value.as_bytes()).unwrap();
+        assert!(c.exists(path), "{path}");
+    }
+    let found = checkers::leftover::check(&c, &jobs, c.now);
+    let paths: BTreeSet<&str> = found
+        .iter()
+        .filter_map(|v| v.message.split(' ').next())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            "/pay/leader/failover/items/3",
+            "/pay/sharding/0/running",
+            "/pay/sharding/1/misfire",
+            "/pay/sharding/2/failovering",
+        ]
+        .into(),
+        "{found:#?}"
+    );
+    assert!(found.iter().all(|v| v.checker == "left-over"));
+}

@@ -7,6 +7,7 @@ pub mod convergence;
 pub mod disabled;
 pub mod fresh;
 pub mod invariant;
+pub mod leftover;
 pub mod liveness;
 pub mod lost;
 pub mod mixed;
