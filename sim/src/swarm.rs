@@ -137,7 +137,7 @@ pub enum Shape {
     /// and a shardjob instance starts on the same host once it exited, or on a new host (a
     /// moment after the stop, or a moment before it). Drawn from the rolling stream in worlds
     /// with both kinds of instances ([`crate::world::WorldConfig::elasticjob`]), or asked for
-    /// by [`crate::world::WorldConfig::rolling`]; see [`crate::rolling`].
+    /// by [`crate::world::WorldConfig::rolling`]; see `sim/src/rolling.rs`.
     RollToShardjob,
     /// The rollback: the shardjob instances are replaced so, one by one, by ElasticJob
     /// instances, until none is left. Drawn as [`Shape::RollToShardjob`] is (a third of the

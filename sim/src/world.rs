@@ -161,7 +161,7 @@ pub struct WorldConfig {
     /// what goes wrong, it is not expected to pass.
     pub elasticjob: usize,
     /// A rolling replacement of one kind of instance by the other during the chaos
-    /// ([`Shape::RollToShardjob`], [`Shape::RollToElasticjob`], [`crate::rolling`]), in every
+    /// ([`Shape::RollToShardjob`], [`Shape::RollToElasticjob`], `sim/src/rolling.rs`), in every
     /// seed. `None`, the default: drawn by half of the seeds of a world with both kinds of
     /// instances whose `shapes` allow it (none in other worlds). `ToShardjob` needs ElasticJob
     /// instances (`elasticjob` > 0); `ToElasticjob` shardjob ones (in a world without
