@@ -29,8 +29,11 @@ impl Nemesis<'_> {
                 c.nodes[n].skew = c.nodes[n].skew.signum() * 1_000;
             }
         }
+        // Not on a server a rolling replacement retired from this kind.
         for (_, ip) in std::mem::take(&mut self.restarts) {
-            self.join(c, &ip);
+            if !self.retired(false, &ip) {
+                self.join(c, &ip);
+            }
         }
         // ElasticJob processes alike (none in a world without them).
         for j in 0..c.java.len() {
@@ -45,12 +48,23 @@ impl Nemesis<'_> {
             }
         }
         for (_, ip) in std::mem::take(&mut self.java_restarts) {
-            self.join_java(c, &ip);
+            if !self.retired(true, &ip) {
+                self.join_java(c, &ip);
+            }
         }
         // At least two shardjob processes, in a world that has any (a world of ElasticJob
-        // processes only keeps them only: those that crashed were started again above).
+        // processes only keeps them only: those that crashed were started again above; so does
+        // one whose shardjob processes were replaced by ElasticJob ones).
         let alive = c.nodes.iter().filter(|n| n.up() && !n.crashed()).count();
-        let wanted = if self.ips.is_empty() { 0 } else { 2 };
+        let rolled_back = self
+            .roll
+            .as_ref()
+            .is_some_and(|r| r.direction() == crate::world::Rolling::ToElasticjob);
+        let wanted = if self.ips.is_empty() || rolled_back {
+            0
+        } else {
+            2
+        };
         for k in alive..wanted {
             let ip = format!("10.0.1.{k}");
             self.join(c, &ip);

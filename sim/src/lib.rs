@@ -53,7 +53,10 @@
 //! judged by the same checkers. What ElasticJob's own semantics make (a fire it loses or runs
 //! twice, a plan it leaves until its next fire) is counted apart, by the behaviour it stands
 //! for, and fails no seed ([`checkers::attribution`]); a world of ElasticJob instances only
-//! (`instances: 0`) validates that.
+//! (`instances: 0`) validates that. In half of the seeds of a world with both kinds, a rolling
+//! replacement turns one kind into the other during the chaos, one instance at a time, as a
+//! deploy tool would (the migration, or a rollback; [`world::WorldConfig::rolling`]), and the
+//! world must then run as a cluster of the new kind alone.
 //!
 //! # In your own tests
 //!
@@ -125,6 +128,7 @@ mod nemesis;
 pub mod network;
 pub mod node;
 mod operator;
+mod rolling;
 pub mod swarm;
 pub mod timeline;
 pub mod world;

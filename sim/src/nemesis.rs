@@ -1,7 +1,8 @@
 //! The nemesis: what goes wrong in a world during its chaos, one method per fault (see
 //! [`Fault`]), with the restarts and undos it owes, the deploys and the outage it plans, and
 //! the timed steps of the richer shapes ([`Shape::Edits`], [`Shape::LeaderClocks`],
-//! [`Shape::Flaps`], [`Shape::TriggerFailover`]).
+//! [`Shape::Flaps`], [`Shape::TriggerFailover`], and the rolling replacements of
+//! [`crate::rolling`]).
 //!
 //! Each kind of draw comes from its own stream of the swarm ([`Swarm`]), so that a seed that
 //! does not draw a shape keeps what it did before.
@@ -60,6 +61,8 @@ pub(crate) enum Timed {
     Trigger(TriggerStep),
     /// Foreign nodes are written into a job ([`Shape::Foreign`]).
     Foreign,
+    /// A step of a rolling replacement ([`crate::rolling`]).
+    Roll(crate::rolling::RollStep),
 }
 
 /// A later step of a session flap ([`Shape::Flaps`]).
@@ -153,6 +156,8 @@ pub(crate) struct Nemesis<'a> {
     /// When the nemesis acted (a fault, its undo, a restart, an operator, a deploy, a step of
     /// a shape): a fire due meanwhile may wait for the world to calm down, and no longer.
     pub(crate) disruptions: Vec<u64>,
+    /// The rolling replacement, if the world makes one ([`crate::rolling`]).
+    pub(crate) roll: Option<crate::rolling::Roll>,
 }
 
 impl<'a> Nemesis<'a> {
@@ -174,6 +179,7 @@ impl<'a> Nemesis<'a> {
             mut flaps_rng,
             mut trigger_rng,
             mut foreign_rng,
+            roll_rng,
         } = streams;
         let slots = swarm.skews.len();
         let heal_at = swarm.heal_at;
@@ -263,6 +269,10 @@ impl<'a> Nemesis<'a> {
                 }
             }
         }
+        let roll = swarm.roll.map(|plan| {
+            timed.push((plan.first, Timed::Roll(crate::rolling::RollStep::Next)));
+            crate::rolling::Roll::new(plan, roll_rng, grace)
+        });
         Nemesis {
             stage: Stage {
                 jobs: &swarm.jobs,
@@ -310,6 +320,7 @@ impl<'a> Nemesis<'a> {
             foreign_count: 0,
             refusals: Vec::new(),
             disruptions: Vec::new(),
+            roll,
         }
     }
 
@@ -389,9 +400,11 @@ impl<'a> Nemesis<'a> {
             self.restarts_due(c);
             self.undos_due(c);
             self.outage_due(c);
+            // A process being stopped (by a rolling replacement) is left alone, as an
+            // ElasticJob one is ([`Self::java_up`]).
             let up: Vec<usize> = (0..c.nodes.len())
                 .filter(|n| c.nodes[*n].up() && !c.nodes[*n].partitioned() && !c.nodes[*n].deaf())
-                .filter(|n| c.nodes[*n].paused().is_none())
+                .filter(|n| c.nodes[*n].paused().is_none() && !c.nodes[*n].shutdown_requested)
                 .collect();
             // ElasticJob processes suffer the same faults (none in a world without them).
             let mut up_all = up.clone();
@@ -492,7 +505,9 @@ impl<'a> Nemesis<'a> {
         self.restarts.sort();
         while self.restarts.first().is_some_and(|(at, _)| *at <= c.now) {
             let (_, ip) = self.restarts.remove(0);
-            self.join(c, &ip);
+            if !self.retired(false, &ip) {
+                self.join(c, &ip);
+            }
         }
         self.java_restarts.sort();
         while self
@@ -501,8 +516,16 @@ impl<'a> Nemesis<'a> {
             .is_some_and(|(at, _)| *at <= c.now)
         {
             let (_, ip) = self.java_restarts.remove(0);
-            self.join_java(c, &ip);
+            if !self.retired(true, &ip) {
+                self.join_java(c, &ip);
+            }
         }
+    }
+
+    /// Whether a rolling replacement retired server `ip` of its kind (ElasticJob's with
+    /// `java`): no process of that kind is started there again.
+    pub(crate) fn retired(&self, java: bool, ip: &str) -> bool {
+        self.roll.as_ref().is_some_and(|r| r.retired(java, ip))
     }
 
     /// Cut-off and paused processes due to come back do.
@@ -600,8 +623,11 @@ impl<'a> Nemesis<'a> {
                 &mut self.refusals,
             );
             c.run_until(at);
-            self.disruptions.push(at);
             let (_, step) = self.timed.remove(k);
+            // A rolling replacement's polls (has a process exited yet?) are no act.
+            if !matches!(&step, Timed::Roll(s) if s.is_poll()) {
+                self.disruptions.push(at);
+            }
             let ips = self.ips.clone();
             let stage = Stage {
                 ips: &ips,
@@ -656,6 +682,12 @@ impl<'a> Nemesis<'a> {
                 }
                 Timed::Foreign => {
                     self.foreign(c);
+                    Vec::new()
+                }
+                Timed::Roll(step) => {
+                    let steps = self.roll_step(c, step);
+                    self.timed
+                        .extend(steps.into_iter().map(|(at, r)| (at, Timed::Roll(r))));
                     Vec::new()
                 }
                 Timed::Trigger(step) => {
@@ -1097,6 +1129,7 @@ impl DeployPlan<'_> {
                     && !node.crashed()
                     && node.paused().is_none()
                     && !node.machine.is_stopped()
+                    && !node.shutdown_requested
             };
             match step {
                 Deploy::Remove if at < self.last_removal => {
@@ -1134,8 +1167,13 @@ impl DeployPlan<'_> {
                 }
                 Deploy::Remove => {}
                 Deploy::Add(n, job) => {
-                    // A process that crashed meanwhile comes back with its server's jobs.
-                    if !c.nodes[n].up() || c.nodes[n].crashed() || c.nodes[n].machine.is_stopped() {
+                    // A process that crashed meanwhile comes back with its server's jobs; one
+                    // being stopped takes nothing back.
+                    if !c.nodes[n].up()
+                        || c.nodes[n].crashed()
+                        || c.nodes[n].machine.is_stopped()
+                        || c.nodes[n].shutdown_requested
+                    {
                         continue;
                     }
                     let Some(config) = self.jobs.iter().find(|j| j.job_name == job) else {

@@ -76,9 +76,11 @@ pub(crate) fn mix(a: u64, b: u64) -> u64 {
 /// The richer shapes of a world, each drawn by a seed from a stream of its own: a seed that
 /// draws none of them keeps the world it had before they existed. [`Shape::Edits`],
 /// [`Shape::LeaderClocks`], [`Shape::Flaps`] and [`Shape::TriggerFailover`] are acts of the
-/// nemesis, in any world (with the fault they build on); the others change the drawn jobs and
-/// sessions, in worlds of drawn jobs only (a user's jobs and session timeout are as the user
-/// gave them).
+/// nemesis, in any world (with the fault they build on); the rolling replacements
+/// ([`Shape::RollToShardjob`], [`Shape::RollToElasticjob`]) too, in worlds of both kinds of
+/// instances only (one stream for the two: a seed draws one of them at most); the others
+/// change the drawn jobs and sessions, in worlds of drawn jobs only (a user's jobs and session
+/// timeout are as the user gave them).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Shape {
     /// Operators edit jobs inside their runs: a job's item count shrinks while a run of an item
@@ -128,11 +130,92 @@ pub enum Shape {
     /// leader deletes). The marker must not block its item for longer than about a session
     /// timeout, and the instance node must never be given items. Drawn in any world.
     Foreign,
+    /// The migration (`docs/migration.md`, "Rolling"): the ElasticJob instances are replaced
+    /// one by one, at a deploy's pace, by shardjob instances, until none is left ("the last J
+    /// leaves", `docs/migration-design.md` 3.8): each is stopped (SIGTERM mostly, killed
+    /// after a deploy tool's grace if it has not exited by then; `kill -9` one time in five),
+    /// and a shardjob instance starts on the same host once it exited, or on a new host (a
+    /// moment after the stop, or a moment before it). Drawn from the rolling stream in worlds
+    /// with both kinds of instances ([`crate::world::WorldConfig::elasticjob`]), or asked for
+    /// by [`crate::world::WorldConfig::rolling`]; see `sim/src/rolling.rs`.
+    RollToShardjob,
+    /// The rollback: the shardjob instances are replaced so, one by one, by ElasticJob
+    /// instances, until none is left. Drawn as [`Shape::RollToShardjob`] is (a third of the
+    /// seeds that roll).
+    RollToElasticjob,
 }
+
+/// Which way a rolling replacement goes ([`Shape::RollToShardjob`],
+/// [`Shape::RollToElasticjob`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rolling {
+    /// ElasticJob instances replaced by shardjob ones (the migration).
+    ToShardjob,
+    /// shardjob instances replaced by ElasticJob ones (a rollback).
+    ToElasticjob,
+}
+
+impl Rolling {
+    /// The shape of a world that rolls this way.
+    pub fn shape(self) -> Shape {
+        match self {
+            Rolling::ToShardjob => Shape::RollToShardjob,
+            Rolling::ToElasticjob => Shape::RollToElasticjob,
+        }
+    }
+
+    /// The short name of the flag: `j2s`, `s2j`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rolling::ToShardjob => "j2s",
+            Rolling::ToElasticjob => "s2j",
+        }
+    }
+
+    /// The kind replaced, in words: `ElasticJob`, `shardjob`.
+    pub fn old_kind(self) -> &'static str {
+        match self {
+            Rolling::ToShardjob => "ElasticJob",
+            Rolling::ToElasticjob => "shardjob",
+        }
+    }
+
+    /// The kind replacing it, in words.
+    pub fn new_kind(self) -> &'static str {
+        match self {
+            Rolling::ToShardjob => "shardjob",
+            Rolling::ToElasticjob => "ElasticJob",
+        }
+    }
+
+    /// The kind replacing it with its article: `a shardjob`, `an ElasticJob`.
+    pub fn a_new_kind(self) -> &'static str {
+        match self {
+            Rolling::ToShardjob => "a shardjob",
+            Rolling::ToElasticjob => "an ElasticJob",
+        }
+    }
+}
+
+impl std::str::FromStr for Rolling {
+    type Err = String;
+
+    /// `j2s` or `s2j`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "j2s" => Ok(Rolling::ToShardjob),
+            "s2j" => Ok(Rolling::ToElasticjob),
+            _ => Err(format!("{s:?} is no rolling replacement: j2s or s2j")),
+        }
+    }
+}
+
+/// The tag of the rolling replacements' stream.
+const ROLLING_TAG: u64 = 0x0072_6f6c_6c69_6e67; // "rolling"
 
 impl Shape {
     /// Every shape.
-    pub const ALL: [Shape; 8] = [
+    pub const ALL: [Shape; 10] = [
         Shape::Edits,
         Shape::LeaderClocks,
         Shape::LargeJob,
@@ -141,7 +224,19 @@ impl Shape {
         Shape::Flaps,
         Shape::TriggerFailover,
         Shape::Foreign,
+        Shape::RollToShardjob,
+        Shape::RollToElasticjob,
     ];
+
+    /// The rolling replacement the shape is, if it is one (drawn apart from the others, in
+    /// worlds of both kinds of instances only).
+    pub fn rolling(self) -> Option<Rolling> {
+        match self {
+            Shape::RollToShardjob => Some(Rolling::ToShardjob),
+            Shape::RollToElasticjob => Some(Rolling::ToElasticjob),
+            _ => None,
+        }
+    }
 
     /// The tag of the shape's own stream.
     fn tag(self) -> u64 {
@@ -154,6 +249,7 @@ impl Shape {
             Shape::Flaps => 0x0066_6c61_7073,           // "flaps"
             Shape::TriggerFailover => 0x7472_6967_666f, // "trigfo"
             Shape::Foreign => 0x0066_6f72_6569_676e,    // "foreign"
+            Shape::RollToShardjob | Shape::RollToElasticjob => ROLLING_TAG,
         }
     }
 
@@ -168,6 +264,7 @@ impl Shape {
             Shape::Flaps => 30,
             Shape::TriggerFailover => 40,
             Shape::Foreign => 30,
+            Shape::RollToShardjob | Shape::RollToElasticjob => 50,
         }
     }
 
@@ -184,6 +281,12 @@ impl Shape {
                 "a trigger's run crashes, its failover's reply is lost, a later owner crashes"
             }
             Shape::Foreign => "foreign nodes: a stale running marker, a session-less instance",
+            Shape::RollToShardjob => {
+                "rolling replacement of the ElasticJob instances by shardjob ones (the migration)"
+            }
+            Shape::RollToElasticjob => {
+                "rolling replacement of the shardjob instances by ElasticJob ones (a rollback)"
+            }
         }
     }
 }
@@ -244,7 +347,35 @@ pub(crate) struct Swarm {
     pub heal_at: u64,
     /// The mean gap between the nemesis's acts, ms.
     pub mean_gap: u64,
+    /// The rolling replacement this seed drew (or was asked for), if any.
+    pub roll: Option<RollPlan>,
 }
+
+/// When a rolling replacement's steps come ([`Shape::RollToShardjob`],
+/// [`Shape::RollToElasticjob`]); what each step does is drawn as it comes
+/// ([`crate::rolling`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RollPlan {
+    /// Which way.
+    pub direction: Rolling,
+    /// How many instances of the old kind the world starts with (each is replaced).
+    pub count: usize,
+    /// When the first is replaced, virtual ms.
+    pub first: u64,
+    /// The time between two replacements, ms: a deploy's pace (two to four session timeouts
+    /// and a few seconds, for the new instance to register and take its items), shortened so
+    /// that the last stop comes a deploy tool's grace before the heal.
+    pub gap: u64,
+}
+
+/// How long a deploy tool waits for a process it stopped gracefully (SIGTERM) to exit before
+/// it kills it (`kill -9`), ms: ElasticJob's instances (the default of Kubernetes'
+/// `terminationGracePeriodSeconds`).
+pub(crate) const ROLL_GRACE_JAVA_MS: u64 = 30_000;
+
+/// What a deploy tool gives a shardjob process it stopped on top of the machine's own
+/// shutdown grace (after which the machine cancels its runs and leaves), ms.
+pub(crate) const ROLL_GRACE_EXTRA_MS: u64 = 10_000;
 
 /// The streams the nemesis goes on drawing from once the swarm has drawn the world.
 pub(crate) struct Streams {
@@ -264,6 +395,9 @@ pub(crate) struct Streams {
     pub trigger_rng: Rng,
     /// The foreign nodes' stream ([`Shape::Foreign`]).
     pub foreign_rng: Rng,
+    /// The rolling replacements' stream ([`Shape::RollToShardjob`],
+    /// [`Shape::RollToElasticjob`]), past the draws of the plan.
+    pub roll_rng: Rng,
 }
 
 /// Changes the options every node gets (the defaults if none are set yet).
@@ -334,6 +468,7 @@ impl Swarm {
         // whether): the rest of the stream draws the shape's details.
         let mut shape_rngs: BTreeMap<Shape, Rng> = Shape::ALL
             .into_iter()
+            .filter(|s| s.rolling().is_none())
             .map(|s| (s, Rng::stream(cfg.seed, s.tag())))
             .collect();
         let drawn_jobs = cfg.jobs.is_empty();
@@ -349,6 +484,8 @@ impl Swarm {
                     Shape::Flaps => faults.contains(&Fault::Partition) && cfg.instances >= 2,
                     Shape::TriggerFailover => faults.contains(&Fault::Crash) && cfg.instances >= 2,
                     Shape::Foreign => true,
+                    // Drawn apart (below).
+                    Shape::RollToShardjob | Shape::RollToElasticjob => false,
                 };
             if srng.chance(shape.percent()) && can {
                 shapes.insert(*shape);
@@ -558,6 +695,20 @@ impl Swarm {
             .collect();
         let heal_at = cfg.duration_ms * 7 / 10;
         let mean_gap = (heal_at / 60).clamp(2_000, 60_000);
+        // A rolling replacement, from a stream of its own, in worlds of both kinds (or when
+        // asked for): every other draw of a seed stays what it was.
+        let mut roll_rng = Rng::stream(cfg.seed, ROLLING_TAG);
+        let roll = roll_plan(
+            cfg,
+            &mut roll_rng,
+            &options,
+            session_timeout,
+            heal_at,
+            mean_gap,
+        );
+        if let Some(plan) = &roll {
+            shapes.insert(plan.direction.shape());
+        }
         let streams = Streams {
             rng,
             deploy_rng,
@@ -567,6 +718,7 @@ impl Swarm {
             flaps_rng: shape_rng(Shape::Flaps),
             trigger_rng: shape_rng(Shape::TriggerFailover),
             foreign_rng: shape_rng(Shape::Foreign),
+            roll_rng,
         };
         let swarm = Swarm {
             faults,
@@ -582,6 +734,7 @@ impl Swarm {
             skews,
             heal_at,
             mean_gap,
+            roll,
         };
         Ok((swarm, streams))
     }
@@ -611,6 +764,69 @@ impl Swarm {
         let (latency, watch_delay) = self.latency.unwrap_or((1, 0));
         u64::from(items) * (2 * latency + watch_delay + 20)
     }
+}
+
+/// The rolling replacement of a seed's world: the one asked for
+/// ([`WorldConfig::rolling`]), or, in a world of both kinds of instances whose shapes allow it,
+/// one drawn by half of the seeds (a third of those the way back), each from `rng`, whose
+/// first two draws (whether, which way) are always made. `None` when there is no instance of
+/// the kind to replace.
+fn roll_plan(
+    cfg: &WorldConfig,
+    rng: &mut Rng,
+    options: &Option<MachineOptions>,
+    session_timeout: Duration,
+    heal_at: u64,
+    mean_gap: u64,
+) -> Option<RollPlan> {
+    let drawn = rng.chance(Shape::RollToShardjob.percent());
+    let back = rng.chance(33);
+    let direction = match cfg.rolling {
+        Some(d) => d,
+        None => {
+            let d = if back {
+                Rolling::ToElasticjob
+            } else {
+                Rolling::ToShardjob
+            };
+            let both = cfg.instances > 0 && cfg.elasticjob > 0;
+            if !(drawn && both && cfg.shapes.contains(&d.shape())) {
+                return None;
+            }
+            d
+        }
+    };
+    let count = match direction {
+        Rolling::ToShardjob => cfg.elasticjob,
+        // A world of ElasticJob instances only has no shardjob instance to replace.
+        Rolling::ToElasticjob if cfg.instances == 0 && cfg.elasticjob > 0 => 0,
+        Rolling::ToElasticjob => cfg.instances.max(1),
+    };
+    if count == 0 {
+        return None;
+    }
+    // The last stop comes a deploy tool's grace before the heal (and 5 s more), so that the
+    // roll has ended when the heal comes.
+    let shutdown_grace = options
+        .clone()
+        .or_else(default_options)
+        .map_or(30_000, |o| o.shutdown_grace.as_millis() as u64);
+    let grace = ROLL_GRACE_JAVA_MS.max(shutdown_grace + ROLL_GRACE_EXTRA_MS);
+    let end_by = heal_at.saturating_sub(grace + 5_000);
+    let first = rng.between(mean_gap / 2, (heal_at / 4).min(end_by).max(mean_gap / 2));
+    let timeout = session_timeout.as_millis() as u64;
+    let mut gap = rng.between(2 * timeout + 2_000, 4 * timeout + 15_000);
+    if count > 1 {
+        gap = gap
+            .min(end_by.saturating_sub(first) / (count as u64 - 1))
+            .max(1);
+    }
+    Some(RollPlan {
+        direction,
+        count,
+        first,
+        gap,
+    })
 }
 
 /// What is wrong with the shape of the world, the run lengths, the jobs ignoring
@@ -648,6 +864,19 @@ fn job_choice_problems(cfg: &WorldConfig) -> Vec<Violation> {
             "job_count is {}; it must be at most {MAX_DRAWN_JOBS}",
             cfg.job_count
         )));
+    }
+    match cfg.rolling {
+        Some(Rolling::ToShardjob) if cfg.elasticjob == 0 => shape.push(problem(
+            "rolling j2s replaces ElasticJob instances: the world has none (elasticjob is 0)"
+                .to_owned(),
+        )),
+        Some(Rolling::ToElasticjob) if cfg.instances == 0 && cfg.elasticjob > 0 => {
+            shape.push(problem(
+                "rolling s2j replaces shardjob instances: the world has none (instances is 0)"
+                    .to_owned(),
+            ))
+        }
+        _ => {}
     }
     if !shape.is_empty() {
         return shape;
@@ -766,6 +995,20 @@ impl Header<'_> {
                 crate::timeline::clock(s.heal_at + s.settle_ms()),
             ),
         ];
+        if let Some(plan) = &s.roll {
+            let d = plan.direction;
+            out.push(format!(
+                "world: rolling: the {} {} instance{} replaced one by one by {} ones, the first \
+                 at {}, then one every {} ms; stopped gracefully (killed if still there after \
+                 the deploy tool's grace), one in five killed (kill -9)",
+                plan.count,
+                d.old_kind(),
+                if plan.count == 1 { "" } else { "s" },
+                d.new_kind(),
+                crate::timeline::clock(plan.first),
+                plan.gap,
+            ));
+        }
         let skews: Vec<String> = s
             .skews
             .iter()

@@ -20,7 +20,7 @@ use crate::nemesis::Nemesis;
 use crate::network::Races;
 use crate::swarm::{Header, Swarm, default_options, mix};
 pub use crate::swarm::{
-    MAX_DRAWN_JOBS, MAX_DURATION_MS, MAX_INSTANCES, MAX_ITEMS, SESSION_TIMEOUTS, Shape,
+    MAX_DRAWN_JOBS, MAX_DURATION_MS, MAX_INSTANCES, MAX_ITEMS, Rolling, SESSION_TIMEOUTS, Shape,
 };
 
 /// The kinds of fault the nemesis can inject.
@@ -160,6 +160,13 @@ pub struct WorldConfig {
     /// mixed job (`docs/migration-design.md`, section 3) is not built: such a world measures
     /// what goes wrong, it is not expected to pass.
     pub elasticjob: usize,
+    /// A rolling replacement of one kind of instance by the other during the chaos
+    /// ([`Shape::RollToShardjob`], [`Shape::RollToElasticjob`], `sim/src/rolling.rs`), in every
+    /// seed. `None`, the default: drawn by half of the seeds of a world with both kinds of
+    /// instances whose `shapes` allow it (none in other worlds). `ToShardjob` needs ElasticJob
+    /// instances (`elasticjob` > 0); `ToElasticjob` shardjob ones (in a world without
+    /// ElasticJob instances it brings them: the jobs are then `SCRIPT` jobs).
+    pub rolling: Option<Rolling>,
 }
 
 impl WorldConfig {
@@ -184,6 +191,7 @@ impl WorldConfig {
             shapes: Shape::ALL.into_iter().collect(),
             races: None,
             elasticjob: 0,
+            rolling: None,
         }
     }
 }
@@ -238,8 +246,27 @@ pub struct SeedReport {
     pub session_timeout: Duration,
     /// The jobs hosted by some instances only, and which (see [`WorldConfig::hosts`]).
     pub hosts: BTreeMap<String, BTreeSet<usize>>,
+    /// The rolling replacement the seed made, if any.
+    pub roll: Option<RollReport>,
     /// The readable timeline, if kept.
     pub log: Vec<String>,
+}
+
+/// What a seed's rolling replacement did ([`WorldConfig::rolling`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RollReport {
+    /// Which way it went.
+    pub direction: Rolling,
+    /// How many processes of the old kind were stopped or killed (those that crashed before
+    /// their turn and were not started again are not counted).
+    pub stopped: usize,
+    /// How many processes of the new kind it started.
+    pub started: usize,
+    /// When the last process of the old kind had gone (exited or killed), virtual ms: from
+    /// then on the world's jobs are run by the new kind only (in a roll to shardjob, the "last
+    /// ElasticJob instance leaves" of `docs/migration-design.md` 3.8). `None` if some was
+    /// still there at the heal.
+    pub last_left: Option<u64>,
 }
 
 /// Runs one seed of a world: the swarm draws it ([`crate::swarm`]), the nemesis acts on it
@@ -271,6 +298,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
                 txn_limit: None,
                 session_timeout: Duration::ZERO,
                 hosts: BTreeMap::new(),
+                roll: None,
                 log: Vec::new(),
             };
         }
@@ -333,7 +361,11 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
 
     let heal_at = swarm.heal_at;
     let settle = swarm.settle_ms();
-    if cfg.elasticjob > 0 {
+    // Jobs both kinds can host (a rollback brings ElasticJob instances into a world without).
+    let rollback = swarm
+        .roll
+        .is_some_and(|plan| plan.direction == Rolling::ToElasticjob);
+    if cfg.elasticjob > 0 || rollback {
         c.job_type = "SCRIPT".to_owned();
     }
     let mut nemesis = Nemesis::new(&c, &swarm, streams, cfg.max_items, cfg.duration_ms);
@@ -345,13 +377,14 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         swarm.skews.len()
     };
     nemesis.start(&mut c, &swarm.skews[..shardjob_slots]);
-    if cfg.elasticjob > 0 {
+    if cfg.elasticjob > 0 || rollback {
         nemesis.start_java(&mut c, cfg.elasticjob);
     }
     nemesis.chaos(&mut c, heal_at, swarm.mean_gap);
     let check_from = nemesis.heal(&mut c, heal_at, settle);
     c.run_until(cfg.duration_ms.max(check_from + 10_000));
     let end = c.now;
+    let roll = nemesis.roll_report();
     let refusals = std::mem::take(&mut nemesis.refusals);
     let mut disruptions = std::mem::take(&mut nemesis.disruptions);
     drop(nemesis);
@@ -490,6 +523,13 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     violations.extend(checkers::invariant::check(&c));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::mixed::check(&c, &totals, end));
+    // After a migration's last ElasticJob instance left: none of ElasticJob's nodes is left.
+    if roll
+        .as_ref()
+        .is_some_and(|r| r.direction == Rolling::ToShardjob && r.last_left.is_some())
+    {
+        violations.extend(checkers::leftover::check(&c, &totals, end));
+    }
     violations.extend(checkers::disabled::check(&c));
     violations.extend(checkers::shutdown::check(&c));
     violations.extend(checkers::wake::check(&c));
@@ -507,7 +547,19 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
     } else {
         checkers::attribution::plans(&c, &totals)
     };
-    let split = checkers::attribution::split(violations, &c.runs, !c.java.is_empty(), &plans);
+    // After a rollback, no shardjob process was there from the moment the last one had gone.
+    let shardjob_gone = roll
+        .as_ref()
+        .filter(|r| r.direction == Rolling::ToElasticjob)
+        .and_then(|r| r.last_left)
+        .map(|t| c.wall_origin.timestamp_millis() + t as i64);
+    let split = checkers::attribution::split(
+        violations,
+        &c.runs,
+        !c.java.is_empty(),
+        &plans,
+        shardjob_gone,
+    );
 
     SeedReport {
         seed: cfg.seed,
@@ -530,6 +582,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         txn_limit,
         session_timeout: c.session_timeout,
         hosts,
+        roll,
         log: std::mem::take(&mut c.log),
     }
 }

@@ -78,6 +78,48 @@ fn flags_out_of_range_are_refused_with_the_range() {
     }
 }
 
+/// `--rolling`: refused without instances of the kind it replaces; with them, every seed rolls
+/// and the summary says what happened once the old kind had gone.
+#[test]
+fn a_roll_is_asked_for_by_its_flag() {
+    for (args, says) in [
+        (
+            &["--rolling", "j2s"][..],
+            "--rolling j2s replaces ElasticJob instances: give --elasticjob N",
+        ),
+        (
+            &["--rolling", "s2j", "--instances", "0", "--elasticjob", "2"][..],
+            "--rolling s2j replaces shardjob instances",
+        ),
+    ] {
+        let mut all = vec!["--seeds", "1"];
+        all.extend_from_slice(args);
+        let (code, out, err) = sim(&all);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    let (_, out, _) = sim(&[
+        "--seeds",
+        "2",
+        "--instances",
+        "2",
+        "--jobs",
+        "2",
+        "--hours",
+        "0.03",
+        "--elasticjob",
+        "1",
+        "--rolling",
+        "j2s",
+    ]);
+    assert!(
+        out.lines()
+            .any(|l| l
+                .starts_with("(rolling: j2s in 2 seeds, the old kind gone before the heal in 2, ")),
+        "{out}"
+    );
+}
+
 /// `--seed` replays a world: a header saying what the world is, then its events in words at
 /// `+s.mmm` from the world's start (no `Debug` dumps, no epoch milliseconds).
 #[test]

@@ -71,6 +71,9 @@ struct Args {
     /// With --seed: print the whole timeline, not only the part before the first violation.
     #[arg(long)]
     full_log: bool,
+    /// How many of a failing seed's violations to print (the first ones, in time order).
+    #[arg(long, default_value_t = 10)]
+    violations: usize,
     /// Most items of a job drawn by a seed.
     #[arg(long, default_value_t = 8)]
     max_items: u32,
@@ -94,6 +97,12 @@ struct Args {
     /// fail).
     #[arg(long, default_value_t = 0)]
     elasticjob: usize,
+    /// A rolling replacement in every seed: `j2s` replaces the ElasticJob instances one by one
+    /// by shardjob ones (the migration; needs --elasticjob), `s2j` the shardjob instances by
+    /// ElasticJob ones (a rollback); `none`: in no seed. By default half of the seeds of a
+    /// world with both kinds draw one (a third of them `s2j`).
+    #[arg(long, value_parser = ["j2s", "s2j", "none"])]
+    rolling: Option<String>,
     /// Print every violation counted as ElasticJob's own (always with --seed), with the
     /// behaviour it stands for.
     #[arg(long)]
@@ -138,6 +147,10 @@ fn main() -> ExitCode {
     let mut by_kinds: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
     let mut own: std::collections::BTreeMap<String, u64> = Default::default();
     let (mut own_total, mut own_seeds) = (0u64, 0u64);
+    // Seeds that rolled one kind into the other: the failing violations from the moment the
+    // last process of the old kind had gone (the tail), by checker and kinds of runs, and
+    // ElasticJob's own there.
+    let mut rolls = Rolls::default();
     for seed in from..from.saturating_add(count) {
         let mut cfg = base.clone();
         cfg.seed = seed;
@@ -183,7 +196,8 @@ fn main() -> ExitCode {
                     .or_default() += 1;
             }
         }
-        if args.elasticjob > 0 {
+        rolls.add(&report);
+        if args.elasticjob > 0 || report.roll.is_some() {
             let by_item = shardjob_sim::checkers::runs_by_item(&report.records);
             let mut seen = std::collections::BTreeSet::new();
             for v in &report.violations {
@@ -268,6 +282,7 @@ fn main() -> ExitCode {
             parts.join(", ")
         );
     }
+    rolls.print();
     if args.plant.is_some() {
         return if caught {
             ExitCode::SUCCESS
@@ -279,6 +294,115 @@ fn main() -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+/// What the seeds that rolled one kind of instance into the other did, and what failed once the
+/// old kind had gone.
+#[derive(Default)]
+struct Rolls {
+    /// Seeds that rolled, by direction (`j2s`, `s2j`): (seeds, seeds whose old kind had gone
+    /// before the heal, seeds with a failing violation in the tail).
+    seeds: std::collections::BTreeMap<&'static str, (u64, u64, u64)>,
+    /// Failing violations in the tails (about a fire or a run from the moment the old kind
+    /// had gone on: [`shardjob_sim::checkers::Violation::about_time`]), by direction, checker
+    /// and kinds of runs: (violations, seeds).
+    tail: std::collections::BTreeMap<String, (u64, u64)>,
+    /// ElasticJob's own in the tails, by direction and checker.
+    tail_own: std::collections::BTreeMap<String, u64>,
+    /// Seeds whose old kind was still there at the heal.
+    unfinished: Vec<u64>,
+}
+
+impl Rolls {
+    fn add(&mut self, report: &SeedReport) {
+        let Some(roll) = &report.roll else {
+            return;
+        };
+        let way = roll.direction.name();
+        let e = self.seeds.entry(way).or_default();
+        e.0 += 1;
+        let Some(left) = roll.last_left else {
+            self.unfinished.push(report.seed);
+            return;
+        };
+        e.1 += 1;
+        let by_item = shardjob_sim::checkers::runs_by_item(&report.records);
+        let mut seen = std::collections::BTreeSet::new();
+        let origin = report.wall_origin.timestamp_millis();
+        for v in report
+            .violations
+            .iter()
+            .filter(|v| v.about_time(origin) >= left)
+        {
+            let key = match shardjob_sim::checkers::attribution::kinds(v, &by_item) {
+                Some(k) => format!("{way} {} {k}", v.checker),
+                None => format!("{way} {}", v.checker),
+            };
+            let t = self.tail.entry(key.clone()).or_default();
+            t.0 += 1;
+            if seen.insert(key) {
+                t.1 += 1;
+            }
+        }
+        if !seen.is_empty() {
+            e.2 += 1;
+        }
+        for (v, b) in report
+            .elasticjob_own
+            .iter()
+            .filter(|(v, _)| v.about_time(origin) >= left)
+        {
+            *self
+                .tail_own
+                .entry(format!("{way} {} {}", v.checker, b.name()))
+                .or_default() += 1;
+        }
+    }
+
+    fn print(&self) {
+        if self.seeds.is_empty() {
+            return;
+        }
+        let parts: Vec<String> = self
+            .seeds
+            .iter()
+            .map(|(way, (n, gone, failing))| {
+                format!(
+                    "{way} in {n} seeds, the old kind gone before the heal in {gone}, a failing violation after that in {failing}"
+                )
+            })
+            .collect();
+        say!("(rolling: {})", parts.join("; "));
+        if !self.unfinished.is_empty() {
+            let list: Vec<String> = self.unfinished.iter().map(u64::to_string).collect();
+            say!(
+                "(rolling: the old kind still there at the heal in seeds {})",
+                list.join(", ")
+            );
+        }
+        if !self.tail.is_empty() {
+            let parts: Vec<String> = self
+                .tail
+                .iter()
+                .map(|(k, (n, seeds))| format!("{k}={n} in {seeds} seeds"))
+                .collect();
+            say!(
+                "(failing after the last of the old kind had gone, by checker and kinds of runs: {})",
+                parts.join(", ")
+            );
+        }
+        if !self.tail_own.is_empty() {
+            let parts: Vec<String> = self
+                .tail_own
+                .iter()
+                .map(|(k, n)| format!("{k}={n}"))
+                .collect();
+            say!(
+                "(elasticjob's own after the last of the old kind had gone: {})",
+                parts.join(", ")
+            );
+        }
     }
 }
 
@@ -306,7 +430,27 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
             list.join(", ")
         );
     }
-    for v in report.violations.iter().take(10) {
+    if let Some(roll) = &report.roll {
+        let gone = roll.last_left.map_or_else(
+            || "still there at the heal".to_owned(),
+            |t| format!("all gone at {}", shardjob_sim::timeline::clock(t)),
+        );
+        let origin = report.wall_origin.timestamp_millis();
+        let tail = roll.last_left.map_or(0, |t| {
+            report
+                .violations
+                .iter()
+                .filter(|v| v.about_time(origin) >= t)
+                .count()
+        });
+        say!(
+            "  rolling {}: {} of the old kind stopped, {} of the new kind started, {gone}; {tail} violations from then on",
+            roll.direction.name(),
+            roll.stopped,
+            roll.started
+        );
+    }
+    for v in report.violations.iter().take(args.violations) {
         say!(
             "  [{}] at {}: {}",
             v.checker,
@@ -362,6 +506,9 @@ fn print_failure(report: &SeedReport, args: &Args, cfg: &WorldConfig) {
     if args.elasticjob > 0 {
         replay_cmd.push_str(&format!(" --elasticjob {}", args.elasticjob));
     }
+    if let Some(r) = &args.rolling {
+        replay_cmd.push_str(&format!(" --rolling {r}"));
+    }
     if let Some(ms) = args.session_timeout_ms {
         replay_cmd.push_str(&format!(" --session-timeout-ms {ms}"));
     }
@@ -412,6 +559,25 @@ fn config(args: &Args) -> Result<WorldConfig, String> {
     cfg.elasticjob = args.elasticjob;
     if args.no_shapes {
         cfg.shapes.clear();
+    }
+    match args.rolling.as_deref() {
+        None => {}
+        Some("none") => cfg.shapes.retain(|s| s.rolling().is_none()),
+        Some(name) => {
+            let rolling: world::Rolling = name.parse()?;
+            if rolling == world::Rolling::ToShardjob && args.elasticjob == 0 {
+                return Err(
+                    "--rolling j2s replaces ElasticJob instances: give --elasticjob N".to_owned(),
+                );
+            }
+            if rolling == world::Rolling::ToElasticjob && cfg.instances == 0 {
+                return Err(
+                    "--rolling s2j replaces shardjob instances: --instances must be 1 or more"
+                        .to_owned(),
+                );
+            }
+            cfg.rolling = Some(rolling);
+        }
     }
     if let Some(ms) = args.session_timeout_ms {
         let (lo, hi) = world::SESSION_TIMEOUTS;

@@ -18,7 +18,9 @@
 //!   history is not recorded; a run is the registry's and the executor's trace of who had an
 //!   item). A fire no run covered by the end (lost, liveness) needs the plan at the end to be
 //!   J's too ([`plans`]). With no run there at all (lost, liveness, catch-up), the plan at the
-//!   end must be J's and give the item to a J or to nobody;
+//!   end must be J's and give the item to a J or to nobody. A fire from the moment every
+//!   shardjob process had gone for good (the end of a rollback, [`crate::world::RollReport`])
+//!   was in J's hands whoever ran the item before: it is judged as one the runs show J had;
 //! - the plan at the end (convergence): J's ([`plans`]: a J holds the leader node, or there is
 //!   no leader and a J that can lead is registered, or no shardjob process is registered and
 //!   a J shut the job down); and a J process that lost its own registration (J shuts a job
@@ -270,12 +272,14 @@ pub fn plans(c: &crate::cluster::Cluster, jobs: &[(String, u32)]) -> BTreeMap<St
 
 /// Splits a world's violations ([`judge`] on each). `java` is whether the world ran ElasticJob
 /// processes: without any, every violation fails, as before attribution existed. `plans`: the
-/// jobs' plans at the end ([`plans`]).
+/// jobs' plans at the end ([`plans`]); `shardjob_gone`: since when (epoch ms) no shardjob
+/// process has been there, if every one went for good (a rollback's end).
 pub fn split(
     violations: Vec<Violation>,
     runs: &[RunRecord],
     java: bool,
     plans: &BTreeMap<String, JavaPlan>,
+    shardjob_gone: Option<i64>,
 ) -> Split {
     let mut out = Split::default();
     if !java {
@@ -284,7 +288,7 @@ pub fn split(
     }
     let by_item = super::runs_by_item(runs);
     for v in violations {
-        match judge(&v, &by_item, plans) {
+        match judge(&v, &by_item, plans, shardjob_gone) {
             Some(b) => out.elasticjob.push((v, b)),
             None => out.failing.push(v),
         }
@@ -294,11 +298,14 @@ pub fn split(
 
 /// The ElasticJob behaviour a violation stands for, if it is ElasticJob's own; `None`: it
 /// fails. `by_item`: the world's runs of each (job, item), in the order they started; `plans`:
-/// the jobs' plans at the end.
+/// the jobs' plans at the end; `shardjob_gone`: since when (epoch ms) no shardjob process has
+/// been there, if every one went for good (a rollback's end): a fire from then on was in
+/// ElasticJob's hands alone, whoever ran the item before.
 pub fn judge(
     v: &Violation,
     by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>,
     plans: &BTreeMap<String, JavaPlan>,
+    shardjob_gone: Option<i64>,
 ) -> Option<Behaviour> {
     fn runs_of<'m, 'r: 'm>(
         by_item: &'m BTreeMap<(&'m str, u32), Vec<&'r RunRecord>>,
@@ -363,7 +370,14 @@ pub fn judge(
         }
         Subject::Fire { job, item, fire } => {
             let mine = runs_of(by_item, job, *item);
-            match java_hands(mine, *fire) {
+            // From the moment every shardjob process had gone for good, no shardjob run could
+            // run the fire or cover it: it was J's to run.
+            let hands = if shardjob_gone.is_some_and(|gone| *fire >= gone) {
+                Hands::Java
+            } else {
+                java_hands(mine, *fire)
+            };
+            match hands {
                 Hands::Java => {}
                 Hands::Shardjob => return None,
                 // No run of the item across the fire: the plan at the end tells whose it was,
@@ -499,7 +513,7 @@ mod tests {
         runs: &[RunRecord],
         plans: &BTreeMap<String, JavaPlan>,
     ) -> Option<Behaviour> {
-        judge(v, &runs_by_item(runs), plans)
+        judge(v, &runs_by_item(runs), plans, None)
     }
 
     #[test]
@@ -597,6 +611,38 @@ mod tests {
     }
 
     #[test]
+    fn a_fire_after_every_shardjob_process_had_gone_is_elasticjobs_to_run() {
+        use RunKind::Scheduled;
+        let java_plan = BTreeMap::from([(
+            "j".to_owned(),
+            JavaPlan {
+                behaviour: Some(Behaviour::ShardsOnlyAtFire),
+                owned: [0].into(),
+                ..JavaPlan::default()
+            },
+        )]);
+        // S ran the item last, then every S went (a rollback), and the item (given to the S
+        // that left) never ran again: before S had gone, the fire fails; from then on it was
+        // J's to run, while the plan at the end is J's.
+        let s_before = run(false, 0, 1_000, 1_000, Scheduled);
+        let runs = [s_before];
+        let by_item = runs_by_item(&runs);
+        let lost = about("lost", Subject::fire("j", 0, 2_000));
+        assert_eq!(judge(&lost, &by_item, &java_plan, None), None);
+        assert_eq!(judge(&lost, &by_item, &java_plan, Some(2_500)), None);
+        assert_eq!(
+            judge(&lost, &by_item, &java_plan, Some(1_500)),
+            Some(Behaviour::UnboundedWait)
+        );
+        // Not while a shardjob leader's plan is the end's.
+        assert_eq!(judge(&lost, &by_item, &BTreeMap::new(), Some(1_500)), None);
+        // Two runs are judged as before.
+        let j = run(true, 1, 1_000, 3_000, Scheduled);
+        let twice = about("once", Subject::runs(&runs[0], &j));
+        assert_eq!(judge(&twice, &by_item, &java_plan, Some(1_500)), None);
+    }
+
+    #[test]
     fn one_run_and_the_plan_are_elasticjobs_own_only_when_they_are_elasticjobs() {
         use RunKind::{Misfire, Scheduled};
         let none = BTreeMap::new();
@@ -646,10 +692,11 @@ mod tests {
             &[j1.clone(), j2.clone()],
             false,
             &BTreeMap::new(),
+            None,
         );
         assert_eq!(found.failing, std::slice::from_ref(&v));
         assert!(found.elasticjob.is_empty());
-        let found = split(vec![v], &[j1, j2], true, &BTreeMap::new());
+        let found = split(vec![v], &[j1, j2], true, &BTreeMap::new(), None);
         assert!(found.failing.is_empty());
         assert_eq!(found.elasticjob.len(), 1);
     }

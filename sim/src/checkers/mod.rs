@@ -7,6 +7,7 @@ pub mod convergence;
 pub mod disabled;
 pub mod fresh;
 pub mod invariant;
+pub mod leftover;
 pub mod liveness;
 pub mod lost;
 pub mod mixed;
@@ -31,6 +32,23 @@ pub struct Violation {
     /// What it is about, in terms [`attribution`] judges it by (whether it is ElasticJob's
     /// own). [`Subject::Other`] for a checker that names nothing of the kind: never ElasticJob's.
     pub subject: Subject,
+}
+
+impl Violation {
+    /// When what the violation is about happened, virtual ms: the fire's time (true time) for
+    /// a fire, the later run's start for two runs, the run's start for one, else the time
+    /// the violation was found. (A fire found lost is reported once a later run shows it,
+    /// which may be long after the fire.) `origin_ms`: the wall time at virtual 0, epoch ms.
+    pub fn about_time(&self, origin_ms: i64) -> u64 {
+        match &self.subject {
+            Subject::Fire { fire, .. } => {
+                u64::try_from(fire.saturating_sub(origin_ms)).unwrap_or(0)
+            }
+            Subject::Runs { later, .. } => later.start,
+            Subject::Run { run, .. } => run.start,
+            Subject::Other | Subject::Plan { .. } | Subject::JavaShutDown { .. } => self.time,
+        }
+    }
 }
 
 /// What a violation is about: the runs, the fire or the part of the plan it names, for
