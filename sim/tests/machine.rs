@@ -1687,3 +1687,45 @@ fn the_planted_conflict_drops_rest_starts_the_rest_again_with_the_same_token() {
         .collect();
     assert_eq!(again, BTreeSet::from([4, 5, 6, 7]));
 }
+
+/// A graceful shutdown whose grace ends while a run ignores its cancellation: the machine
+/// cancels once and then waits for the run's end, without waking again and again (its
+/// shutdown timer stayed due, and every timeout cancelled anew: found by the simulator's
+/// rolling replacement, seed 87 of the mixed world), and stops once the run has ended.
+#[test]
+fn a_shutdown_past_its_grace_waits_for_a_run_that_ignores_cancellation_without_spinning() {
+    let mut c = Cluster::new();
+    let mut opts =
+        shardjob_core::machine::MachineOptions::new(shardjob_core::InstanceId::new(A).unwrap());
+    opts.shutdown_grace = std::time::Duration::from_secs(5);
+    c.options = Some(opts);
+    c.duration = Box::new(|_, _, _| 40_000);
+    c.ignore_cancel.insert("slow".to_owned());
+    c.add_node(A, &[job("slow", "0/10 * * * * ?", 1)]).unwrap();
+    c.run_until(15_000);
+    assert_eq!(c.runs.len(), 1, "{:#?}", c.runs);
+    assert!(c.runs[0].end.is_none());
+    c.shutdown(0);
+    c.run_until(30_000);
+    assert!(!c.nodes[0].machine.is_stopped(), "the run still goes on");
+    assert!(
+        c.invariant_violations.is_empty(),
+        "{:?}",
+        c.invariant_violations
+    );
+    assert!(c.wake_storms.is_empty(), "{:?}", c.wake_storms);
+    let after_grace = c.nodes[0].machine.poll_timeout().map(|t| t.ms());
+    assert!(
+        after_grace.is_none_or(|t| t > c.now),
+        "a timer still due at {} after the grace: {after_grace:?}",
+        c.now
+    );
+    c.run_until(60_000);
+    assert!(c.runs[0].end.is_some());
+    assert!(c.nodes[0].machine.is_stopped());
+    assert!(
+        c.invariant_violations.is_empty(),
+        "{:?}",
+        c.invariant_violations
+    );
+}

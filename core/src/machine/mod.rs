@@ -278,6 +278,10 @@ pub struct Machine {
     pub(crate) out: VecDeque<Command>,
     /// A graceful shutdown under way: its grace deadline (monotonic ms).
     pub(crate) shutdown: Option<Mono>,
+    /// The shutdown's grace has ended and its end was handled (what was still running was
+    /// told to stop): its timer is not armed again, whatever a run that ignores cancellation
+    /// does meanwhile.
+    pub(crate) grace_ended: bool,
     pub(crate) stopped: bool,
     /// Counts the changes to jobs' views and the decisions on them; [`Job::changed`] holds
     /// the count at each job's last one (so that an audit can skip the jobs it saw as they are).
@@ -307,6 +311,7 @@ impl Machine {
             next_execution: 0,
             out: VecDeque::new(),
             shutdown: None,
+            grace_ended: false,
             stopped: false,
             changes: 0,
             disables: 0,

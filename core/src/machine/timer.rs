@@ -91,7 +91,7 @@ impl Machine {
             at(clock, Timer::Clock),
             at(probe, Timer::Probe),
             at(lease, Timer::Lease),
-            at(self.shutdown, Timer::Shutdown),
+            at(self.shutdown.filter(|_| !self.grace_ended), Timer::Shutdown),
         ]
     }
 
@@ -128,7 +128,10 @@ impl Machine {
         let started = self.out.len() > queued;
         self.maybe_probe(now);
         self.retry_due(now);
-        if self.shutdown.is_some_and(|d| now.mono >= d) {
+        if self.shutdown.is_some_and(|d| now.mono >= d) && !self.grace_ended {
+            // Once: a run that ignores its cancellation is waited for (its end is an input of
+            // its own), not cancelled again at every wake.
+            self.grace_ended = true;
             self.cancel_all(CancelReason::Shutdown, now);
         }
         // Only the jobs whose time has come; every job now and then as a safety net (the
