@@ -201,6 +201,9 @@ pub fn event(e: &MachineEvent, origin_ms: i64) -> String {
             format!("{job}: shut down by an operator (instance node deleted, session alive)")
         }
         MachineEvent::JobLeft { job } => format!("{job}: left"),
+        MachineEvent::JavaLeftOverCleared { job, path, value } => {
+            format!("{job}: ElasticJob's left-over {path} ({value:?}) removed")
+        }
         MachineEvent::StaleRunningCleared {
             job,
             item,

@@ -1114,6 +1114,17 @@ impl Driver {
                      nothing more of the job until the process restarts or the job is added again"
                 )
             }
+            MachineEvent::JavaLeftOverCleared { job, path, value } => {
+                tracing::warn!(
+                    instance = %me,
+                    %job,
+                    %path,
+                    %value,
+                    "removed a node ElasticJob left in a job it no longer shares (a failover \
+                     never finished or never claimed); its fire is not run again unless \
+                     shardjob's execution record of the item names it"
+                )
+            }
             MachineEvent::StaleRunningCleared {
                 job,
                 item,

@@ -539,7 +539,8 @@ impl Facts {
                         let new = item.record.as_ref().and_then(|(r, _)| r.done);
                         view.dones.replace(old, new);
                     }
-                    ItemLeaf::Misfire | ItemLeaf::Failovering => {}
+                    ItemLeaf::Failovering => item.failovering = Some((into_text(data), stat)),
+                    ItemLeaf::Misfire => {}
                 }
                 match problem {
                     Some(e) => {
@@ -560,7 +561,10 @@ impl Facts {
                 }
                 None => {}
             },
-            JobNode::ShardingProcessing | JobNode::FailoverItem(_) | JobNode::Guarantee => {}
+            JobNode::FailoverItem(i) => {
+                view.failover_queue.insert(i, stat.version);
+            }
+            JobNode::ShardingProcessing | JobNode::Guarantee => {}
         }
         false
     }
@@ -635,7 +639,8 @@ impl Facts {
                         let old = item.record.take().and_then(|(r, _)| r.done);
                         view.dones.replace(old, None);
                     }
-                    ItemLeaf::Misfire | ItemLeaf::Failovering => {}
+                    ItemLeaf::Failovering => item.failovering = None,
+                    ItemLeaf::Misfire => {}
                 }
                 view.corrupt.remove(path);
                 view.release(i);
@@ -650,7 +655,10 @@ impl Facts {
                 }
                 None => {}
             },
-            JobNode::ShardingProcessing | JobNode::FailoverItem(_) | JobNode::Guarantee => {}
+            JobNode::FailoverItem(i) => {
+                view.failover_queue.remove(&i);
+            }
+            JobNode::ShardingProcessing | JobNode::Guarantee => {}
         }
         false
     }

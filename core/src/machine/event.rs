@@ -180,6 +180,19 @@ pub enum MachineEvent {
         /// What became of the marker's fire.
         settled: StaleSettle,
     },
+    /// The leader removed a node ElasticJob left in a job it no longer shares: the
+    /// `failovering` mark of a failover its runner never finished, or a failover queued under
+    /// `leader/failover/items` that no ElasticJob instance claimed (`docs/migration-design.md`
+    /// 3.8). The fire it stood for is not run again (nothing tells which it was), unless the
+    /// item's execution record names it: then shardjob's own failover runs it.
+    JavaLeftOverCleared {
+        /// The job.
+        job: String,
+        /// The node's path.
+        path: String,
+        /// The node's value (the ElasticJob instance that ran the failover, or empty).
+        value: String,
+    },
     /// An ElasticJob instance leads the job and has kept `leader/sharding/necessary` set for
     /// [`MachineOptions::reshard_wait`](super::MachineOptions::reshard_wait): new runs of the
     /// job stay held here until it re-shards, as ElasticJob's own instances wait (the fire gate

@@ -21,6 +21,9 @@ pub(crate) struct ItemView {
     pub running: Option<(String, Stat)>,
     pub disabled: bool,
     pub failover: Option<Stat>,
+    /// The `failovering` node (ElasticJob's mark of a failover claimed and under way): its
+    /// value (the instance running the failover) and metadata.
+    pub failovering: Option<(String, Stat)>,
     pub record: Option<(ItemRecord, Version)>,
     /// Which leaves exist, one bit per [`ItemLeaf`] (the entry goes when neither they nor the
     /// item's node do).
@@ -76,6 +79,10 @@ pub(crate) struct JobView {
     /// instance's with `failover` on, or one written by hand): the leader clears those whose
     /// owner is gone (see [`super::leader::stale`]).
     pub persistent_running: BTreeSet<u32>,
+    /// ElasticJob's queue of failovers not claimed yet (`leader/failover/items/{item}`), by
+    /// item, with each node's version: cleared by the leader once no ElasticJob instance is
+    /// left to claim them (see [`super::leader::leftovers`]).
+    pub failover_queue: BTreeMap<u32, Version>,
     /// The last fires done of the items' run records.
     pub dones: Counted<i64>,
     pub triggers: BTreeMap<InstanceId, String>,

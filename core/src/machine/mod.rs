@@ -47,7 +47,7 @@
 //! | `watch.rs`, `cache.rs`, `job_view.rs`, `collections.rs` | watch events into each job's cache; the view decisions read |
 //! | `load.rs`, `setup.rs` | loading a job's subtree; its skeleton, configuration and registration |
 //! | `evaluate.rs`, `decide.rs` | when a job is decided on; what its view asks of this instance |
-//! | `leader/` | leader-only state (`LeaderState`, dropped with the lead): `reshard.rs` the plan, `housekeeping.rs` server nodes, `stale.rs` `running` markers and instance nodes no session holds |
+//! | `leader/` | leader-only state (`LeaderState`, dropped with the lead): `reshard.rs` the plan, `housekeeping.rs` server nodes, `stale.rs` `running` markers and instance nodes no session holds, `leftovers.rs` what ElasticJob left once it no longer shares the job (`failovering`, queued failovers) |
 //! | `claim/` | pure planners: `triggers.rs`, `fires.rs` (scheduled fires, misfires), `failover.rs`, `limit.rs` (the transaction limit); `mod.rs` joins them into one claim |
 //! | `execution/` | an execution's life (`Life`): `start.rs` (at once or at the fire), `complete.rs` (its record), `adopt.rs` (markers whose claim reply was lost) |
 //! | `mixed.rs` | a job shared with ElasticJob instances: the markers' mode, the markers an earlier session left, orphans settled instead of failed over, server nodes kept |

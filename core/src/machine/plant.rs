@@ -102,6 +102,11 @@ pub enum Plant {
     /// Count an `instances/` node that no session holds as a live candidate for items: the
     /// items the plan gives it never run while it stays.
     UnboundCandidates,
+    /// Leave what ElasticJob left in a job it no longer shares (a `failovering` node of a
+    /// failover never finished, queued `leader/failover/items`) for ever: an ElasticJob
+    /// instance that joins later takes a queued failover of a fire long past up and runs it
+    /// again (`docs/migration-design.md` 3.8).
+    KeepJavaLeftovers,
     /// Remove a stale `running` marker checking only its version, as the leader saw it: a
     /// leader whose view is late (a watch behind, an earlier removal that timed out but was
     /// applied) removes a newer marker of the item created since, at version 0 again, under a
@@ -134,7 +139,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 38] = [
+    pub const ALL: [Plant; 39] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -166,6 +171,7 @@ impl Plant {
         Plant::StalePlanReport,
         Plant::KeepStaleRunning,
         Plant::UnboundCandidates,
+        Plant::KeepJavaLeftovers,
         Plant::StaleRemovalByVersion,
         Plant::ElectBesideJava,
         Plant::GateOpenBesideJava,
@@ -209,6 +215,7 @@ impl Plant {
             Plant::StalePlanReport => "stale-plan-report",
             Plant::KeepStaleRunning => "keep-stale-running",
             Plant::UnboundCandidates => "unbound-candidates",
+            Plant::KeepJavaLeftovers => "keep-java-leftovers",
             Plant::StaleRemovalByVersion => "stale-removal-by-version",
             Plant::ElectBesideJava => "elect-beside-java",
             Plant::GateOpenBesideJava => "gate-open-beside-java",

@@ -90,8 +90,18 @@ impl Machine {
                             lead.last_housekeeping = Some(now.mono);
                         }
                     }
-                    Purpose::Foreign { cleared, .. } => {
+                    Purpose::Foreign {
+                        cleared, leftovers, ..
+                    } => {
                         use crate::machine::leader::stale::Settle;
+                        for (path, value) in leftovers {
+                            self.out
+                                .push_back(Command::Event(MachineEvent::JavaLeftOverCleared {
+                                    job: name.clone(),
+                                    path: path.to_string(),
+                                    value,
+                                }));
+                        }
                         for c in cleared {
                             let settled = match c.settle {
                                 Settle::FailOver(fire) => StaleSettle::FailedOver { fire },

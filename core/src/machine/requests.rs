@@ -48,6 +48,8 @@ pub(crate) enum Purpose {
     /// Stale `running` markers and garbage instance nodes removed by the leader.
     Foreign {
         cleared: Vec<crate::machine::leader::stale::Cleared>,
+        /// ElasticJob's left-overs removed (path, value).
+        leftovers: Vec<(NodePath, String)>,
         /// Nodes it touches, for halving on `TooLarge`.
         units: usize,
     },

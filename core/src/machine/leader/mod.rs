@@ -4,6 +4,7 @@
 use crate::machine::*;
 
 pub(crate) mod housekeeping;
+pub(crate) mod leftovers;
 pub(crate) mod reshard;
 pub(crate) mod stale;
 
@@ -29,4 +30,7 @@ pub(crate) struct LeaderState {
     pub(crate) stale_seen: BTreeMap<u32, stale::SeenMarker>,
     /// The instance nodes no session holds that were reported already.
     pub(crate) foreign_reported: BTreeSet<NodePath>,
+    /// ElasticJob's left-overs in a job it no longer shares, and since when each was seen
+    /// (see [`leftovers`]).
+    pub(crate) leftovers_seen: BTreeMap<leftovers::LeftOver, Mono>,
 }

@@ -31,6 +31,8 @@ use std::net::IpAddr;
 use crate::instance::DELIMITER;
 use crate::registry::Revision;
 
+use super::leftovers;
+
 #[allow(clippy::wildcard_imports)]
 use crate::machine::*;
 
@@ -252,7 +254,21 @@ pub(crate) fn foreign_nodes(
     } else {
         plan.clear
     };
-    if clear.is_empty() && garbage.is_empty() {
+
+    // What ElasticJob left once it no longer shares the job.
+    let found = leftovers::found(view, !view.java.is_empty());
+    let left = leftovers::plan(&found, &lead.leftovers_seen, grace_ms, now.mono);
+    lead.leftovers_seen = left.seen;
+    wake.extend(left.wake);
+    let left_clear: Vec<&leftovers::Found> = if planted!(opts, KeepJavaLeftovers) {
+        Vec::new()
+    } else {
+        found
+            .iter()
+            .filter(|f| left.clear.contains(&f.what))
+            .collect()
+    };
+    if clear.is_empty() && garbage.is_empty() && left_clear.is_empty() {
         return None;
     }
     let limit = j.txn_limit(opts).unwrap_or(usize::MAX).max(1);
@@ -332,10 +348,27 @@ pub(crate) fn foreign_nodes(
         });
         units += 1;
     }
+    let mut removed_leftovers = Vec::new();
+    for f in left_clear.into_iter().take(limit.saturating_sub(units)) {
+        let path = leftovers::path(p, f.what);
+        ops.push(TxnOp::Delete {
+            path: path.clone(),
+            expected: Some(f.version),
+        });
+        removed_leftovers.push((path, f.value.clone()));
+        units += 1;
+    }
     if units == 0 {
         return None;
     }
-    Some(Action::Txn(Purpose::Foreign { cleared, units }, ops))
+    Some(Action::Txn(
+        Purpose::Foreign {
+            cleared,
+            leftovers: removed_leftovers,
+            units,
+        },
+        ops,
+    ))
 }
 
 #[cfg(test)]
