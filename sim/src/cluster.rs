@@ -27,7 +27,7 @@ use siphasher::sip::SipHasher13;
 use crate::elasticjob::JavaNode;
 use crate::network::{InFlight, Network, Races};
 use crate::node::Running;
-pub use crate::node::{Link, Node, Process};
+pub use crate::node::{Link, LoseReplyTo, Node, Process};
 use crate::timeline;
 use std::sync::Arc;
 use std::time::Duration;
@@ -755,6 +755,24 @@ impl Cluster {
         self.nodes[n].set_lose_failover_reply(job.map(str::to_owned));
     }
 
+    /// Makes node `n` lose the reply to the request `request` picks, or, with `None`, no longer
+    /// (see [`Node::loses_reply_to`]).
+    pub fn lose_reply_to(&mut self, n: usize, request: Option<LoseReplyTo>) {
+        if self.nodes[n].loses_reply_to() == request.as_ref() {
+            return;
+        }
+        self.note(("lose-reply-to", n, &request), || match &request {
+            Some(LoseReplyTo::EndPart { job, .. }) => format!(
+                "node {n} will lose the reply to the first part of its run's end of {job} recorded in parts"
+            ),
+            Some(LoseReplyTo::Removal { path }) => {
+                format!("node {n} will lose the reply to its removal of {path}")
+            }
+            None => format!("node {n} no longer loses the reply to a request picked for it"),
+        });
+        self.nodes[n].set_lose_reply_to(request);
+    }
+
     /// Makes node `n`'s watch deliver each event `ms` after it happened, from now on (a
     /// watch that lags behind the registry's reads, as from a server catching up); the
     /// node's events already on their way keep their times. [`Cluster::restore_watches`]
@@ -798,7 +816,7 @@ impl Cluster {
 
     /// The heal's end of lost replies: none drawn any more ([`Races::reply_loss`]), none on
     /// any node ([`Cluster::lose_replies`], [`Cluster::set_reply_loss`],
-    /// [`Cluster::lose_failover_reply`]). The other races go
+    /// [`Cluster::lose_failover_reply`], [`Cluster::lose_reply_to`]). The other races go
     /// on: they slow the world down, they do not stop it.
     pub fn calm(&mut self) {
         if self.network.races.reply_loss > 0 {
@@ -809,6 +827,7 @@ impl Cluster {
             node.set_lose_replies(0);
             node.set_reply_loss(0);
             node.set_lose_failover_reply(None);
+            node.set_lose_reply_to(None);
         }
     }
 
@@ -1029,8 +1048,10 @@ impl Cluster {
     /// takes another leg (never before an earlier answer). A deaf node, or a lost reply, hears
     /// a timeout after [`Cluster::request_timeout`] instead, although the request applies.
     fn send(&mut self, n: usize, id: RequestId, op: RegistryOp) {
-        let counted =
-            self.nodes[n].take_lost_reply() || self.nodes[n].take_lost_failover_reply(&op);
+        let max_ops = self.store.max_txn_ops();
+        let counted = self.nodes[n].take_lost_reply()
+            || self.nodes[n].take_lost_failover_reply(&op)
+            || self.nodes[n].take_lost_reply_to(&op, max_ops);
         let per_mille = self.nodes[n].reply_loss();
         let lost = counted || self.network.loses(per_mille);
         let answered = !(self.nodes[n].deaf() || lost);

@@ -1,8 +1,8 @@
 //! The nemesis: what goes wrong in a world during its chaos, one method per fault (see
 //! [`Fault`]), with the restarts and undos it owes, the deploys and the outage it plans, and
 //! the timed steps of the richer shapes ([`Shape::Edits`], [`Shape::LeaderClocks`],
-//! [`Shape::Flaps`], [`Shape::TriggerFailover`], and the rolling replacements of
-//! [`crate::rolling`]).
+//! [`Shape::Flaps`], [`Shape::TriggerFailover`], [`Shape::Foreign`], [`Shape::SplitEnd`],
+//! [`Shape::LateRemoval`], and the rolling replacements of [`crate::rolling`]).
 //!
 //! Each kind of draw comes from its own stream of the swarm ([`Swarm`]), so that a seed that
 //! does not draw a shape keeps what it did before.
@@ -11,6 +11,9 @@
 //! [`Shape::LeaderClocks`]: crate::swarm::Shape::LeaderClocks
 //! [`Shape::Flaps`]: crate::swarm::Shape::Flaps
 //! [`Shape::TriggerFailover`]: crate::swarm::Shape::TriggerFailover
+//! [`Shape::Foreign`]: crate::swarm::Shape::Foreign
+//! [`Shape::SplitEnd`]: crate::swarm::Shape::SplitEnd
+//! [`Shape::LateRemoval`]: crate::swarm::Shape::LateRemoval
 
 use std::collections::BTreeSet;
 
@@ -18,7 +21,7 @@ use shardjob_core::JobConfig;
 use shardjob_core::machine::MachineError;
 
 use crate::checkers::Violation;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, LoseReplyTo};
 use crate::operator::{Edit, Stage, refusal};
 use crate::swarm::{Rng, Shape, Streams, Swarm, default_options};
 use crate::world::Fault;
@@ -63,6 +66,20 @@ pub(crate) enum Timed {
     Foreign,
     /// A step of a rolling replacement ([`crate::rolling`]).
     Roll(crate::rolling::RollStep),
+    /// A run's end is split by a lowered transaction limit and loses its first part's reply
+    /// ([`Shape::SplitEnd`]), or the run it needs is looked for again `tries` more times, a
+    /// quarter of a second apart.
+    SplitEndStarts { tries: u32 },
+    /// A stale marker is left for a late removal ([`Shape::LateRemoval`]), or an item it
+    /// needs is looked for again `tries` more times, as the next window of a job opens.
+    LateRemovalStarts { tries: u32 },
+    /// A node's watch falls this many ms behind its reads (a late removal's leader).
+    SlowWatch(usize, u64),
+    /// A watch slowed by [`Timed::SlowWatch`] delivers on time again.
+    RestoreWatch(usize),
+    /// A node no longer loses the reply to the request picked for it: the episode of a split
+    /// end or of a late removal is over.
+    ReplyKept(usize),
 }
 
 /// A later step of a session flap ([`Shape::Flaps`]).
@@ -150,6 +167,16 @@ pub(crate) struct Nemesis<'a> {
     foreign_rng: Rng,
     /// How many foreign instance nodes were written (each gets its own id).
     foreign_count: u32,
+    split_rng: Rng,
+    late_rng: Rng,
+    /// How many markers late removals left (each gets its own dead owner).
+    late_count: u32,
+    /// Until when a split end or a late removal goes on: the nemesis's drawn acts wait (a
+    /// crash or a cut-off of the processes it is about would end it otherwise); the other
+    /// shapes' steps go on.
+    quiet_until: u64,
+    /// When the heal comes: no split end or late removal begins in the last 10 s before it.
+    heal_at: u64,
     /// What the cluster refused to do, as violations (none, as the choices were checked
     /// before the world ran).
     pub(crate) refusals: Vec<Violation>,
@@ -180,6 +207,8 @@ impl<'a> Nemesis<'a> {
             mut trigger_rng,
             mut foreign_rng,
             roll_rng,
+            mut split_rng,
+            mut late_rng,
         } = streams;
         let slots = swarm.skews.len();
         let heal_at = swarm.heal_at;
@@ -273,6 +302,21 @@ impl<'a> Nemesis<'a> {
             timed.push((plan.first, Timed::Roll(crate::rolling::RollStep::Next)));
             crate::rolling::Roll::new(plan, roll_rng, grace)
         });
+        // A split end waits for a run of many items (its job fires every minute); a late removal
+        // for an idle item just before its fire: both begin early enough to be over before
+        // the heal (a session timeout of grace, a request's timeout, the lag of a watch).
+        if swarm.shapes.contains(&Shape::SplitEnd) {
+            let last = heal_at.saturating_sub(2 * timeout + 30_000);
+            let at = split_rng.between(mean_gap / 4, last.max(mean_gap / 4));
+            timed.push((at, Timed::SplitEndStarts { tries: 400 }));
+        }
+        if swarm.shapes.contains(&Shape::LateRemoval) {
+            let last = heal_at.saturating_sub(2 * timeout + 30_000);
+            for _ in 0..late_rng.between(1, 3) {
+                let at = late_rng.between(mean_gap / 4, last.max(mean_gap / 4));
+                timed.push((at, Timed::LateRemovalStarts { tries: 100 }));
+            }
+        }
         Nemesis {
             stage: Stage {
                 jobs: &swarm.jobs,
@@ -318,6 +362,11 @@ impl<'a> Nemesis<'a> {
             trigger_done: false,
             foreign_rng,
             foreign_count: 0,
+            split_rng,
+            late_rng,
+            late_count: 0,
+            quiet_until: 0,
+            heal_at,
             refusals: Vec::new(),
             disruptions: Vec::new(),
             roll,
@@ -414,7 +463,11 @@ impl<'a> Nemesis<'a> {
             // moment; once a failed-over trigger got as far as its later crash, the chaos is
             // over but for deploys and an outage (a crash of a process that took a run over
             // would end its session, and with it whatever its claim left in the registry).
-            let fault = if c.now < self.flap_until || self.trigger_busy || self.trigger_done {
+            let fault = if c.now < self.flap_until
+                || c.now < self.quiet_until
+                || self.trigger_busy
+                || self.trigger_done
+            {
                 Fault::Deploy
             } else {
                 fault
@@ -690,6 +743,40 @@ impl<'a> Nemesis<'a> {
                         .extend(steps.into_iter().map(|(at, r)| (at, Timed::Roll(r))));
                     Vec::new()
                 }
+                Timed::SplitEndStarts { tries } => {
+                    match self.split_end(c) {
+                        Some(steps) => self.timed.extend(steps),
+                        None if tries > 0 && c.now + 10_000 < self.heal_at => self
+                            .timed
+                            .push((c.now + 250, Timed::SplitEndStarts { tries: tries - 1 })),
+                        None => {}
+                    }
+                    Vec::new()
+                }
+                Timed::LateRemovalStarts { tries } => {
+                    match self.late_removal(c) {
+                        Ok(steps) => self.timed.extend(steps),
+                        Err(at) if tries > 0 && at.saturating_add(10_000) < self.heal_at => self
+                            .timed
+                            .push((at, Timed::LateRemovalStarts { tries: tries - 1 })),
+                        Err(_) => {}
+                    }
+                    Vec::new()
+                }
+                Timed::SlowWatch(n, lag) => {
+                    if c.nodes[n].active() {
+                        c.slow_watch(n, c.watch_delay + lag);
+                    }
+                    Vec::new()
+                }
+                Timed::RestoreWatch(n) => {
+                    c.restore_watch(n);
+                    Vec::new()
+                }
+                Timed::ReplyKept(n) => {
+                    c.lose_reply_to(n, None);
+                    Vec::new()
+                }
                 Timed::Trigger(step) => {
                     let steps = self.trigger_step(c, step);
                     // No step left: the episode is over.
@@ -747,6 +834,174 @@ impl<'a> Nemesis<'a> {
                 }
             }
         }
+    }
+
+    /// Whether another episode of a richer shape goes on (a flap, a failed-over trigger, a
+    /// split end, a late removal): a split end or a late removal waits for its end.
+    fn episode_on(&self, c: &Cluster) -> bool {
+        c.now < self.flap_until || c.now < self.quiet_until || self.trigger_busy
+    }
+
+    /// The first step of a split end ([`Shape::SplitEnd`]): a connected process runs an
+    /// execution of 8 items or more, not ending within 100 ms; the registry's transaction
+    /// limit is lowered below what the execution's end needs in one transaction (to 24 to 64
+    /// operations, and at most 3 an item: an end costs 3 compares an item and a session
+    /// check), and the process is set to lose the reply to the first part of that end that
+    /// fits.
+    /// The episode lasts until two session timeouts and three requests' timeouts after the
+    /// run's end. `None` if no process runs such an execution now, or while another episode
+    /// goes on.
+    fn split_end(&mut self, c: &mut Cluster) -> Option<Vec<(u64, Timed)>> {
+        if self.episode_on(c) {
+            return None;
+        }
+        let mut runs: Vec<(usize, String, BTreeSet<u32>, u64)> = Vec::new();
+        for n in Self::connected(c) {
+            for r in c.nodes[n].running.values() {
+                if r.cancelled || r.ends <= c.now + 100 || r.exec.items.len() < 8 {
+                    continue;
+                }
+                let items = r.exec.items.iter().map(|i| i.item).collect();
+                runs.push((n, r.exec.job_name.clone(), items, r.ends));
+            }
+        }
+        let (n, job, items, ends) = self.split_rng.pick(&runs).cloned()?;
+        let most = (3 * items.len() as u64).min(64);
+        let limit = self.split_rng.between(24, most) as usize;
+        c.note(("split-end", n, &job, limit), || {
+            format!(
+                "the registry's servers restart one by one with a limit of {limit} operations a \
+                 transaction, while node {n} runs {} items of {job} in one execution; its \
+                 connection will drop as it records the first part of their end",
+                items.len()
+            )
+        });
+        c.set_max_txn_ops(Some(limit));
+        c.lose_reply_to(n, Some(LoseReplyTo::EndPart { job, items }));
+        let timeout = c.session_timeout.as_millis() as u64;
+        let until = ends + 2 * timeout + 3 * c.request_timeout;
+        self.quiet_until = until;
+        Some(vec![(until, Timed::ReplyKept(n))])
+    }
+
+    /// The first step of a late removal ([`Shape::LateRemoval`]): a job whose failover and
+    /// misfire are on, led by a connected process, has an idle item (no `running` marker, its
+    /// latest fire done, no run in its record) owned by another connected process, and the
+    /// job's next fire comes more than a second (the fire's tolerance) and the watch's delay
+    /// after now, and 300 ms before a session timeout (the marker's grace) has passed. A
+    /// foreign hand then leaves a persistent `running` marker of a dead instance on the item;
+    /// the leader's watch falls behind its reads by a request's timeout and 0.5 to 3 s more
+    /// (the marker's creation, already on its way, comes on time), and the leader is set to
+    /// lose the reply to its removal of the marker. The item's owner sees the fire blocked,
+    /// and claims it once the marker goes; the leader, timed out and seeing the old marker
+    /// still, removes it again. If no item is so now, or while another episode goes on, when
+    /// to look again (`u64::MAX`: never, the session timeout is too short for the window).
+    fn late_removal(&mut self, c: &mut Cluster) -> Result<Vec<(u64, Timed)>, u64> {
+        use shardjob_core::machine::record::ItemRecord;
+        if self.episode_on(c) {
+            return Err(c.now + 500);
+        }
+        let connected = Self::connected(c);
+        let timeout = c.session_timeout.as_millis() as i64;
+        let delay = c.watch_delay_bound() as i64;
+        // How long before the job's next fire the marker is left: the fire must come after
+        // the fire's tolerance has passed since the leader saw the marker, and before its
+        // grace is over.
+        let (open, close) = (1_000 + delay + 200, timeout - 300);
+        if open >= close {
+            return Err(u64::MAX);
+        }
+        let now = c.time().wall;
+        // When to look again: as the next window of a job opens, in 5 s at the latest.
+        let mut again = c.now + 5_000;
+        let mut candidates: Vec<(String, u32, usize)> = Vec::new();
+        for j in self.jobs {
+            let job = &j.job_name;
+            // The drawn configuration sifts (cheaply); the registry's decides.
+            let Some(cron) = j.cron.as_ref().filter(|_| j.failover && j.misfire) else {
+                continue;
+            };
+            let Some(next) = cron.next_after(now, &j.time_zone) else {
+                continue;
+            };
+            let Some(after) = cron.next_after(next, &j.time_zone) else {
+                continue;
+            };
+            let (to_next, to_after) = (
+                (next - now).num_milliseconds(),
+                (after - now).num_milliseconds(),
+            );
+            if to_after - to_next <= open {
+                continue;
+            }
+            let opens = if to_next >= close {
+                to_next - close + 1
+            } else {
+                (to_next + 1).max(to_after - close + 1)
+            };
+            again = again.min(c.now + opens.max(1) as u64);
+            if to_next <= open || to_next >= close {
+                continue;
+            }
+            let Some(config) = c.config_of(job).filter(|f| f.failover && f.misfire) else {
+                continue;
+            };
+            let Some(leader) = c.leader_of(job).filter(|l| connected.contains(l)) else {
+                continue;
+            };
+            let latest = next.timestamp_millis() - (to_after - to_next);
+            for (item, owner) in c.owners(job) {
+                if item >= config.sharding_total_count {
+                    continue;
+                }
+                let owned_by = connected
+                    .iter()
+                    .copied()
+                    .find(|n| c.nodes[*n].id.as_str() == owner);
+                if owned_by.is_none_or(|o| o == leader) {
+                    continue;
+                }
+                if c.exists(&format!("/{job}/sharding/{item}/running")) {
+                    continue;
+                }
+                let record = c
+                    .read(&format!("/{job}/sharding/{item}/execution"))
+                    .and_then(|text| ItemRecord::parse(text.as_bytes()).ok());
+                if record.is_some_and(|r| r.run.is_none() && r.done == Some(latest)) {
+                    candidates.push((job.clone(), item, leader));
+                }
+            }
+        }
+        let Some((job, item, leader)) = self.late_rng.pick(&candidates).cloned() else {
+            return Err(again);
+        };
+        self.late_count += 1;
+        let dead = format!("10.9.9.7@-@{}", 95_000 + self.late_count);
+        let path = format!("/{job}/sharding/{item}/running");
+        match c.foreign_create(&path, dead.as_bytes()) {
+            Ok(true) => {}
+            Ok(false) => return Err(again),
+            Err(e) => {
+                refusal::<()>(c.now, Err(e), &mut self.refusals);
+                return Ok(Vec::new());
+            }
+        }
+        let lag = c.request_timeout + self.late_rng.between(500, 3_000);
+        c.note(("late-removal", leader, &path, lag), || {
+            format!(
+                "node {leader}, leading {job}, will lose the reply to its removal of {path}, \
+                 its watch {lag} ms behind its reads"
+            )
+        });
+        c.lose_reply_to(leader, Some(LoseReplyTo::Removal { path }));
+        let removal = c.now + (delay + timeout) as u64;
+        let until = removal + lag + c.request_timeout + 2_000;
+        self.quiet_until = until;
+        Ok(vec![
+            (c.now, Timed::SlowWatch(leader, lag)),
+            (until, Timed::RestoreWatch(leader)),
+            (until, Timed::ReplyKept(leader)),
+        ])
     }
 
     /// The processes that run and hear the registry, and are not cut off, deaf or paused.

@@ -10,7 +10,7 @@ use shardjob_backend_mem::WatchId;
 use shardjob_core::InstanceId;
 use shardjob_core::machine::{AuditMark, Execution, ExecutionId, Machine, MachineEvent};
 use shardjob_core::registry::{
-    RegistryEvent, RegistryOp, RegistryReply, RequestId, SessionId, TxnOp,
+    Check, RegistryEvent, RegistryOp, RegistryReply, RequestId, SessionId, TxnOp,
 };
 
 /// What a node's process is doing.
@@ -43,6 +43,74 @@ pub enum Link {
         /// Whether it is deaf as well.
         deaf: bool,
     },
+}
+
+/// A request a shape sets a node to lose the reply to ([`Node::loses_reply_to`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum LoseReplyTo {
+    /// A part of the end of an execution of `job` recorded in parts: a transaction that
+    /// deletes the `running` markers of some of `items`, not all of them, and sets their
+    /// execution records, and that the registry's transaction limit lets through (a part
+    /// the registry refuses as too large is not the one: it applies nothing).
+    EndPart {
+        /// The job.
+        job: String,
+        /// The items of the execution.
+        items: BTreeSet<u32>,
+    },
+    /// A leader's removal of the stale `running` marker at `path`: a transaction that
+    /// deletes it and checks the job's leader node.
+    Removal {
+        /// The marker's path.
+        path: String,
+    },
+}
+
+impl LoseReplyTo {
+    /// Whether the transaction `ops` is this request, under the registry's limit `max_ops`.
+    fn matches(&self, ops: &[TxnOp], max_ops: Option<usize>) -> bool {
+        match self {
+            LoseReplyTo::EndPart { job, items } => {
+                let prefix = format!("/{job}/sharding/");
+                let item_of = |path: &str, leaf: &str| {
+                    path.strip_prefix(&prefix)?
+                        .strip_suffix(leaf)?
+                        .parse::<u32>()
+                        .ok()
+                };
+                let deleted: BTreeSet<u32> = ops
+                    .iter()
+                    .filter_map(|o| match o {
+                        TxnOp::Delete { path, .. } => item_of(path.as_str(), "/running"),
+                        _ => None,
+                    })
+                    .collect();
+                let records = ops.iter().any(|o| {
+                    matches!(o, TxnOp::Set { path, .. }
+                        if item_of(path.as_str(), "/execution").is_some_and(|i| deleted.contains(&i)))
+                });
+                let fits = max_ops.is_none_or(|max| {
+                    let (compares, writes) = shardjob_backend_mem::txn_cost(ops);
+                    compares <= max && writes <= max
+                });
+                records
+                    && !deleted.is_empty()
+                    && deleted.len() < items.len()
+                    && deleted.is_subset(items)
+                    && fits
+            }
+            LoseReplyTo::Removal { path } => {
+                let removes = ops.iter().any(
+                    |o| matches!(o, TxnOp::Delete { path: p, .. } if p.as_str() == path.as_str()),
+                );
+                let leads = ops.iter().any(|o| {
+                    matches!(o, TxnOp::Check(Check::Value(p, _))
+                        if p.as_str().ends_with("/leader/election/instance"))
+                });
+                removes && leads
+            }
+        }
+    }
 }
 
 /// A registry reply on its way to a node: when it arrives, which request it answers.
@@ -92,6 +160,8 @@ pub struct Node {
     /// The job whose next failover claim loses its reply, if any (see
     /// [`Node::loses_failover_reply`]).
     lose_failover_reply: Option<String>,
+    /// The request a shape picked to lose its reply, if any (see [`Node::loses_reply_to`]).
+    lose_reply_to: Option<LoseReplyTo>,
     /// Milliseconds its wall clock is ahead of true time (negative: behind).
     pub skew: i64,
     /// Whether a graceful shutdown was asked for.
@@ -160,6 +230,7 @@ impl Node {
             lose_replies: 0,
             reply_loss: 0,
             lose_failover_reply: None,
+            lose_reply_to: None,
             skew: 0,
             shutdown_requested: false,
             jobs,
@@ -243,6 +314,31 @@ impl Node {
 
     pub(crate) fn set_lose_failover_reply(&mut self, job: Option<String>) {
         self.lose_failover_reply = job;
+    }
+
+    /// The request whose reply it loses as [`Node::lose_replies`] describes, if one is set
+    /// (its connection drops just as it sends that one). Set with
+    /// [`crate::cluster::Cluster::lose_reply_to`].
+    pub fn loses_reply_to(&self) -> Option<&LoseReplyTo> {
+        self.lose_reply_to.as_ref()
+    }
+
+    pub(crate) fn set_lose_reply_to(&mut self, request: Option<LoseReplyTo>) {
+        self.lose_reply_to = request;
+    }
+
+    /// Whether the reply to `op` is lost because it is the request the node was set to lose
+    /// ([`Node::loses_reply_to`]), under the registry's transaction limit `max_ops`; that loss
+    /// is then used up.
+    pub(crate) fn take_lost_reply_to(&mut self, op: &RegistryOp, max_ops: Option<usize>) -> bool {
+        let (Some(request), RegistryOp::Transact(ops)) = (&self.lose_reply_to, op) else {
+            return false;
+        };
+        if !request.matches(ops, max_ops) {
+            return false;
+        }
+        self.lose_reply_to = None;
+        true
     }
 
     /// Whether the reply to `op` is lost because it is the failover claim whose reply the node

@@ -143,6 +143,35 @@ pub enum Shape {
     /// instances, until none is left. Drawn as [`Shape::RollToShardjob`] is (a third of the
     /// seeds that roll).
     RollToElasticjob,
+    /// The end of a run recorded in parts loses the reply to its first part. In a world of
+    /// drawn jobs whose registry has no transaction limit at the start, one job (not the
+    /// first; the job of many items, if the seed drew [`Shape::LargeJob`]) has 40 to 120
+    /// items and fires every minute, and its instances claim their items a fire in one
+    /// transaction. While such a run of 8 items or more goes on, the registry's limit on the
+    /// operations of a transaction is lowered (its servers restarted one by one with a
+    /// smaller `--max-txn-ops`, which the instances do not know) below what the run's end
+    /// needs: the end is refused as too large and recorded in parts, and the connection of
+    /// the run's instance drops as it sends the first part that fits (the part applies, its
+    /// reply is lost: sent again, it is refused, its markers gone). The case a machine that
+    /// gave up the whole end on that refusal got wrong (the later parts' markers, still its
+    /// session's, adopted as a claim whose reply was lost, their fire run again under the
+    /// same fencing token: seed 12663 of CI's world). Drawn only by seeds that may draw a
+    /// limit ([`crate::world::WorldConfig::txn_limits`]); the nemesis's drawn acts (crashes,
+    /// cut-offs, ...) wait while the run's end is recorded.
+    SplitEnd,
+    /// A stale marker's removal times out behind a lagging watch, and its item is claimed
+    /// meanwhile. A foreign hand leaves a persistent `running` marker of a dead instance on an
+    /// idle item of a job whose failover and misfire are on, whose owner is not the job's
+    /// leader, a little before the item's next fire (which the marker then blocks); the
+    /// leader's watch then falls behind its reads (a registry server catching up) by more
+    /// than a request's timeout, and its removal of the marker, once the marker's grace is
+    /// over, applies but its reply is lost. The owner claims the item's fire as soon as the
+    /// marker goes, creating its own marker (at version 0 again); the leader, timed out and
+    /// still seeing the old marker, sends the removal again (the case a removal that checked
+    /// only the marker's version got wrong: it removed the owner's marker under its run, seed
+    /// 1274 of CI's world). Drawn only by seeds of two instances or more; the nemesis's drawn
+    /// acts wait while it goes on.
+    LateRemoval,
 }
 
 /// Which way a rolling replacement goes ([`Shape::RollToShardjob`],
@@ -215,7 +244,7 @@ const ROLLING_TAG: u64 = 0x0072_6f6c_6c69_6e67; // "rolling"
 
 impl Shape {
     /// Every shape.
-    pub const ALL: [Shape; 10] = [
+    pub const ALL: [Shape; 12] = [
         Shape::Edits,
         Shape::LeaderClocks,
         Shape::LargeJob,
@@ -226,6 +255,8 @@ impl Shape {
         Shape::Foreign,
         Shape::RollToShardjob,
         Shape::RollToElasticjob,
+        Shape::SplitEnd,
+        Shape::LateRemoval,
     ];
 
     /// The rolling replacement the shape is, if it is one (drawn apart from the others, in
@@ -241,14 +272,16 @@ impl Shape {
     /// The tag of the shape's own stream.
     fn tag(self) -> u64 {
         match self {
-            Shape::Edits => 0x0065_6469_7473,           // "edits"
-            Shape::LeaderClocks => 0x636c_6f63_6b73,    // "clocks"
-            Shape::LargeJob => 0x006c_6172_6765,        // "large"
-            Shape::LongRuns => 0x006c_6f6e_6773,        // "longs"
-            Shape::Sessions => 0x7365_7373_696f_6e73,   // "sessions"
-            Shape::Flaps => 0x0066_6c61_7073,           // "flaps"
-            Shape::TriggerFailover => 0x7472_6967_666f, // "trigfo"
-            Shape::Foreign => 0x0066_6f72_6569_676e,    // "foreign"
+            Shape::Edits => 0x0065_6469_7473,            // "edits"
+            Shape::LeaderClocks => 0x636c_6f63_6b73,     // "clocks"
+            Shape::LargeJob => 0x006c_6172_6765,         // "large"
+            Shape::LongRuns => 0x006c_6f6e_6773,         // "longs"
+            Shape::Sessions => 0x7365_7373_696f_6e73,    // "sessions"
+            Shape::Flaps => 0x0066_6c61_7073,            // "flaps"
+            Shape::TriggerFailover => 0x7472_6967_666f,  // "trigfo"
+            Shape::Foreign => 0x0066_6f72_6569_676e,     // "foreign"
+            Shape::SplitEnd => 0x7370_6c69_7465_6e64,    // "splitend"
+            Shape::LateRemoval => 0x006c_6174_6572_656d, // "laterem"
             Shape::RollToShardjob | Shape::RollToElasticjob => ROLLING_TAG,
         }
     }
@@ -265,6 +298,8 @@ impl Shape {
             Shape::TriggerFailover => 40,
             Shape::Foreign => 30,
             Shape::RollToShardjob | Shape::RollToElasticjob => 50,
+            Shape::SplitEnd => 10,
+            Shape::LateRemoval => 30,
         }
     }
 
@@ -286,6 +321,12 @@ impl Shape {
             }
             Shape::RollToElasticjob => {
                 "rolling replacement of the shardjob instances by ElasticJob ones (a rollback)"
+            }
+            Shape::SplitEnd => {
+                "a run's end split by a lowered transaction limit loses its first part's reply"
+            }
+            Shape::LateRemoval => {
+                "a stale marker's removal times out behind a lagging watch while its item is claimed"
             }
         }
     }
@@ -398,6 +439,10 @@ pub(crate) struct Streams {
     /// The rolling replacements' stream ([`Shape::RollToShardjob`],
     /// [`Shape::RollToElasticjob`]), past the draws of the plan.
     pub roll_rng: Rng,
+    /// The split ends' stream ([`Shape::SplitEnd`]).
+    pub split_rng: Rng,
+    /// The late removals' stream ([`Shape::LateRemoval`]).
+    pub late_rng: Rng,
 }
 
 /// Changes the options every node gets (the defaults if none are set yet).
@@ -486,6 +531,8 @@ impl Swarm {
                     Shape::Foreign => true,
                     // Drawn apart (below).
                     Shape::RollToShardjob | Shape::RollToElasticjob => false,
+                    Shape::SplitEnd => drawn_jobs && cfg.job_count >= 2 && cfg.txn_limits,
+                    Shape::LateRemoval => cfg.instances >= 2,
                 };
             if srng.chance(shape.percent()) && can {
                 shapes.insert(*shape);
@@ -556,6 +603,46 @@ impl Swarm {
             }
             large_limit = large_rng.chance(50);
         }
+        let mut options = cfg.options.clone();
+        // A registry limit on the operations of a transaction, drawn apart from the rest so
+        // that the other draws of a seed stay what they were. The instances know it (a hint
+        // that may be too high) or learn it from refusals.
+        let mut limit_rng = Rng::stream(cfg.seed, 0x6d61_7874_786e);
+        let mut txn_limit = (cfg.txn_limits && limit_rng.chance(40)).then(|| {
+            let limit = limit_rng.between(24, 64) as usize;
+            if limit_rng.chance(50) {
+                let hint = if limit_rng.chance(50) {
+                    limit
+                } else {
+                    limit * 2
+                };
+                edit_options(&mut options, |opts| opts.fit_txn_ops(hint));
+            }
+            limit
+        });
+        // Half the worlds with a job of many items and no limit draw one of their own.
+        if cfg.txn_limits && large_limit && txn_limit.is_none() {
+            let limit = large_rng.between(24, 64) as usize;
+            if large_rng.chance(50) {
+                edit_options(&mut options, |opts| opts.fit_txn_ops(limit));
+            }
+            txn_limit = Some(limit);
+        }
+        // A run's end in parts: a job of many items (the large job, if the seed drew one) in a
+        // world whose registry has no limit at the start, so that its runs are claimed whole.
+        let mut split_rng = shape_rng(Shape::SplitEnd);
+        if txn_limit.is_some() {
+            shapes.remove(&Shape::SplitEnd);
+        }
+        if shapes.contains(&Shape::SplitEnd) && !shapes.contains(&Shape::LargeJob) {
+            let k = split_rng.between(1, jobs.len() as u64 - 1) as usize;
+            let (cron, every) = CRONS[4];
+            if let Some(j) = jobs.get_mut(k) {
+                j.sharding_total_count = split_rng.between(40, 120) as u32;
+                j.cron = CronExpr::parse(cron).ok();
+                interval.insert(j.job_name.clone(), every);
+            }
+        }
         // Run durations: a share of the interval; some jobs overrun it; some ignore
         // cancellation.
         let mut durations: BTreeMap<String, (u64, u64)> = BTreeMap::new();
@@ -600,31 +687,6 @@ impl Swarm {
             }
         }
 
-        let mut options = cfg.options.clone();
-        // A registry limit on the operations of a transaction, drawn apart from the rest so
-        // that the other draws of a seed stay what they were. The instances know it (a hint
-        // that may be too high) or learn it from refusals.
-        let mut limit_rng = Rng::stream(cfg.seed, 0x6d61_7874_786e);
-        let mut txn_limit = (cfg.txn_limits && limit_rng.chance(40)).then(|| {
-            let limit = limit_rng.between(24, 64) as usize;
-            if limit_rng.chance(50) {
-                let hint = if limit_rng.chance(50) {
-                    limit
-                } else {
-                    limit * 2
-                };
-                edit_options(&mut options, |opts| opts.fit_txn_ops(hint));
-            }
-            limit
-        });
-        // Half the worlds with a job of many items and no limit draw one of their own.
-        if cfg.txn_limits && large_limit && txn_limit.is_none() {
-            let limit = large_rng.between(24, 64) as usize;
-            if large_rng.chance(50) {
-                edit_options(&mut options, |opts| opts.fit_txn_ops(limit));
-            }
-            txn_limit = Some(limit);
-        }
         // Odd seeds announce runs claimed ahead (as the runtime does), even seeds do not: both
         // ways are checked, and the other draws of a seed stay what they were.
         if cfg.options.is_none() && cfg.seed % 2 == 1 {
@@ -719,6 +781,8 @@ impl Swarm {
             trigger_rng: shape_rng(Shape::TriggerFailover),
             foreign_rng: shape_rng(Shape::Foreign),
             roll_rng,
+            split_rng,
+            late_rng: shape_rng(Shape::LateRemoval),
         };
         let swarm = Swarm {
             faults,
@@ -753,12 +817,12 @@ impl Swarm {
         base + self.parts_ms(items)
     }
 
-    /// In a world with a job of many items ([`Shape::LargeJob`]): how long writing `items`
+    /// In a world with a job of many items ([`Shape::LargeJob`], [`Shape::SplitEnd`]): how long writing `items`
     /// items one per transaction takes (a round trip and a watch delay each, as under the
     /// smallest transaction limit), which a re-shard and a fire's claims of such a job may
     /// take; zero in other worlds (whose jobs have a few items), which keep their bounds.
     pub(crate) fn parts_ms(&self, items: u32) -> u64 {
-        if !self.shapes.contains(&Shape::LargeJob) {
+        if !self.shapes.contains(&Shape::LargeJob) && !self.shapes.contains(&Shape::SplitEnd) {
             return 0;
         }
         let (latency, watch_delay) = self.latency.unwrap_or((1, 0));

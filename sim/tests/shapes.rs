@@ -71,6 +71,10 @@ fn each_shape_is_drawn_by_some_seeds_and_not_others() {
         if r.shapes.contains(&Shape::TriggerFailover) {
             assert!(r.faults.contains(&Fault::Crash), "seed {}", r.seed);
         }
+        // A split end lowers a limit the world did not start with.
+        if r.shapes.contains(&Shape::SplitEnd) {
+            assert!(r.txn_limit.is_none(), "seed {}", r.seed);
+        }
         let ms = r.session_timeout.as_millis();
         if r.shapes.contains(&Shape::Sessions) {
             assert!((100..=60_000).contains(&ms), "seed {}: {ms} ms", r.seed);
@@ -272,6 +276,114 @@ fn a_triggers_run_failed_over_with_its_reply_lost_holds() {
     assert!(lost > 0, "no failover claim was set to lose its reply");
 }
 
+/// The lines of `log` from the first that contains `from` on, if one does.
+fn after<'a>(log: &'a [String], from: &str) -> Option<&'a [String]> {
+    let at = log.iter().position(|l| l.contains(from))?;
+    log.get(at..)
+}
+
+#[test]
+fn a_split_end_loses_its_first_parts_reply_and_holds() {
+    // In each world the shape draws, once the limit is lowered under a run of many items,
+    // its instance's resend of the part whose reply was lost is refused (the part applied:
+    // its markers are gone), and the rest of the end is still recorded.
+    let mut refused = 0;
+    let seeds = seeds_drawing(Shape::SplitEnd, small, 4);
+    for seed in seeds.iter().map(|r| r.seed) {
+        let report = world::run(&WorldConfig {
+            shapes: [Shape::SplitEnd].into(),
+            keep_log: true,
+            ..small(seed)
+        });
+        assert!(
+            report.txn_limit.is_none(),
+            "seed {seed}: a limit at the start"
+        );
+        let Some(log) = after(&report.log, "the registry's servers restart one by one") else {
+            continue;
+        };
+        // "... while node {n} runs {k} items of {job} in one execution; ..."
+        let words: Vec<&str> = log[0].split_whitespace().collect();
+        let word_after = |w: &str| {
+            let at = words.iter().position(|x| *x == w)?;
+            words.get(at + 1).copied()
+        };
+        let job = words
+            .iter()
+            .position(|x| *x == "items")
+            .and_then(|at| words.get(at + 2).copied());
+        let (Some(n), Some(job)) = (word_after("node"), job) else {
+            panic!("seed {seed}: {}", log[0]);
+        };
+        let node = format!("node {n}: {job}: ");
+        let resend = log.iter().position(|l| {
+            l.contains(&node)
+                && l.contains("(completion) failed: transaction aborted")
+                && l.contains(&format!("no node at /{job}/sharding/"))
+        });
+        if let Some(at) = resend {
+            assert!(
+                log[at..]
+                    .iter()
+                    .any(|l| l.contains(&node) && l.contains("run of items")),
+                "seed {seed}: the rest of the end was not recorded"
+            );
+            refused += 1;
+        }
+    }
+    assert!(
+        refused > 0,
+        "no resend of a part whose reply was lost was refused in {} seeds",
+        seeds.len()
+    );
+}
+
+#[test]
+fn a_late_removal_meets_a_newer_marker_and_holds() {
+    // In each world the shape draws, once the leader's removal of the stale marker timed out
+    // behind its lagging watch, it sends the removal again from its old view, and the item's
+    // newer marker (its owner's, created since) refuses it by its value.
+    let mut refused = 0;
+    let seeds = seeds_drawing(Shape::LateRemoval, small, 6);
+    for seed in seeds.iter().map(|r| r.seed) {
+        let report = world::run(&WorldConfig {
+            shapes: [Shape::LateRemoval].into(),
+            keep_log: true,
+            ..small(seed)
+        });
+        let Some(log) = after(&report.log, "will lose the reply to its removal of") else {
+            continue;
+        };
+        // "node {n}, leading {job}, will lose the reply to its removal of {path}, ..."
+        let words: Vec<&str> = log[0].split_whitespace().collect();
+        let word_after = |w: &str| {
+            let at = words.iter().position(|x| *x == w)?;
+            words.get(at + 1).map(|x| x.trim_end_matches(','))
+        };
+        let (Some(n), Some(job), Some(path)) =
+            (word_after("node"), word_after("leading"), word_after("of"))
+        else {
+            panic!("seed {seed}: {}", log[0]);
+        };
+        let leader = format!("node {n}: {job}: registry request (clearing stale nodes) failed: ");
+        let timed_out = log
+            .iter()
+            .position(|l| l.contains(&leader) && l.contains("timed out"));
+        let newer = log.iter().position(|l| {
+            l.contains(&leader) && l.contains(&format!("{path} does not hold the expected value"))
+        });
+        if let (Some(t), Some(r)) = (timed_out, newer) {
+            assert!(t < r, "seed {seed}: refused before the timeout");
+            refused += 1;
+        }
+    }
+    assert!(
+        refused > 0,
+        "no late removal met a newer marker in {} seeds",
+        seeds.len()
+    );
+}
+
 #[test]
 fn a_replay_reads_as_words_not_debug_dumps() {
     for seed in 0..12 {
@@ -355,5 +467,33 @@ fn failed_over_triggers_catch_the_adopt_plant() {
         shardjob_core::machine::plant::Plant::AdoptDropsTriggerFailover,
         Shape::TriggerFailover,
         5,
+    );
+}
+
+/// Split ends catch `conflict-drops-rest` (an end in parts given up whole when the registry
+/// refuses a part): the part whose reply was lost is refused when sent again, and the later
+/// parts' markers, still the live session's, are adopted as a claim whose reply was lost: their
+/// fire runs again under the same fencing token.
+#[cfg(feature = "plant")]
+#[test]
+fn split_ends_catch_the_conflict_drops_rest_plant() {
+    caught_by(
+        shardjob_core::machine::plant::Plant::ConflictDropsRest,
+        Shape::SplitEnd,
+        9,
+    );
+}
+
+/// Late removals catch `stale-removal-by-version` (a stale marker removed checking only its
+/// version): the leader's removal sent again from its old view removes the owner's newer
+/// marker, created at version 0 again, under its run, and the item's fire is failed over and
+/// run again.
+#[cfg(feature = "plant")]
+#[test]
+fn late_removals_catch_the_stale_removal_plant() {
+    caught_by(
+        shardjob_core::machine::plant::Plant::StaleRemovalByVersion,
+        Shape::LateRemoval,
+        0,
     );
 }

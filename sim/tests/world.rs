@@ -139,7 +139,9 @@ fn a_seed_whose_split_completion_lost_a_reply_starts_no_fire_twice() {
     // session's, were adopted as a claim whose reply was lost, and items 50 and 51 started
     // again under the token they had run with. (`machine.rs`,
     // `an_end_in_parts_whose_first_part_applied_unheard_records_the_rest`, builds the case by
-    // hand, so it does not depend on this trace staying as it is.)
+    // hand, so it does not depend on this trace staying as it is.) The case is drawn on
+    // purpose by the `SplitEnd` shape (`tests/shapes.rs`,
+    // `a_split_end_loses_its_first_parts_reply_and_holds`).
     holds(&ci(12_663), "--instances 3 --jobs 4 --hours 0.03");
 }
 
@@ -189,7 +191,9 @@ fn a_late_leader_removes_no_newer_running_marker() {
     // matched the version checked, and went. The run's end was then refused and given up
     // whole (7181: the rest of its items started again under the same fencing token), or its
     // fire was failed over as an orphan while it had ended (8393). The removal now also checks
-    // the marker's value and the item's execution record, which every claim rewrites.
+    // the marker's value and the item's execution record, which every claim rewrites. The
+    // case is drawn on purpose by the `LateRemoval` shape (`tests/shapes.rs`,
+    // `a_late_removal_meets_a_newer_marker_and_holds`); seed 8393 draws it too.
     holds(&ci(7_181), "--instances 3 --jobs 4 --hours 0.03");
     holds(&ci(8_393), "--instances 3 --jobs 4 --hours 0.03");
 }
