@@ -1018,3 +1018,90 @@ fn in_a_mixed_job_a_marker_left_waits_for_elasticjob_s_failover_then_goes() {
     );
     checkers_pass(&c);
 }
+
+/// The owner check by version (`core/src/machine/claim/owner.rs`): an ElasticJob instance (A)
+/// and a shardjob instance (B) share a job of two items; ElasticJob leads. From +15.3 s, after
+/// B's run of the fire of +15 s, B's watch lags 10 s behind the registry; an operator
+/// disables B's server at +16 s (ElasticJob's leader sets the re-sharding flag) and triggers
+/// A's job at +17 s: A re-shards before its run, deleting every `instance` node and creating
+/// it again (at version 0), both items now A's. B claims the fire of +20 s on a view from
+/// before all that, which still shows B as its item's owner, at the version it saw. The job
+/// does not monitor its runs (nor fail them over): ElasticJob runs its items without looking
+/// for `running` nodes.
+/// `plant` names a planted bug to switch on in B.
+fn resharded_behind_world(plant: Option<&str>) -> (Cluster, u32) {
+    let mut c = cluster(200);
+    c.job_type = "SCRIPT".to_owned();
+    let mut pay = job("pay", 2);
+    pay.config.monitor_execution = false;
+    pay.config.failover = false;
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(1_000);
+    c.options = Some(options(B, plant));
+    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(15_300);
+    let item = c
+        .owners("pay")
+        .into_iter()
+        .find_map(|(i, o)| (o.trim() == B).then_some(i))
+        .unwrap_or_else(|| panic!("B owns no item by +15 s\n{}", timeline(&c)));
+    c.slow_watch(0, 10_000);
+    c.run_until(16_000);
+    c.operator_write("/pay/servers/10.0.0.2", b"DISABLED")
+        .unwrap();
+    c.run_until(17_000);
+    c.operator_write(&format!("/pay/trigger/{A}"), b"").unwrap();
+    c.run_until(40_000);
+    (c, item)
+}
+
+/// The duplicates of a world: (item, fire in seconds after the start) of each fire the once
+/// checker finds run twice, and the overlaps.
+fn duplicates(c: &Cluster) -> (Vec<(u32, i64)>, usize) {
+    let once = checkers::once::check(&c.runs);
+    let fires = once
+        .violations
+        .iter()
+        .filter_map(|v| match &v.subject {
+            checkers::Subject::Runs { item, later, .. } => {
+                Some((*item, (later.fire - fire(0)) / 1_000))
+            }
+            _ => None,
+        })
+        .collect();
+    let overlaps = checkers::overlap::check(&c.runs, &Default::default());
+    (fires, overlaps.violations.len())
+}
+
+/// B's claim after ElasticJob's re-shard fails on the owner's version (B sealed the node at
+/// its first claim: version 1, which ElasticJob never leaves a node at), B reloads, and runs
+/// none of the fires ElasticJob's instance runs from then on: every fire runs once.
+#[test]
+fn a_claim_on_a_view_from_before_elasticjob_s_re_shard_fails_on_the_owner_s_version() {
+    let (c, item) = resharded_behind_world(None);
+    let log = timeline(&c);
+    for s in [20, 25, 30, 35] {
+        let runs = all_runs_of(&c, "pay", item, s);
+        assert!(
+            runs.len() == 1 && runs[0].java,
+            "pay/{item} fire +{s} s: {runs:#?}\n{log}"
+        );
+    }
+    assert_eq!(duplicates(&c), (vec![], 0), "{log}");
+}
+
+/// The planted bug `owner-check-by-version-zero`: B's node stays at version 0, ElasticJob's
+/// new node is at version 0 too, and B's claims pass on an item ElasticJob gave to A: fires
+/// after the re-shard run twice.
+#[cfg(feature = "plant")]
+#[test]
+fn an_owner_checked_by_version_zero_runs_a_fire_elasticjob_runs_too() {
+    let (c, item) = resharded_behind_world(Some("owner-check-by-version-zero"));
+    let (fires, overlaps) = duplicates(&c);
+    assert!(
+        overlaps > 0 || fires.iter().any(|&(i, s)| i == item && s >= 20),
+        "the planted bug is not caught: {fires:?}\n{}",
+        timeline(&c)
+    );
+}

@@ -492,6 +492,7 @@ impl Facts {
             JobNode::Sharding => {
                 facts.dirs |= Dir::Sharding.bit();
                 view.sharding_done = ItemRecord::parse(&data).ok().and_then(|r| r.done);
+                view.sharding_version = (stat.version.0 >= 0).then_some(stat.version);
             }
             JobNode::Item(i) => view.items.entry(i).or_default().exists = true,
             JobNode::ItemState(i, leaf) => {
@@ -607,6 +608,7 @@ impl Facts {
             JobNode::Sharding => {
                 facts.dirs &= !Dir::Sharding.bit();
                 view.sharding_done = None;
+                view.sharding_version = None;
             }
             JobNode::Item(i) => {
                 if let Some(item) = view.items.get_mut(&i) {

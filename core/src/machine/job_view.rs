@@ -69,6 +69,11 @@ pub(crate) struct JobView {
     pub necessary: Option<Version>,
     /// The latest fire done by items since removed (the `sharding` node's record).
     pub sharding_done: Option<i64>,
+    /// The `sharding` node's data version, when known: shardjob's re-shards write the node
+    /// whenever they remove items (ElasticJob never writes it), so a claim that checks it
+    /// knows that no item was removed, and none re-created, since its view (see
+    /// [`super::claim`], the owner check).
+    pub sharding_version: Option<Version>,
     /// When the job's cluster last started (the `instances` node's [`StartRecord`]).
     pub started: Option<i64>,
     /// Boxed: a map node holds room for eleven entries, and most jobs have a few items.

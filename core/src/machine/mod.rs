@@ -48,7 +48,7 @@
 //! | `load.rs`, `setup.rs` | loading a job's subtree; its skeleton, configuration and registration |
 //! | `evaluate.rs`, `decide.rs` | when a job is decided on; what its view asks of this instance |
 //! | `leader/` | leader-only state (`LeaderState`, dropped with the lead): `reshard.rs` the plan, `housekeeping.rs` server nodes, `stale.rs` `running` markers and instance nodes no session holds, `leftovers.rs` what ElasticJob left once it no longer shares the job (`failovering`, queued failovers) |
-//! | `claim/` | pure planners: `triggers.rs`, `fires.rs` (scheduled fires, misfires), `failover.rs`, `limit.rs` (the transaction limit); `mod.rs` joins them into one claim |
+//! | `claim/` | pure planners: `triggers.rs`, `fires.rs` (scheduled fires, misfires), `failover.rs`, `limit.rs` (the transaction limit), `owner.rs` (how the claim checks ownership: by version or by value); `mod.rs` joins them into one claim |
 //! | `execution/` | an execution's life (`Life`): `start.rs` (at once or at the fire), `complete.rs` (its record), `adopt.rs` (markers whose claim reply was lost) |
 //! | `mixed.rs` | a job shared with ElasticJob instances: the markers' mode, the markers an earlier session left, orphans settled instead of failed over, server nodes kept |
 //! | `leave.rs` | leaving a job: removed, shut down by an operator, or the instance's shutdown |
@@ -78,8 +78,9 @@
 //!   state once their runs end (their `running` markers keep a later run of the same number
 //!   from overlapping, should the total grow back meanwhile), holding nothing meanwhile.
 //! - **Fenced execution**: at a fire, an instance claims all its due items of a job in one
-//!   transaction: its session, ownership of every item, and the creation of session-bound
-//!   `running` markers; the markers' creation revision is the items' fencing token. The end
+//!   transaction: its session, ownership of every item (by the owner node's version where a
+//!   version names one owner, so that ZooKeeper need not read the nodes first: `claim::owner`),
+//!   and the creation of session-bound `running` markers; the markers' creation revision is the items' fencing token. The end
 //!   of the run is recorded in one more transaction (markers removed, execution record
 //!   updated). Two transactions per job per fire, whatever the item count. If the session
 //!   cannot be confirmed within the safety margin, nothing starts and running items are

@@ -135,11 +135,16 @@ pub enum Plant {
     /// their owner is live again, so nothing else removes them, and their items never run
     /// again (`docs/migration-design.md` 3.4, point 5).
     KeepOwnMarkersLeft,
+    /// Check an item's owner by its version even at version 0, and never seal the node
+    /// (`claim::owner`): ElasticJob's re-shards delete and re-create every `instance` node at
+    /// version 0, so a claim made on a view from before such a re-shard passes on an item
+    /// ElasticJob gave to another instance, which runs the same fire.
+    OwnerCheckByVersionZero,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 39] = [
+    pub const ALL: [Plant; 40] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -179,6 +184,7 @@ impl Plant {
         Plant::EphemeralMarkersBesideJava,
         Plant::FailoverBesideJava,
         Plant::KeepOwnMarkersLeft,
+        Plant::OwnerCheckByVersionZero,
     ];
 
     /// The name used on the command line.
@@ -223,6 +229,7 @@ impl Plant {
             Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
             Plant::FailoverBesideJava => "failover-beside-java",
             Plant::KeepOwnMarkersLeft => "keep-own-markers-left",
+            Plant::OwnerCheckByVersionZero => "owner-check-by-version-zero",
         }
     }
 }

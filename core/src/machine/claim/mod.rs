@@ -6,6 +6,7 @@ use crate::machine::*;
 pub(crate) mod failover;
 pub(crate) mod fires;
 pub(crate) mod limit;
+pub(crate) mod owner;
 pub(crate) mod triggers;
 
 use fires::{FireRules, FireStep, ItemFires};
@@ -325,15 +326,30 @@ fn claim_txn(
     // Still registered: an operator's shutdown (the instance node deleted) stops new
     // claims at once, before this instance has seen it.
     ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
+    // The owner checks (`owner`): by the version the view shows where a version names one
+    // value, with the epoch checked once for them all.
+    let owner_check = |i: u32| {
+        owner::owner_check(
+            view.items.get(&i).and_then(|v| v.owner_stat.as_ref()),
+            view.sharding_version,
+            !planted!(opts, OwnerCheckByVersionZero),
+        )
+    };
+    if let Some(epoch) = view.sharding_version {
+        let by_version = groups
+            .values()
+            .flatten()
+            .any(|(i, _)| owner_check(*i).needs_epoch());
+        if by_version && !planted!(opts, SkipOwnerCheck) {
+            ops.push(TxnOp::Check(Check::Version(p.sharding(), epoch)));
+        }
+    }
     let mut claims_out: Vec<Claim> = Vec::new();
     for ((fire, kind), items) in groups {
         let mut claimed = Vec::new();
         for (i, rec) in items {
             if !planted!(opts, SkipOwnerCheck) {
-                ops.push(TxnOp::Check(Check::Value(
-                    p.item_instance(i),
-                    me.as_str().into(),
-                )));
+                owner_check(i).ops(p.item_instance(i), me.as_str(), &mut ops);
             }
             if !planted!(opts, RunDisabledItems) {
                 // The cache may not show an operator's disable yet: the registry checks it.
@@ -705,6 +721,64 @@ mod tests {
                 vec![(0, record.clone()), (1, record)]
             )]
         );
+    }
+
+    /// The owner check by version (`owner`): an owner node at version 1 or more is checked by
+    /// its version, with the `sharding` node's version (the epoch) checked once; one at
+    /// version 0 by value, and sealed (written again over version 0).
+    #[test]
+    fn a_claim_checks_the_owner_by_version_where_it_names_one_value() {
+        let me = id("10.0.0.1@-@1");
+        let (m, config) = hosting(&me, false);
+        let done = ItemRecord {
+            done: Some(T0),
+            run: None,
+        };
+        let mut view = view(&me, &me, [done.clone(), done]);
+        view.sharding_version = Some(Version(7));
+        for (item, version) in [(0u32, 2i64), (1, 0)] {
+            view.items.get_mut(&item).unwrap().owner_stat = Some(crate::registry::Stat {
+                version: Version(version),
+                created: crate::registry::Revision(1),
+                modified: crate::registry::Revision(1),
+                ephemeral_owner: None,
+            });
+        }
+        let (ops, _) = decide(&m, &view, &config, at(T0 + 5_000));
+        let p = &m.jobs.named("j").unwrap().paths;
+        assert_eq!(
+            ops[2],
+            TxnOp::Check(Check::Version(p.sharding(), Version(7)))
+        );
+        assert_eq!(
+            ops[3],
+            TxnOp::Check(Check::Version(p.item_instance(0), Version(2)))
+        );
+        let item1 = ops
+            .iter()
+            .position(|op| {
+                *op == TxnOp::Check(Check::Value(p.item_instance(1), me.as_str().into()))
+            })
+            .expect("item 1's owner checked by value");
+        assert_eq!(
+            ops[item1 + 1],
+            TxnOp::Set {
+                path: p.item_instance(1),
+                data: me.as_str().into(),
+                expected: Some(Version(0)),
+            }
+        );
+        // Without the epoch, every owner is checked by value.
+        view.sharding_version = None;
+        let (ops, _) = decide(&m, &view, &config, at(T0 + 5_000));
+        assert!(
+            !ops.iter()
+                .any(|op| matches!(op, TxnOp::Check(Check::Version(..))))
+        );
+        assert!(ops.contains(&TxnOp::Check(Check::Value(
+            p.item_instance(0),
+            me.as_str().into()
+        ))));
     }
 
     /// In a job shared with ElasticJob with failover on (`docs/migration-design.md` 3.4, 3.5):
