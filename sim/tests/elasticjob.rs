@@ -1105,3 +1105,60 @@ fn an_owner_checked_by_version_zero_runs_a_fire_elasticjob_runs_too() {
         timeline(&c)
     );
 }
+
+/// The fire gate kept in the registry too (`docs/migration-design.md` 3.4, point 2): as in
+/// [`resharded_behind_world`], but B's watch lags from +12 s, when the operator disables B's
+/// server, so B does not see ElasticJob's re-sharding flag before the fire of +15 s.
+/// `plant` names a planted bug to switch on in B.
+fn gate_behind_world(plant: Option<&str>) -> (Cluster, u32) {
+    let mut c = cluster(200);
+    c.job_type = "SCRIPT".to_owned();
+    let pay = job("pay", 2);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(1_000);
+    c.options = Some(options(B, plant));
+    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(12_000);
+    let item = c
+        .owners("pay")
+        .into_iter()
+        .find_map(|(i, o)| (o.trim() == B).then_some(i))
+        .unwrap_or_else(|| panic!("B owns no item by +12 s\n{}", timeline(&c)));
+    c.slow_watch(0, 10_000);
+    c.operator_write("/pay/servers/10.0.0.2", b"DISABLED")
+        .unwrap();
+    c.run_until(40_000);
+    (c, item)
+}
+
+/// B's claim of the fire of +15 s fails on the flag its view does not show yet; B reads the
+/// job again and waits at the gate; ElasticJob's leader re-shards at its fire, and its
+/// instance runs the fire of +15 s on B's old item, once.
+#[test]
+fn a_claim_behind_elasticjob_s_re_sharding_flag_fails_on_the_flag() {
+    let (c, item) = gate_behind_world(None);
+    let log = timeline(&c);
+    for s in [15, 20, 25] {
+        let runs = all_runs_of(&c, "pay", item, s);
+        assert!(
+            runs.len() == 1 && runs[0].java,
+            "pay/{item} fire +{s} s: {runs:#?}\n{log}"
+        );
+    }
+    assert_eq!(duplicates(&c), (vec![], 0), "{log}");
+}
+
+/// The planted bug `gate-by-view-only`: B claims the fire of +15 s under the old plan, and
+/// ElasticJob's instance runs it again after the re-shard.
+#[cfg(feature = "plant")]
+#[test]
+fn a_gate_kept_by_the_view_only_runs_a_fire_twice_behind_a_lagging_watch() {
+    let (c, item) = gate_behind_world(Some("gate-by-view-only"));
+    let (fires, _) = duplicates(&c);
+    assert!(
+        fires.contains(&(item, 15)),
+        "the planted bug is not caught: {fires:?}\n{}",
+        timeline(&c)
+    );
+}

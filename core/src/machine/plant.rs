@@ -140,11 +140,15 @@ pub enum Plant {
     /// version 0, so a claim made on a view from before such a re-shard passes on an item
     /// ElasticJob gave to another instance, which runs the same fire.
     OwnerCheckByVersionZero,
+    /// Keep the fire gate by the view alone, not in the claim's transaction too: an instance
+    /// whose watch lags behind ElasticJob's re-sharding flag claims a fire under the old plan,
+    /// and the item's new owner runs it again (`docs/migration-design.md` 3.4, point 2).
+    GateByViewOnly,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 40] = [
+    pub const ALL: [Plant; 41] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -185,6 +189,7 @@ impl Plant {
         Plant::FailoverBesideJava,
         Plant::KeepOwnMarkersLeft,
         Plant::OwnerCheckByVersionZero,
+        Plant::GateByViewOnly,
     ];
 
     /// The name used on the command line.
@@ -230,6 +235,7 @@ impl Plant {
             Plant::FailoverBesideJava => "failover-beside-java",
             Plant::KeepOwnMarkersLeft => "keep-own-markers-left",
             Plant::OwnerCheckByVersionZero => "owner-check-by-version-zero",
+            Plant::GateByViewOnly => "gate-by-view-only",
         }
     }
 }

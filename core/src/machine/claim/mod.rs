@@ -326,6 +326,14 @@ fn claim_txn(
     // Still registered: an operator's shutdown (the instance node deleted) stops new
     // claims at once, before this instance has seen it.
     ops.push(TxnOp::Check(Check::Exists(j.paths.instance(me))));
+    // The fire gate (`docs/migration-design.md` 3.4, point 2) in the registry too: while an
+    // ElasticJob instance leads, no claim commits while its re-sharding flag is set, which a
+    // view behind the registry may not show yet (the claim fails, the job is read again, and
+    // the gate holds).
+    if view.led_by_java() && !planted!(opts, GateOpenBesideJava) && !planted!(opts, GateByViewOnly)
+    {
+        ops.push(TxnOp::Check(Check::Absent(p.sharding_necessary())));
+    }
     // The owner checks (`owner`): by the version the view shows where a version names one
     // value, with the epoch checked once for them all.
     let owner_check = |i: u32| {
@@ -844,8 +852,15 @@ mod tests {
         assert_eq!(ops, want);
         assert_eq!(
             groups,
-            [(fire, RunKind::Scheduled, true, vec![(0, record)])]
+            [(fire, RunKind::Scheduled, true, vec![(0, record.clone())])]
         );
+        // While ElasticJob leads, the claim checks the fire gate in the registry: no
+        // re-sharding flag (the view may not show it yet).
+        view.leader = Some(java.as_str().to_owned());
+        let (ops, _) = decide(&m, &view, &config, at(fire));
+        let mut gated = want.clone();
+        gated.insert(2, TxnOp::Check(Check::Absent(p.sharding_necessary())));
+        assert_eq!(ops, gated);
     }
 
     /// A failover claim re-runs the dead run's fire: a scheduled fire's run is recorded as a
