@@ -144,11 +144,15 @@ pub enum Plant {
     /// whose watch lags behind ElasticJob's re-sharding flag claims a fire under the old plan,
     /// and the item's new owner runs it again (`docs/migration-design.md` 3.4, point 2).
     GateByViewOnly,
+    /// Re-shard without checking that the configuration is still the one the plan was worked
+    /// out from: a leader behind the registry removes items by an item count an operator has
+    /// changed back since.
+    ReshardOnStaleConfig,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 41] = [
+    pub const ALL: [Plant; 42] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -190,6 +194,7 @@ impl Plant {
         Plant::KeepOwnMarkersLeft,
         Plant::OwnerCheckByVersionZero,
         Plant::GateByViewOnly,
+        Plant::ReshardOnStaleConfig,
     ];
 
     /// The name used on the command line.
@@ -236,6 +241,7 @@ impl Plant {
             Plant::KeepOwnMarkersLeft => "keep-own-markers-left",
             Plant::OwnerCheckByVersionZero => "owner-check-by-version-zero",
             Plant::GateByViewOnly => "gate-by-view-only",
+            Plant::ReshardOnStaleConfig => "reshard-on-stale-config",
         }
     }
 }
