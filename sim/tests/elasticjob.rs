@@ -1019,6 +1019,24 @@ fn in_a_mixed_job_a_marker_left_waits_for_elasticjob_s_failover_then_goes() {
     checkers_pass(&c);
 }
 
+/// An ElasticJob instance (A) leading `pay`, runs of 200 ms, and a shardjob instance (B, with
+/// the planted bug `plant`) from +1 s, run until `until`: the cluster and B's item.
+fn java_led_pair(pay: &JavaJob, plant: Option<&str>, until: u64) -> (Cluster, u32) {
+    let mut c = cluster(200);
+    c.job_type = "SCRIPT".to_owned();
+    c.add_elasticjob_node(A, std::slice::from_ref(pay)).unwrap();
+    c.run_until(1_000);
+    c.options = Some(options(B, plant));
+    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(until);
+    let item = c
+        .owners(&pay.config.job_name)
+        .into_iter()
+        .find_map(|(i, o)| (o.trim() == B).then_some(i))
+        .unwrap_or_else(|| panic!("B owns no item by +{until} ms\n{}", timeline(&c)));
+    (c, item)
+}
+
 /// The owner check by version (`core/src/machine/claim/owner.rs`): an ElasticJob instance (A)
 /// and a shardjob instance (B) share a job of two items; ElasticJob leads. From +15.3 s, after
 /// B's run of the fire of +15 s, B's watch lags 10 s behind the registry; an operator
@@ -1030,22 +1048,10 @@ fn in_a_mixed_job_a_marker_left_waits_for_elasticjob_s_failover_then_goes() {
 /// for `running` nodes.
 /// `plant` names a planted bug to switch on in B.
 fn resharded_behind_world(plant: Option<&str>) -> (Cluster, u32) {
-    let mut c = cluster(200);
-    c.job_type = "SCRIPT".to_owned();
     let mut pay = job("pay", 2);
     pay.config.monitor_execution = false;
     pay.config.failover = false;
-    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
-        .unwrap();
-    c.run_until(1_000);
-    c.options = Some(options(B, plant));
-    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
-    c.run_until(15_300);
-    let item = c
-        .owners("pay")
-        .into_iter()
-        .find_map(|(i, o)| (o.trim() == B).then_some(i))
-        .unwrap_or_else(|| panic!("B owns no item by +15 s\n{}", timeline(&c)));
+    let (mut c, item) = java_led_pair(&pay, plant, 15_300);
     c.slow_watch(0, 10_000);
     c.run_until(16_000);
     c.operator_write("/pay/servers/10.0.0.2", b"DISABLED")
@@ -1074,21 +1080,27 @@ fn duplicates(c: &Cluster) -> (Vec<(u32, i64)>, usize) {
     (fires, overlaps.violations.len())
 }
 
+/// Each of the fires at `seconds` of `pay`'s item `item` runs once, by ElasticJob, and the
+/// world has no duplicate and no overlap.
+fn run_once_by_elasticjob(c: &Cluster, item: u32, seconds: &[i64]) {
+    let log = timeline(c);
+    for &s in seconds {
+        let runs = all_runs_of(c, "pay", item, s);
+        assert!(
+            runs.len() == 1 && runs[0].java,
+            "pay/{item} fire +{s} s: {runs:#?}\n{log}"
+        );
+    }
+    assert_eq!(duplicates(c), (vec![], 0), "{log}");
+}
+
 /// B's claim after ElasticJob's re-shard fails on the owner's version (B sealed the node at
 /// its first claim: version 1, which ElasticJob never leaves a node at), B reloads, and runs
 /// none of the fires ElasticJob's instance runs from then on: every fire runs once.
 #[test]
 fn a_claim_on_a_view_from_before_elasticjob_s_re_shard_fails_on_the_owner_s_version() {
     let (c, item) = resharded_behind_world(None);
-    let log = timeline(&c);
-    for s in [20, 25, 30, 35] {
-        let runs = all_runs_of(&c, "pay", item, s);
-        assert!(
-            runs.len() == 1 && runs[0].java,
-            "pay/{item} fire +{s} s: {runs:#?}\n{log}"
-        );
-    }
-    assert_eq!(duplicates(&c), (vec![], 0), "{log}");
+    run_once_by_elasticjob(&c, item, &[20, 25, 30, 35]);
 }
 
 /// The planted bug `owner-check-by-version-zero`: B's node stays at version 0, ElasticJob's
@@ -1111,20 +1123,7 @@ fn an_owner_checked_by_version_zero_runs_a_fire_elasticjob_runs_too() {
 /// server, so B does not see ElasticJob's re-sharding flag before the fire of +15 s.
 /// `plant` names a planted bug to switch on in B.
 fn gate_behind_world(plant: Option<&str>) -> (Cluster, u32) {
-    let mut c = cluster(200);
-    c.job_type = "SCRIPT".to_owned();
-    let pay = job("pay", 2);
-    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
-        .unwrap();
-    c.run_until(1_000);
-    c.options = Some(options(B, plant));
-    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
-    c.run_until(12_000);
-    let item = c
-        .owners("pay")
-        .into_iter()
-        .find_map(|(i, o)| (o.trim() == B).then_some(i))
-        .unwrap_or_else(|| panic!("B owns no item by +12 s\n{}", timeline(&c)));
+    let (mut c, item) = java_led_pair(&job("pay", 2), plant, 12_000);
     c.slow_watch(0, 10_000);
     c.operator_write("/pay/servers/10.0.0.2", b"DISABLED")
         .unwrap();
@@ -1138,15 +1137,7 @@ fn gate_behind_world(plant: Option<&str>) -> (Cluster, u32) {
 #[test]
 fn a_claim_behind_elasticjob_s_re_sharding_flag_fails_on_the_flag() {
     let (c, item) = gate_behind_world(None);
-    let log = timeline(&c);
-    for s in [15, 20, 25] {
-        let runs = all_runs_of(&c, "pay", item, s);
-        assert!(
-            runs.len() == 1 && runs[0].java,
-            "pay/{item} fire +{s} s: {runs:#?}\n{log}"
-        );
-    }
-    assert_eq!(duplicates(&c), (vec![], 0), "{log}");
+    run_once_by_elasticjob(&c, item, &[15, 20, 25]);
 }
 
 /// The planted bug `gate-by-view-only`: B claims the fire of +15 s under the old plan, and

@@ -32,3 +32,13 @@ pub(crate) fn node(path: &str, data: Vec<u8>, owner: Option<SessionId>) -> Node 
         },
     }
 }
+
+/// The metadata of a persistent node at `version`, created and last changed at revision 1.
+pub(crate) fn stat(version: i64) -> Stat {
+    Stat {
+        version: Version(version),
+        created: Revision(1),
+        modified: Revision(1),
+        ephemeral_owner: None,
+    }
+}

@@ -745,12 +745,8 @@ mod tests {
         let mut view = view(&me, &me, [done.clone(), done]);
         view.sharding_version = Some(Version(7));
         for (item, version) in [(0u32, 2i64), (1, 0)] {
-            view.items.get_mut(&item).unwrap().owner_stat = Some(crate::registry::Stat {
-                version: Version(version),
-                created: crate::registry::Revision(1),
-                modified: crate::registry::Revision(1),
-                ephemeral_owner: None,
-            });
+            view.items.get_mut(&item).unwrap().owner_stat =
+                Some(crate::machine::test_support::stat(version));
         }
         let (ops, _) = decide(&m, &view, &config, at(T0 + 5_000));
         let p = &m.jobs.named("j").unwrap().paths;

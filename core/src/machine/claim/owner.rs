@@ -77,16 +77,7 @@ impl OwnerCheck {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::Revision;
-
-    fn stat(version: i64) -> Stat {
-        Stat {
-            version: Version(version),
-            created: Revision(1),
-            modified: Revision(1),
-            ephemeral_owner: None,
-        }
-    }
+    use crate::machine::test_support::stat;
 
     /// A version of 1 and more is checked as such when the epoch is known; a version 0 (what
     /// ElasticJob always leaves) by value and sealed; without the epoch, or the node's

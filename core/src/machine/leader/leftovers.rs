@@ -108,16 +108,7 @@ pub(crate) fn path(paths: &JobPaths, what: LeftOver) -> NodePath {
 mod tests {
     use super::*;
     use crate::machine::job_view::ItemView;
-    use crate::registry::{Revision, Stat};
-
-    fn stat(version: i64) -> Stat {
-        Stat {
-            version: Version(version),
-            created: Revision(1),
-            modified: Revision(1),
-            ephemeral_owner: None,
-        }
-    }
+    use crate::machine::test_support::stat;
 
     fn view() -> JobView {
         let mut v = JobView::default();
