@@ -330,8 +330,9 @@ fn claim_txn(
     // ElasticJob instance leads, no claim commits while its re-sharding flag is set, which a
     // view behind the registry may not show yet (the claim fails, the job is read again, and
     // the gate holds).
-    if view.led_by_java() && !planted!(opts, GateOpenBesideJava) && !planted!(opts, GateByViewOnly)
-    {
+    let mut gate_open = planted!(opts, GateOpenBesideJava);
+    gate_open |= planted!(opts, GateByViewOnly);
+    if view.led_by_java() && !gate_open {
         ops.push(TxnOp::Check(Check::Absent(p.sharding_necessary())));
     }
     // The owner checks (`owner`): by the version the view shows where a version names one
