@@ -972,7 +972,7 @@ async fn distribute_once_fails_at_once_when_the_claim_is_too_large() {
             work: Duration::from_millis(50),
         };
         let handle = builder(&server, n)
-            .job(JobConfig::new("big", 8), work)
+            .job(JobConfig::new("big", 10), work)
             .listener(
                 "big",
                 DistributeOnce::new(
@@ -986,10 +986,11 @@ async fn distribute_once_fails_at_once_when_the_claim_is_too_large() {
             .unwrap();
         handles.push(handle);
     }
-    wait_for_plan(&server, "big", 8, 2).await;
-    // Each instance's registration (four items) fits, and so does the machine's claim of an
-    // item; the claim of the round, which checks all eight items, does not.
-    server.with_store(|st, _| st.set_max_txn_ops(Some(8)));
+    wait_for_plan(&server, "big", 10, 2).await;
+    // Each instance's registration (five items: 7 compares) fits, and so does the machine's
+    // claim of an item (9 compares when the claim seals the item's owner node,
+    // `claim::owner`); the claim of the round, which checks all ten items (11), does not.
+    server.with_store(|st, _| st.set_max_txn_ops(Some(9)));
     let mut events: Vec<_> = handles.iter().map(|h| h.subscribe()).collect();
     for h in &handles {
         h.trigger("big", None).await.unwrap();
@@ -1005,7 +1006,7 @@ async fn distribute_once_fails_at_once_when_the_claim_is_too_large() {
             }
         }
         let ran: BTreeSet<u32> = runs.lock().unwrap().iter().map(|r| r.item).collect();
-        ran.len() == 8
+        ran.len() == 10
             && (1..=2).all(|n| {
                 [ListenerHook::Before, ListenerHook::After]
                     .iter()

@@ -96,8 +96,9 @@ impl MachineOptions {
 impl MachineOptions {
     /// The most registry operations one item of a machine transaction costs, counted as etcd
     /// counts them (compares and writes separately, with the tree emulation's extra compares):
-    /// a claim costs 6 compares and 2 writes per item, a failover claim 6 and 3, a completion 5
-    /// and 3, a new item 4 and 3; a removed item counts as two items.
+    /// a claim costs 6 compares and 2 writes per item (7 and 3 when it seals the owner node,
+    /// which etcd's versions never need; 8 and 3 beside ElasticJob), a failover claim 6 and 3, a
+    /// completion 5 and 3, a new item 4 and 3; a removed item counts as two items.
     pub const OPS_PER_ITEM: usize = 8;
 
     /// The operations of a transaction that do not depend on its items (session, leader and
