@@ -642,6 +642,15 @@ mod tests {
         view
     }
 
+    /// `me`'s two items, each with its last fire done at `T0` and no run.
+    fn idle_view(me: &InstanceId) -> JobView {
+        let done = ItemRecord {
+            done: Some(T0),
+            run: None,
+        };
+        view(me, me, [done.clone(), done])
+    }
+
     fn run(fire: i64, kind: RunKind, instance: &InstanceId) -> Option<RunRecord> {
         Some(RunRecord {
             fire,
@@ -692,11 +701,7 @@ mod tests {
     fn a_claim_checks_the_owner_and_the_disable_in_the_registry() {
         let me = id("10.0.0.1@-@1");
         let (m, config) = hosting(&me, false);
-        let done = ItemRecord {
-            done: Some(T0),
-            run: None,
-        };
-        let view = view(&me, &me, [done.clone(), done]);
+        let view = idle_view(&me);
         let fire = T0 + 5_000;
         let (ops, groups) = decide(&m, &view, &config, at(fire));
         let p = &m.jobs.named("j").unwrap().paths;
@@ -739,11 +744,7 @@ mod tests {
     fn a_claim_checks_the_owner_by_version_where_it_names_one_value() {
         let me = id("10.0.0.1@-@1");
         let (m, config) = hosting(&me, false);
-        let done = ItemRecord {
-            done: Some(T0),
-            run: None,
-        };
-        let mut view = view(&me, &me, [done.clone(), done]);
+        let mut view = idle_view(&me);
         view.sharding_version = Some(Version(7));
         for (item, version) in [(0u32, 2i64), (1, 0)] {
             view.items.get_mut(&item).unwrap().owner_stat =
@@ -795,11 +796,7 @@ mod tests {
         let (me, dead) = (id("10.0.0.1@-@1"), id("10.0.0.3@-@3"));
         let java = id("10.0.0.2@-@2");
         let (m, config) = hosting(&me, true);
-        let done = ItemRecord {
-            done: Some(T0),
-            run: None,
-        };
-        let mut view = view(&me, &me, [done.clone(), done]);
+        let mut view = idle_view(&me);
         view.instances.insert(java.clone());
         view.java.insert(java.clone());
         let flagged = view.items.get_mut(&0).unwrap();

@@ -35,9 +35,9 @@ pub(crate) enum OwnerCheck {
 }
 
 /// The owner check of an item whose `instance` node the view shows with `stat`, in a job
-/// whose `sharding` node the view shows at `epoch` (see the module docs). `by_value` is a
-/// planted bug's switch (`owner-check-by-version-zero` makes it false: a node at version 0 is
-/// checked by its version, and never sealed).
+/// whose `sharding` node the view shows at `epoch` (see the module docs). `zero_by_value` is
+/// a planted bug's switch (`owner-check-by-version-zero` makes it false: a node at version 0
+/// is checked by its version, and never sealed).
 pub(crate) fn owner_check(
     stat: Option<&Stat>,
     epoch: Option<Version>,
