@@ -103,6 +103,16 @@ impl Machine {
             let wait = ms(self.opts.reshard_wait);
             let gate = view.led_by_java() && !planted!(self.opts, GateOpenBesideJava);
             let held = hold_for_reshard(&mut seen, necessary, gate, wait, now, &mut wake);
+            // The fire gate as the decision would leave it.
+            let (_, fire) = fires::follow_gate(
+                j.java_gate,
+                j.held_fire,
+                gate && necessary,
+                &config,
+                now.wall_ms(),
+                &mut j.fires,
+            );
+            let hold = Hold { held, fire };
             let cx = Ctx {
                 me: &me,
                 sid,
@@ -110,7 +120,7 @@ impl Machine {
                 now,
             };
             let mut memo = std::mem::take(&mut j.fires);
-            let decided = claims(j, &view, &config, &cx, held, &mut memo, &mut wake);
+            let decided = claims(j, &view, &config, &cx, hold, &mut memo, &mut wake);
             j.fires = memo;
             let wanted = if decided.action.is_some() {
                 Some(now.mono)

@@ -241,6 +241,18 @@ impl Machine {
         let wait = ms(self.opts.reshard_wait);
         let gate = view.led_by_java() && !planted!(self.opts, GateOpenBesideJava);
         let held = hold_for_reshard(&mut j.necessary_seen, necessary, gate, wait, now, &mut wake);
+        (j.java_gate, j.held_fire) = fires::follow_gate(
+            j.java_gate,
+            j.held_fire,
+            gate && necessary,
+            &config,
+            now.wall_ms(),
+            &mut j.fires,
+        );
+        let hold = Hold {
+            held,
+            fire: j.held_fire,
+        };
         if !necessary {
             j.stall_reported = false;
         } else if let (true, false, Some(since)) = (gate, j.stall_reported, j.necessary_seen) {
@@ -280,7 +292,7 @@ impl Machine {
                 now,
             };
             let mut memo = std::mem::take(&mut j.fires);
-            let decided = claims(j, view, &config, &cx, held, &mut memo, &mut wake);
+            let decided = claims(j, view, &config, &cx, hold, &mut memo, &mut wake);
             j.fires = memo;
             j.apply_claims(&decided, now.wall_ms());
             if let Some(action) = decided.action {

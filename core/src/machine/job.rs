@@ -65,6 +65,16 @@ pub(crate) struct Job {
     /// (`docs/migration-design.md` 3.6). The fires it covers are not run here again when the
     /// item comes to this instance (`claim::fires::plan_item`). Memory only, from the watch.
     pub(crate) java_ran: BTreeMap<u32, i64>,
+    /// Per item, when (wall time, epoch ms) a run of any ElasticJob instance was last seen to
+    /// start on it (`watch::note_java_touch`). Memory only, from the watch.
+    pub(crate) java_touched: BTreeMap<u32, i64>,
+    /// While an ElasticJob leader's re-sharding flag holds this job's new runs (the fire
+    /// gate): when this instance first saw it (wall time, epoch ms), and the job's item count
+    /// then.
+    pub(crate) java_gate: Option<(i64, u32)>,
+    /// The fire the last such hold covered, for the items the re-shard that ended it gave to
+    /// this instance (`claim::fires::held_fire`).
+    pub(crate) held_fire: Option<HeldFire>,
     /// The persistent `running` markers of shardjob runs left behind (by an earlier session
     /// of this instance, or, while mixed, by a shardjob instance that is gone), as first
     /// seen: removed once ElasticJob's failover had its turn (`mixed::mixed_duties`).
@@ -103,6 +113,48 @@ pub(crate) struct Job {
     pub(crate) fires: FireMemo,
     /// [`Machine::changes`] at the last change to the job's view or decision on it.
     pub(crate) changed: u64,
+}
+
+/// A fire every instance of a job led by ElasticJob waited at behind the re-sharding flag
+/// (`docs/migration-design.md` 3.6, rule (e)): ElasticJob's instances blocked at it run it
+/// under the new plan once the flag goes, and so does this instance for the items that plan
+/// gives it, which nobody ran at that fire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HeldFire {
+    /// The fire (epoch ms).
+    pub(crate) fire: i64,
+    /// When the hold began, as this instance saw it (wall, epoch ms).
+    pub(crate) since: i64,
+    /// The job's item count when the hold began: an item added since was not there at the
+    /// fire.
+    pub(crate) total: u32,
+    /// When it ended (wall, epoch ms).
+    pub(crate) opened: i64,
+}
+
+impl HeldFire {
+    /// How long after the hold's end an item may come to this instance and still count as
+    /// given by the re-shard that ended it (ms): the re-shard deletes the flag and writes the
+    /// owners in one transaction, whose events the watch delivers together.
+    pub(crate) const GIVEN_WITHIN_MS: i64 = 1_000;
+
+    /// The held fire, for item `item` this instance owns since `owned_since` (epoch ms; it
+    /// comes now if this instance does not own it yet), on which an ElasticJob run was last
+    /// seen to start at `java_touched`: only if the item was there when the hold began, came
+    /// to this instance with the re-shard that ended it, and no ElasticJob run started on it
+    /// since the hold began (one may have run the fire: it is given up, ElasticJob's way).
+    pub(crate) fn for_item(
+        self,
+        item: u32,
+        owned_since: i64,
+        java_touched: Option<i64>,
+    ) -> Option<i64> {
+        (item < self.total
+            && owned_since >= self.since
+            && owned_since <= self.opened.saturating_add(Self::GIVEN_WITHIN_MS)
+            && java_touched.is_none_or(|t| t < self.since))
+        .then_some(self.fire)
+    }
 }
 
 /// What a job waits for before its next decision: decisions are made one at a time, each on

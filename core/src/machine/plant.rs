@@ -148,11 +148,19 @@ pub enum Plant {
     /// out from: a leader behind the registry removes items by an item count an operator has
     /// changed back since.
     ReshardOnStaleConfig,
+    /// Start a run claimed ahead at its fire even when ElasticJob's leader set the re-sharding
+    /// flag after the claim: the leader waits for the run, re-shards, and the item's new owner
+    /// runs the same fire again (`docs/migration-design.md` 3.4, point 3).
+    StartAheadPastTheGate,
+    /// Give up the fire an ElasticJob leader's re-sharding flag held, on the items its
+    /// re-shard gives this instance (the baseline is when the item came): nobody runs that
+    /// fire (`docs/migration-design.md` 3.6, rule (e)).
+    SkipHeldFire,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 42] = [
+    pub const ALL: [Plant; 44] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -195,6 +203,8 @@ impl Plant {
         Plant::OwnerCheckByVersionZero,
         Plant::GateByViewOnly,
         Plant::ReshardOnStaleConfig,
+        Plant::StartAheadPastTheGate,
+        Plant::SkipHeldFire,
     ];
 
     /// The name used on the command line.
@@ -242,6 +252,8 @@ impl Plant {
             Plant::OwnerCheckByVersionZero => "owner-check-by-version-zero",
             Plant::GateByViewOnly => "gate-by-view-only",
             Plant::ReshardOnStaleConfig => "reshard-on-stale-config",
+            Plant::StartAheadPastTheGate => "start-ahead-past-the-gate",
+            Plant::SkipHeldFire => "skip-held-fire",
         }
     }
 }

@@ -200,6 +200,13 @@ impl Machine {
             note_marker(&mut j.markers_seen, i, ev.stat.as_ref(), now.wall_ms());
             if ev.stat.is_some() && !planted!(self.opts, RerunJavaFires) {
                 note_java_run(&mut j.java_ran, j.cache.view(), i, &ev.data, now.wall_ms());
+                note_java_touch(
+                    &mut j.java_touched,
+                    j.cache.view(),
+                    i,
+                    &ev.data,
+                    now.wall_ms(),
+                );
             }
         }
         j.cache.apply_parsed(ev, Some(node), &self.opts.instance_id);
@@ -240,6 +247,32 @@ pub(crate) fn note_java_run(
     let failover = item.is_some_and(|v| v.failover.is_some());
     if owners_run && !failover {
         let seen = java_ran.entry(i).or_insert(now_wall);
+        *seen = (*seen).max(now_wall);
+    }
+}
+
+/// Notes any run of ElasticJob seen starting on item `i` at `now_wall` (epoch ms), its owner's
+/// or not, but a failover's: a `running` marker created or written holding the id of an
+/// ElasticJob instance of `view`. An ElasticJob instance that starts a fire from a cache
+/// behind the plan runs items it no longer owns; a fire held behind the re-sharding flag is
+/// not run here on an item such a run touched since the hold began (`claim::fires`).
+pub(crate) fn note_java_touch(
+    touched: &mut BTreeMap<u32, i64>,
+    view: &JobView,
+    i: u32,
+    data: &[u8],
+    now_wall: i64,
+) {
+    if view.java.is_empty() {
+        return;
+    }
+    let java = std::str::from_utf8(data)
+        .ok()
+        .and_then(|v| InstanceId::new(v.trim()).ok())
+        .is_some_and(|id| view.java.contains(&id));
+    let failover = view.items.get(&i).is_some_and(|v| v.failover.is_some());
+    if java && !failover {
+        let seen = touched.entry(i).or_insert(now_wall);
         *seen = (*seen).max(now_wall);
     }
 }

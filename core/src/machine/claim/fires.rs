@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use crate::config::JobConfig;
-use crate::machine::job::FireMemo;
+use crate::machine::job::{FireMemo, HeldFire};
 use crate::machine::record::{ItemRecord, RunKind};
 
 /// Most fires looked at when catching up missed fires of one item in one evaluation.
@@ -32,6 +32,10 @@ pub(crate) struct ItemFires<'a> {
     /// then are done, and the next one too if it comes within [`JAVA_AHEAD_MS`] (a quarter of
     /// the cron's period at most): the ElasticJob instance's clock may be ahead of this one's.
     pub(crate) java_ran: Option<i64>,
+    /// The fire its previous owner waited at behind ElasticJob's re-sharding flag, if the
+    /// re-shard that ended the wait gave it to this instance ([`held_fire`]): due here, since
+    /// nobody ran it (an owner blocked at a fire runs it under the new plan, ElasticJob's rule).
+    pub(crate) held_fire: Option<i64>,
 }
 
 /// The rules a job's fires follow now.
@@ -74,6 +78,63 @@ pub(crate) fn java_covered(config: &Arc<JobConfig>, seen: i64, memo: &mut FireMe
     }
 }
 
+/// The latest fire of a hold behind ElasticJob's re-sharding flag that began at `since` and
+/// ended at `opened` (epoch ms): a fire every instance waited at. Not one that comes within
+/// what a clock ahead explains after the hold began ([`JAVA_AHEAD_MS`], a quarter of the
+/// period at most): an ElasticJob instance whose clock is ahead may have run it before the
+/// flag.
+pub(crate) fn held_fire(
+    config: &Arc<JobConfig>,
+    since: i64,
+    opened: i64,
+    memo: &mut FireMemo,
+) -> Option<i64> {
+    let first = memo.next_after(config, since)?;
+    let period = memo
+        .next_after(config, first)
+        .map_or(i64::MAX, |after| after.saturating_sub(first));
+    let from = since.saturating_add(JAVA_AHEAD_MS.min(period / 4));
+    let mut fire = memo.next_after(config, from.saturating_sub(1))?;
+    if fire > opened {
+        return None;
+    }
+    for _ in 0..MAX_CATCH_UP_STEPS {
+        match memo.next_after(config, fire) {
+            Some(t) if t <= opened => fire = t,
+            _ => break,
+        }
+    }
+    Some(fire)
+}
+
+/// Follows the fire gate of a job led by ElasticJob, purely: `gate` is when the current hold
+/// began and the job's item count then, `last` the fire the last hold covered, `held` whether
+/// the flag holds the job's new runs now. Returns both as they are after this decision: a
+/// hold that ends leaves the fire it covered ([`held_fire`]).
+pub(crate) fn follow_gate(
+    gate: Option<(i64, u32)>,
+    last: Option<HeldFire>,
+    held: bool,
+    config: &Arc<JobConfig>,
+    now_ms: i64,
+    memo: &mut FireMemo,
+) -> (Option<(i64, u32)>, Option<HeldFire>) {
+    match (held, gate) {
+        (true, Some(g)) => (Some(g), last),
+        (true, None) => (Some((now_ms, config.sharding_total_count)), last),
+        (false, Some((since, total))) => {
+            let fire = held_fire(config, since, now_ms, memo).map(|fire| HeldFire {
+                fire,
+                since,
+                total,
+                opened: now_ms,
+            });
+            (None, fire)
+        }
+        (false, None) => (None, last),
+    }
+}
+
 /// What an item's fires ask of this instance now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FireStep {
@@ -111,7 +172,11 @@ pub(crate) fn plan_item(
             done = Some(done.map_or(run.fire, |d| d.max(run.fire)));
         }
     }
-    let mut baseline = done.unwrap_or_else(|| item.owned_since.unwrap_or(now_ms));
+    let mut baseline = done.unwrap_or_else(|| {
+        let since = item.owned_since.unwrap_or(now_ms);
+        item.held_fire
+            .map_or(since, |f| since.min(f.saturating_sub(1)))
+    });
     if let Some(seen) = item.java_ran {
         // Fires an ElasticJob instance was seen running are not run here again.
         baseline = baseline.max(java_covered(config, seen, memo));
@@ -226,6 +291,12 @@ mod tests {
             owned_since,
             last_end,
             java_ran: None,
+            held_fire: None,
+        };
+        let held = |owned_since, fire| ItemFires {
+            owned_since: Some(owned_since),
+            held_fire: Some(fire),
+            ..ItemFires::default()
         };
         let java = |record, java_ran| ItemFires {
             record,
@@ -257,6 +328,11 @@ mod tests {
             ("every second: seen just before a fire, that fire", &every_second, java(Some(&rec_done_t0), T0 + 8 * S - 200), T0 + 8 * S + 100, WakeAt(T0 + 9 * S - 250)),
             ("the record later than ElasticJob's run: the record counts", &every_five, java(Some(&rec_done_t5), T0 + 100), T0 + 10 * S, Claim { fire: T0 + 10 * S, kind: Scheduled }),
             ("no record, owned before ElasticJob's run: after it", &every_five, ItemFires { owned_since: Some(T0 + 4 * S), ..java(None, T0 + 5 * S + 100) }, T0 + 10 * S, Claim { fire: T0 + 10 * S, kind: Scheduled }),
+            ("given by the re-shard after a held fire: that fire, late", &every_five, held(T0 + 5 * S + 20, T0 + 5 * S), T0 + 5 * S + 30, Claim { fire: T0 + 5 * S, kind: Scheduled }),
+            ("given long after a held fire: a misfire run of it", &every_five, held(T0 + 6 * S + 500, T0 + 5 * S), T0 + 6 * S + 600, Claim { fire: T0 + 5 * S, kind: Misfire }),
+            ("a held fire with misfire off, past the tolerance: given up", &no_misfire, held(T0 + 6 * S + 500, T0 + 5 * S), T0 + 6 * S + 600, WakeAt(T0 + 10 * S)),
+            ("a held fire and ElasticJob seen running it: done", &every_five, ItemFires { java_ran: Some(T0 + 5 * S + 10), ..held(T0 + 5 * S + 20, T0 + 5 * S) }, T0 + 5 * S + 30, WakeAt(T0 + 10 * S - 250)),
+            ("a record later than the held fire counts", &every_five, ItemFires { record: Some(&rec_done_t5), ..held(T0 + 5 * S + 20, T0 + 5 * S) }, T0 + 5 * S + 30, WakeAt(T0 + 10 * S - 250)),
         ];
         for (what, config, item, now, want) in cases {
             let mut memo = FireMemo::default();
@@ -265,6 +341,68 @@ mod tests {
                 want,
                 "{what}"
             );
+        }
+    }
+
+    /// The fire a hold behind ElasticJob's flag covered: the latest fire from a clock's
+    /// tolerance after the hold began up to its end.
+    #[test]
+    fn the_fire_a_hold_covered() {
+        let every_five = config("0/5 * * * * ?", true, true);
+        let every_second = config("* * * * * ?", true, true);
+        #[rustfmt::skip]
+        let cases = [
+            ("a hold across one fire", &every_five, T0 + 2 * S, T0 + 5 * S + 20, Some(T0 + 5 * S)),
+            ("a hold across two: the latest", &every_five, T0 + 2 * S, T0 + 11 * S, Some(T0 + 10 * S)),
+            ("a hold between fires: none", &every_five, T0 + S, T0 + 4 * S, None),
+            ("begun within a second of the fire: a J ahead may have run it", &every_five, T0 + 5 * S - 900, T0 + 6 * S, None),
+            ("begun over a second before: held", &every_five, T0 + 5 * S - 1_100, T0 + 6 * S, Some(T0 + 5 * S)),
+            ("every second: a quarter of the period's tolerance", &every_second, T0 + 5 * S - 300, T0 + 5 * S + 100, Some(T0 + 5 * S)),
+            ("every second: begun just before the fire", &every_second, T0 + 5 * S - 200, T0 + 5 * S + 100, None),
+        ];
+        for (what, config, since, opened, want) in cases {
+            let mut memo = FireMemo::default();
+            assert_eq!(held_fire(config, since, opened, &mut memo), want, "{what}");
+        }
+    }
+
+    /// The gate's bookkeeping: a hold's start is kept while it lasts, and its fire when it
+    /// ends; which items the fire is for.
+    #[test]
+    fn a_hold_s_fire_is_kept_when_it_ends_for_the_items_its_re_shard_gives() {
+        let every_five = config("0/5 * * * * ?", true, true);
+        let mut memo = FireMemo::default();
+        let step = |gate, fire, held, now, memo: &mut FireMemo| {
+            follow_gate(gate, fire, held, &every_five, now, memo)
+        };
+        let (gate, fire) = step(None, None, true, T0 + 2 * S, &mut memo);
+        let (gate, fire) = step(gate, fire, true, T0 + 4 * S, &mut memo);
+        assert_eq!(
+            (gate, fire),
+            (Some((T0 + 2 * S, 1)), None),
+            "held since its start"
+        );
+        let (gate, fire) = step(gate, fire, false, T0 + 5 * S + 20, &mut memo);
+        let kept = HeldFire {
+            fire: T0 + 5 * S,
+            since: T0 + 2 * S,
+            total: 1,
+            opened: T0 + 5 * S + 20,
+        };
+        assert_eq!((gate, fire), (None, Some(kept)));
+        let (_, fire) = step(gate, fire, false, T0 + 6 * S, &mut memo);
+        assert_eq!(fire, Some(kept), "kept until the next hold ends");
+        #[rustfmt::skip]
+        let cases = [
+            ("given with the re-shard", 0, T0 + 5 * S + 20, None, Some(T0 + 5 * S)),
+            ("owned from before the hold: its own record says", 0, T0 + S, None, None),
+            ("given well after the hold's end: another re-shard's", 0, T0 + 7 * S, None, None),
+            ("an item added since the hold began", 1, T0 + 5 * S + 20, None, None),
+            ("an ElasticJob run seen on it since the hold began", 0, T0 + 5 * S + 20, Some(T0 + 5 * S + 5), None),
+            ("an ElasticJob run seen on it before the hold", 0, T0 + 5 * S + 20, Some(T0 + S), Some(T0 + 5 * S)),
+        ];
+        for (what, item, owned_since, touched, want) in cases {
+            assert_eq!(kept.for_item(item, owned_since, touched), want, "{what}");
         }
     }
 

@@ -112,7 +112,7 @@ impl TriggerItems for Items<'_> {
 }
 
 /// The claim decision: own due items (cron, misfire, triggers) and failover orphans, within
-/// the transaction limit, as one transaction. While `held` (see [`hold_for_reshard`]) only
+/// the transaction limit, as one transaction. While `hold.held` (see [`hold_for_reshard`]) only
 /// failover is claimed: an orphan's owner is gone, so its item never blocks a move; missed
 /// fires run after the move as misfires. Pure but for `memo`, a cache of the cron's answers;
 /// wake times go to `wake`.
@@ -121,10 +121,11 @@ pub(crate) fn claims(
     view: &JobView,
     config: &Arc<JobConfig>,
     cx: &Ctx<'_>,
-    held: bool,
+    hold: Hold,
     memo: &mut FireMemo,
     wake: &mut Vec<Mono>,
 ) -> ClaimDecision {
+    let held = hold.held;
     let (me, opts, now) = (cx.me, cx.opts, cx.now);
     let n = config.sharding_total_count;
     let now_ms = now.wall_ms();
@@ -198,6 +199,13 @@ pub(crate) fn claims(
                 owned_since: j.owned_since.get(&i).copied(),
                 last_end: j.last_end.get(&i).copied(),
                 java_ran: j.java_ran.get(&i).copied(),
+                held_fire: hold
+                    .fire
+                    .and_then(|h| {
+                        let since = j.owned_since.get(&i).copied().unwrap_or(now_ms);
+                        h.for_item(i, since, j.java_touched.get(&i).copied())
+                    })
+                    .filter(|_| !planted!(opts, SkipHeldFire)),
             };
             match fires::plan_item(item, &rules, now_ms, memo) {
                 FireStep::Claim { fire, kind } => {
@@ -483,6 +491,17 @@ fn claim_txn(
     Action::Txn(Purpose::Claim(claims_out), ops)
 }
 
+/// What the fire gate says of a job's new runs at a decision: whether they are held
+/// ([`hold_for_reshard`]), and the fire the last hold behind an ElasticJob leader's flag
+/// covered ([`fires::follow_gate`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Hold {
+    /// New runs are held.
+    pub(crate) held: bool,
+    /// The fire the last ElasticJob hold covered, for the items its re-shard gave.
+    pub(crate) fire: Option<crate::machine::job::HeldFire>,
+}
+
 /// Whether new runs of the job are held because its leader waits to move items
 /// (`necessary`: the `leader/sharding/necessary` flag is set), and since when this instance
 /// saw the flag (`seen`, updated). While the leader waits for runs to end, no new run starts
@@ -679,7 +698,15 @@ mod tests {
             now,
         };
         let mut memo = FireMemo::default();
-        let d = claims(j, view, config, &cx, false, &mut memo, &mut Vec::new());
+        let d = claims(
+            j,
+            view,
+            config,
+            &cx,
+            Hold::default(),
+            &mut memo,
+            &mut Vec::new(),
+        );
         let Some(Action::Txn(Purpose::Claim(groups), ops)) = d.action else {
             panic!("no claim");
         };

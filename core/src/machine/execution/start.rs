@@ -220,7 +220,8 @@ impl Machine {
             // Nothing disabled at the claim, and no disable seen since: no need to look.
             let go = lease_ok
                 && e.epoch == self.sess.epoch
-                && (e.enabled_at == Some(self.disables) || !self.disabled_since_claim(id));
+                && (e.enabled_at == Some(self.disables) || !self.disabled_since_claim(id))
+                && !self.gate_closed_since_claim(id);
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
             };
@@ -252,6 +253,26 @@ impl Machine {
             || e.items
                 .iter()
                 .any(|it| view.items.get(&it.item).is_some_and(|v| v.disabled))
+    }
+
+    /// Whether ElasticJob's leader set the re-sharding flag after a claim made ahead of its
+    /// fire (the claim checked the flag absent): the run then does not start, and its claim is
+    /// given back (`docs/migration-design.md` 3.4, point 3). ElasticJob's leader shards at the
+    /// fire once every `running` node is gone, and the item's owner under the new plan runs
+    /// that fire; a run started here under the old plan would be its second. A J that owned
+    /// the item could only have started at the fire, so giving the claim back narrows the
+    /// window to ElasticJob's own: a flag set after a run's start.
+    pub(crate) fn gate_closed_since_claim(&self, id: ExecutionId) -> bool {
+        if planted!(self.opts, StartAheadPastTheGate) {
+            return false;
+        }
+        let Some(e) = self.executions.get(&id) else {
+            return false;
+        };
+        self.jobs.get(&e.job).is_some_and(|j| {
+            let view = j.cache.view();
+            view.necessary.is_some() && view.led_by_java()
+        })
     }
 
     /// Gives up an execution claimed ahead that never started: its markers go and its records
