@@ -251,6 +251,15 @@ pub struct OperatorShutdown {
     pub ended: Option<u64>,
 }
 
+/// One step of ElasticJob's re-sharding of a job ([`Cluster::java_sharding`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JavaSharding {
+    /// An ElasticJob instance created `leader/sharding/necessary` at this virtual ms.
+    Flagged(u64),
+    /// An ElasticJob leader's sharding transaction (the flag deleted) applied at this ms.
+    Sharded(u64),
+}
+
 /// Several machines over one store.
 pub struct Cluster {
     /// The shared registry store.
@@ -277,6 +286,15 @@ pub struct Cluster {
     /// item): the fire its runner (its `running` node) claimed or last started when it was
     /// queued; `None` for a runner that is no instance (a foreign marker: no fire).
     pub(crate) java_failover: BTreeMap<(String, u32), Option<i64>>,
+    /// ElasticJob's re-sharding of each job, as the registry applied it: when an ElasticJob
+    /// instance created `leader/sharding/necessary`, and when one committed a sharding (its
+    /// transaction deletes the flag), in virtual ms, in order (for the attribution of runs of
+    /// one fire under two plans, [`crate::checkers::attribution`]).
+    pub java_sharding: BTreeMap<String, Vec<JavaSharding>>,
+    /// The scheduled runs an ElasticJob instance started on an item whose `instance` node
+    /// named another instance at that moment (J reads its items from its cache: 1.5 step 2 of
+    /// `docs/migration-design.md`), by (job, item, J node, start ms).
+    pub java_stale_starts: BTreeSet<(String, u32, usize, u64)>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
     /// The largest clock skew any node has had, ms ([`Cluster::set_skew`],
@@ -325,6 +343,11 @@ pub struct Cluster {
     /// Every creation of an item's `execution` record the registry committed: (virtual ms,
     /// job, item). An item runs no fire from before its creation.
     pub item_creations: Vec<(u64, String, u32)>,
+    /// When an ElasticJob instance last created each item's node (`sharding/N`, ElasticJob's
+    /// `resetShardingInfo`), by (job, item): ElasticJob writes no `execution` record, so a
+    /// shardjob claim that creates the first record of such an item is no creation of it; the
+    /// item exists from the node's creation ([`Cluster::item_creations`]).
+    pub java_item_nodes: BTreeMap<(String, u32), u64>,
     /// What the machines' self-checks found ([`Machine::self_check`], after every input):
     /// (virtual ms, node, finding). An ElasticJob node's finding (its tasks never settled) is
     /// keyed `usize::MAX - j` and its text names the node.
@@ -388,6 +411,8 @@ impl Cluster {
             job_type: "SIMPLE".to_owned(),
             java_missed: BTreeMap::new(),
             java_failover: BTreeMap::new(),
+            java_sharding: BTreeMap::new(),
+            java_stale_starts: BTreeSet::new(),
             runs: Vec::new(),
             skew_seen: 0,
             starts: Vec::new(),
@@ -409,6 +434,7 @@ impl Cluster {
             disabled_since: BTreeMap::new(),
             operator_log: Vec::new(),
             item_creations: Vec::new(),
+            java_item_nodes: BTreeMap::new(),
             invariant_violations: Vec::new(),
             disabled_runs: Vec::new(),
             shutdowns: Vec::new(),
@@ -1252,7 +1278,15 @@ impl Cluster {
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
                     for (job, item) in created {
-                        self.item_creations.push((self.now, job, item));
+                        // The first record of an item an ElasticJob instance created (its node
+                        // still there): the item exists from that node's creation.
+                        let at = self
+                            .java_item_nodes
+                            .get(&(job.clone(), item))
+                            .copied()
+                            .filter(|_| self.exists(&format!("/{job}/sharding/{item}")))
+                            .unwrap_or(self.now);
+                        self.item_creations.push((at, job, item));
                     }
                     for i in ended {
                         self.runs[i].end_committed = Some(self.now);

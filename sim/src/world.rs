@@ -559,6 +559,10 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         !c.java.is_empty(),
         &plans,
         shardjob_gone,
+        &checkers::attribution::JavaTrace {
+            sharding: std::mem::take(&mut c.java_sharding),
+            stale_starts: std::mem::take(&mut c.java_stale_starts),
+        },
     );
 
     SeedReport {

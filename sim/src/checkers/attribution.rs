@@ -34,8 +34,8 @@ use std::collections::BTreeMap;
 
 use shardjob_core::machine::record::RunKind;
 
-use super::{Subject, Violation};
-use crate::cluster::RunRecord;
+use super::{RunRef, Subject, Violation};
+use crate::cluster::{JavaSharding, RunRecord};
 
 /// An ElasticJob 3.0.4 behaviour that breaks one of shardjob's invariants, as documented in
 /// `docs/migration-design.md` (sections 1, 3.9 and 5). Each exemption of [`judge`] names one.
@@ -95,6 +95,13 @@ pub enum Behaviour {
     /// throw, so a J-led job is never sharded again while it stays (shardjob's leader deletes
     /// it, 3.7; a J never does).
     UnreadableInstance,
+    /// J shards at a fire, and a J blocked at that fire runs it under the new plan (1.4 steps
+    /// 3 and 4, 1.5 step 2): the item's owner under the old plan, which started the fire
+    /// before the re-sharding flag was set, ran it too. A J in that owner's place starts at
+    /// the same fire with the flag as absent, so an all-ElasticJob cluster runs it twice the
+    /// same way; an S owner that claimed ahead and started after the flag is not exempted
+    /// (it gives such a claim back: `docs/migration-design.md` 3.4, point 3).
+    RunsUnderNewPlan,
     /// J's registration (1.8): a J whose instance node is deleted under it (by its own
     /// delete-then-create on RECONNECTED racing a session expiry, or anyone) shuts the job down
     /// for good, and stays unregistered.
@@ -118,6 +125,7 @@ impl Behaviour {
             Self::LeftRunningNode => "left-running-node",
             Self::UnreadableInstance => "unreadable-instance",
             Self::InstanceNodeLost => "instance-node-lost",
+            Self::RunsUnderNewPlan => "runs-under-new-plan",
         }
     }
 }
@@ -280,6 +288,7 @@ pub fn split(
     java: bool,
     plans: &BTreeMap<String, JavaPlan>,
     shardjob_gone: Option<i64>,
+    trace: &JavaTrace,
 ) -> Split {
     let mut out = Split::default();
     if !java {
@@ -288,7 +297,7 @@ pub fn split(
     }
     let by_item = super::runs_by_item(runs);
     for v in violations {
-        match judge(&v, &by_item, plans, shardjob_gone) {
+        match judge(&v, &by_item, plans, shardjob_gone, trace) {
             Some(b) => out.elasticjob.push((v, b)),
             None => out.failing.push(v),
         }
@@ -306,6 +315,7 @@ pub fn judge(
     by_item: &BTreeMap<(&str, u32), Vec<&RunRecord>>,
     plans: &BTreeMap<String, JavaPlan>,
     shardjob_gone: Option<i64>,
+    java: &JavaTrace,
 ) -> Option<Behaviour> {
     fn runs_of<'m, 'r: 'm>(
         by_item: &'m BTreeMap<(&'m str, u32), Vec<&'r RunRecord>>,
@@ -322,8 +332,44 @@ pub fn judge(
             earlier,
             later,
         } => {
-            if !(earlier.java && later.java) {
-                return None;
+            if !later.java {
+                // A J that started the fire from a cache behind the registry's plan, on an item
+                // the plan gave to S: S, its owner, ran it by right (as a J owner would).
+                let stray = v.checker == "once"
+                    && earlier.java
+                    && earlier.kind == RunKind::Scheduled
+                    && java.stale_starts.contains(&(
+                        job.clone(),
+                        *item,
+                        earlier.node,
+                        earlier.start,
+                    ));
+                return stray.then_some(Behaviour::StartWithoutClaim);
+            }
+            let attempts = || {
+                runs_of(by_item, job, *item)
+                    .iter()
+                    .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
+                    .filter(|r| r.start <= later.start)
+            };
+            if !earlier.java {
+                // An S run first: J's own only as a J blocked at the fire, running it under
+                // the plan a J re-shard made after every S attempt had started at the fire.
+                if v.checker != "once" || later.kind != RunKind::Scheduled {
+                    return None;
+                }
+                // Or a J that started its fire from a cache behind the registry's plan, which
+                // gave the item to another: that owner, S or J, ran it by right.
+                if java
+                    .stale_starts
+                    .contains(&(job.clone(), *item, later.node, later.start))
+                {
+                    return Some(Behaviour::StartWithoutClaim);
+                }
+                let new_plan = attempts()
+                    .filter(|r| !r.java)
+                    .all(|r| java.old_owner_then_new_plan(job, r, later));
+                return new_plan.then_some(Behaviour::RunsUnderNewPlan);
             }
             match v.checker {
                 // Each overlapping pair is a violation of its own: this one is J's.
@@ -331,11 +377,7 @@ pub fn judge(
                 "once" => {
                     // Every attempt of the fire up to the later one is J's: a J start after
                     // an S run of the fire is not J's alone.
-                    let all_java = runs_of(by_item, job, *item)
-                        .iter()
-                        .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
-                        .filter(|r| r.start <= later.start)
-                        .all(|r| r.java);
+                    let all_java = attempts().all(|r| r.java);
                     all_java.then_some(match later.kind {
                         RunKind::Misfire => Behaviour::MisfireReplay,
                         RunKind::Failover => Behaviour::FailoverReplay,
@@ -432,6 +474,59 @@ pub fn judge(
     }
 }
 
+/// What the registry saw of ElasticJob's processes, for [`judge`]: when a J set each job's
+/// re-sharding flag and when a J leader's sharding applied ([`Cluster::java_sharding`]), and
+/// which J runs started on an item the registry's plan gave to another
+/// ([`Cluster::java_stale_starts`]).
+///
+/// [`Cluster::java_sharding`]: crate::cluster::Cluster::java_sharding
+/// [`Cluster::java_stale_starts`]: crate::cluster::Cluster::java_stale_starts
+#[derive(Debug, Clone, Default)]
+pub struct JavaTrace {
+    /// Each job's re-sharding steps, in order.
+    pub sharding: BTreeMap<String, Vec<JavaSharding>>,
+    /// The J scheduled runs started against the plan, by (job, item, J node, start ms).
+    pub stale_starts: std::collections::BTreeSet<(String, u32, usize, u64)>,
+}
+
+impl JavaTrace {
+    /// Whether `first`, an S run of `later`'s fire, ran as a J owner under the plan of the
+    /// fire would have, and `later` (a J's scheduled run of that fire) under a plan a J made
+    /// after it: `first` is a scheduled run that started at its fire by its own clock (a J
+    /// on that clock starts then too: a clock ahead widens ElasticJob's own window as much)
+    /// while the flag was absent, a J set it
+    /// after that start, and a J's sharding consumed it before `later` started.
+    fn old_owner_then_new_plan(&self, job: &str, first: &RunRecord, later: &RunRef) -> bool {
+        if first.kind != RunKind::Scheduled
+            || first.wall_start < first.fire
+            || later.start <= first.start
+        {
+            return false;
+        }
+        let Some(steps) = self.sharding.get(job) else {
+            return false;
+        };
+        // The flag was absent when `first` started: the last step before is no flag set.
+        let before = steps.iter().rev().find(|s| match **s {
+            JavaSharding::Flagged(at) | JavaSharding::Sharded(at) => at <= first.start,
+        });
+        if matches!(before, Some(JavaSharding::Flagged(_))) {
+            return false;
+        }
+        let mut flagged = false;
+        for step in steps {
+            match *step {
+                JavaSharding::Flagged(at) if at > first.start && at <= later.start => {
+                    flagged = true;
+                }
+                JavaSharding::Sharded(at) if flagged && at <= later.start => return true,
+                _ => {}
+            }
+        }
+        false
+    }
+}
+
 /// Whose hands an item was in across a fire, as its runs tell.
 enum Hands {
     /// Every run from the last attempt of an earlier fire (started before the cover) up to
@@ -483,9 +578,9 @@ mod tests {
 
     use shardjob_core::machine::record::RunKind;
 
-    use super::{Behaviour, JavaPlan, judge, split};
+    use super::{Behaviour, JavaPlan, JavaTrace, judge, split};
     use crate::checkers::{Subject, Violation, runs_by_item, test_run};
-    use crate::cluster::RunRecord;
+    use crate::cluster::{JavaSharding, RunRecord};
 
     /// A run of item 0 of job `j` for the fire at `fire` ms (epoch), started at `start`.
     fn run(java: bool, node: usize, fire: i64, start: u64, kind: RunKind) -> RunRecord {
@@ -513,7 +608,7 @@ mod tests {
         runs: &[RunRecord],
         plans: &BTreeMap<String, JavaPlan>,
     ) -> Option<Behaviour> {
-        judge(v, &runs_by_item(runs), plans, None)
+        judge(v, &runs_by_item(runs), plans, None, &JavaTrace::default())
     }
 
     #[test]
@@ -548,6 +643,96 @@ mod tests {
         // Another checker naming two J runs: not exempted.
         let v = about("late", Subject::runs(&j1, &j2));
         assert_eq!(judged(&v, &runs, &none), None);
+    }
+
+    /// An S run of a fire, then a J run of it: J's own only when the J ran against the plan
+    /// (a stale cache), or was blocked at the fire and ran it under a plan a J re-shard made
+    /// after the S run had started at its fire with no flag set.
+    #[test]
+    fn an_s_run_then_a_j_run_of_one_fire_is_elasticjobs_own_only_as_elasticjob_would_run_it() {
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let fire = test_run(0).fire + 5_000;
+        let at = |start: u64| test_run(0).fire + start as i64;
+        // S starts at its fire (+5 s), J at +9 s, after the re-shard.
+        let s = RunRecord {
+            wall_start: at(5_000),
+            ..run(false, 0, fire, 5_000, Scheduled)
+        };
+        let j = run(true, 1, fire, 9_000, Scheduled);
+        let runs = [s.clone(), j.clone()];
+        let by_item = runs_by_item(&runs);
+        let once = about("once", Subject::runs(&s, &j));
+        let trace = |steps: Vec<JavaSharding>| JavaTrace {
+            sharding: BTreeMap::from([("j".to_owned(), steps)]),
+            ..JavaTrace::default()
+        };
+        use JavaSharding::{Flagged, Sharded};
+        #[rustfmt::skip]
+        let cases = [
+            ("flag after S's start, sharded before J's", vec![Flagged(6_000), Sharded(8_000)], Some(Behaviour::RunsUnderNewPlan)),
+            ("no re-shard", vec![], None),
+            ("flagged but not sharded before J's start", vec![Flagged(6_000), Sharded(9_500)], None),
+            ("the flag was there at S's start", vec![Flagged(4_000), Sharded(8_000)], None),
+            ("an older flag consumed, then one after S's start", vec![Flagged(1_000), Sharded(2_000), Flagged(6_000), Sharded(8_000)], Some(Behaviour::RunsUnderNewPlan)),
+            ("the flag there at S's start, consumed, then another", vec![Flagged(4_000), Sharded(5_500), Flagged(6_000), Sharded(8_000)], None),
+        ];
+        for (what, steps, want) in cases {
+            assert_eq!(
+                judge(&once, &by_item, &none, None, &trace(steps)),
+                want,
+                "{what}"
+            );
+        }
+        let after = trace(vec![Flagged(6_000), Sharded(8_000)]);
+        // S claimed ahead and started before its fire by its own clock: its own doing.
+        let early = RunRecord {
+            wall_start: fire - 250,
+            ..s.clone()
+        };
+        let runs = [early.clone(), j.clone()];
+        let v = about("once", Subject::runs(&early, &j));
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &after),
+            None,
+            "claimed ahead"
+        );
+        // A later J run that is a misfire replay, or another checker: not this rule.
+        let replay = run(true, 1, fire, 9_000, Misfire);
+        let runs = [s.clone(), replay.clone()];
+        let v = about("once", Subject::runs(&s, &replay));
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &after),
+            None,
+            "misfire"
+        );
+        let v = about("overlap", Subject::runs(&s, &j));
+        assert_eq!(judge(&v, &by_item, &none, None, &after), None, "overlap");
+        // J started against the plan: S, the owner, ran it by right, whichever came first.
+        let stray = JavaTrace {
+            stale_starts: [("j".to_owned(), 0, 1, 9_000)].into(),
+            ..JavaTrace::default()
+        };
+        assert_eq!(
+            judge(&once, &by_item, &none, None, &stray),
+            Some(Behaviour::StartWithoutClaim)
+        );
+        let j_first = run(true, 1, fire, 4_000, Scheduled);
+        let runs = [j_first.clone(), s.clone()];
+        let v = about("once", Subject::runs(&j_first, &s));
+        let stray_first = JavaTrace {
+            stale_starts: [("j".to_owned(), 0, 1, 4_000)].into(),
+            ..JavaTrace::default()
+        };
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &stray_first),
+            Some(Behaviour::StartWithoutClaim)
+        );
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &JavaTrace::default()),
+            None,
+            "a J run by the plan, then S: S's duplicate"
+        );
     }
 
     #[test]
@@ -628,18 +813,54 @@ mod tests {
         let runs = [s_before];
         let by_item = runs_by_item(&runs);
         let lost = about("lost", Subject::fire("j", 0, 2_000));
-        assert_eq!(judge(&lost, &by_item, &java_plan, None), None);
-        assert_eq!(judge(&lost, &by_item, &java_plan, Some(2_500)), None);
         assert_eq!(
-            judge(&lost, &by_item, &java_plan, Some(1_500)),
+            judge(&lost, &by_item, &java_plan, None, &JavaTrace::default()),
+            None
+        );
+        assert_eq!(
+            judge(
+                &lost,
+                &by_item,
+                &java_plan,
+                Some(2_500),
+                &JavaTrace::default()
+            ),
+            None
+        );
+        assert_eq!(
+            judge(
+                &lost,
+                &by_item,
+                &java_plan,
+                Some(1_500),
+                &JavaTrace::default()
+            ),
             Some(Behaviour::UnboundedWait)
         );
         // Not while a shardjob leader's plan is the end's.
-        assert_eq!(judge(&lost, &by_item, &BTreeMap::new(), Some(1_500)), None);
+        assert_eq!(
+            judge(
+                &lost,
+                &by_item,
+                &BTreeMap::new(),
+                Some(1_500),
+                &JavaTrace::default()
+            ),
+            None
+        );
         // Two runs are judged as before.
         let j = run(true, 1, 1_000, 3_000, Scheduled);
         let twice = about("once", Subject::runs(&runs[0], &j));
-        assert_eq!(judge(&twice, &by_item, &java_plan, Some(1_500)), None);
+        assert_eq!(
+            judge(
+                &twice,
+                &by_item,
+                &java_plan,
+                Some(1_500),
+                &JavaTrace::default()
+            ),
+            None
+        );
     }
 
     #[test]
@@ -693,10 +914,18 @@ mod tests {
             false,
             &BTreeMap::new(),
             None,
+            &JavaTrace::default(),
         );
         assert_eq!(found.failing, std::slice::from_ref(&v));
         assert!(found.elasticjob.is_empty());
-        let found = split(vec![v], &[j1, j2], true, &BTreeMap::new(), None);
+        let found = split(
+            vec![v],
+            &[j1, j2],
+            true,
+            &BTreeMap::new(),
+            None,
+            &JavaTrace::default(),
+        );
         assert!(found.failing.is_empty());
         assert_eq!(found.elasticjob.len(), 1);
     }

@@ -18,7 +18,7 @@ use shardjob_core::registry::{
 use super::jvm::{ConnEvent, Out, RunWhy};
 use super::view::relative;
 use super::{JavaItem, JavaJob, JavaNode, JavaRun, Source};
-use crate::cluster::{Cluster, ClusterError, ClusterStart, RunRecord};
+use crate::cluster::{Cluster, ClusterError, ClusterStart, JavaSharding, RunRecord};
 use crate::network::InFlight;
 use crate::node::{Link, Process};
 use crate::timeline;
@@ -607,11 +607,22 @@ impl Cluster {
             RegistryOp::Transact(ops) => {
                 let mut starting = Vec::new();
                 let mut queued = Vec::new();
+                let mut sharding = Vec::new();
+                let mut items = Vec::new();
                 for op in &ops {
+                    if let TxnOp::Delete { path, .. } = op {
+                        if let Some((job, JobNode::ShardingNecessary)) = JobNode::parse(path) {
+                            sharding.push((job.to_owned(), JavaSharding::Sharded(self.now)));
+                        }
+                    }
                     let TxnOp::Create { path, .. } = op else {
                         continue;
                     };
                     match JobNode::parse(path) {
+                        Some((job, JobNode::ShardingNecessary)) => {
+                            sharding.push((job.to_owned(), JavaSharding::Flagged(self.now)));
+                        }
+                        Some((job, JobNode::Item(item))) => items.push((job.to_owned(), item)),
                         Some((job, JobNode::Instance(_))) => {
                             let dir = path.parent();
                             if dir.is_some_and(|d| self.store.tree(&d).len() == 1) {
@@ -635,6 +646,12 @@ impl Cluster {
                     .collect();
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
+                    for (job, step) in sharding {
+                        self.java_sharding.entry(job).or_default().push(step);
+                    }
+                    for key in items {
+                        self.java_item_nodes.insert(key, self.now);
+                    }
                     for job in starting {
                         self.starts.push(ClusterStart {
                             at: self.now,
@@ -753,6 +770,13 @@ impl Cluster {
                     (RunKind::Misfire, fire)
                 }
             };
+            if matches!(why, RunWhy::Normal(Source::Cron(_))) {
+                let owner = self.read(&format!("/{job}/sharding/{item}/instance"));
+                if owner.is_some_and(|o| o.trim() != self.java[j].id.as_str()) {
+                    self.java_stale_starts
+                        .insert((job.to_owned(), item, j, self.now));
+                }
+            }
             let duration = (self.duration)(job, item, self.now);
             let record = self.runs.len();
             let token = token.unwrap_or(self.store.revision().0);
