@@ -156,15 +156,11 @@ pub enum Plant {
     /// re-shard gives this instance (the baseline is when the item came): nobody runs that
     /// fire (`docs/migration-design.md` 3.6, rule (e)).
     SkipHeldFire,
-    /// Give up the end of a run whose `running` marker another hand deleted under it, as when
-    /// the session is lost: the record keeps a run in progress whose runner is live, and this
-    /// instance's own failover runs the finished fire again.
-    KeepRecordWhenMarkerGone,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 45] = [
+    pub const ALL: [Plant; 44] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -209,7 +205,6 @@ impl Plant {
         Plant::ReshardOnStaleConfig,
         Plant::StartAheadPastTheGate,
         Plant::SkipHeldFire,
-        Plant::KeepRecordWhenMarkerGone,
     ];
 
     /// The name used on the command line.
@@ -259,7 +254,6 @@ impl Plant {
             Plant::ReshardOnStaleConfig => "reshard-on-stale-config",
             Plant::StartAheadPastTheGate => "start-ahead-past-the-gate",
             Plant::SkipHeldFire => "skip-held-fire",
-            Plant::KeepRecordWhenMarkerGone => "keep-record-when-marker-gone",
         }
     }
 }
