@@ -104,14 +104,7 @@ impl Machine {
             let gate = view.led_by_java() && !planted!(self.opts, GateOpenBesideJava);
             let held = hold_for_reshard(&mut seen, necessary, gate, wait, now, &mut wake);
             // The fire gate as the decision would leave it.
-            let (_, fire) = fires::follow_gate(
-                j.java_gate,
-                j.held_fire,
-                gate && necessary,
-                &config,
-                now.wall_ms(),
-                &mut j.fires,
-            );
+            let (_, fire) = j.gate_after(gate && necessary, &config, now.wall_ms());
             let hold = Hold { held, fire };
             let cx = Ctx {
                 me: &me,

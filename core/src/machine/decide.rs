@@ -241,14 +241,7 @@ impl Machine {
         let wait = ms(self.opts.reshard_wait);
         let gate = view.led_by_java() && !planted!(self.opts, GateOpenBesideJava);
         let held = hold_for_reshard(&mut j.necessary_seen, necessary, gate, wait, now, &mut wake);
-        (j.java_gate, j.held_fire) = fires::follow_gate(
-            j.java_gate,
-            j.held_fire,
-            gate && necessary,
-            &config,
-            now.wall_ms(),
-            &mut j.fires,
-        );
+        (j.java_gate, j.held_fire) = j.gate_after(gate && necessary, &config, now.wall_ms());
         let hold = Hold {
             held,
             fire: j.held_fire,

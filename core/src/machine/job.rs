@@ -247,6 +247,25 @@ impl FireMemo {
 }
 
 impl Job {
+    /// The fire gate's bookkeeping (`java_gate`, `held_fire`) as a decision now would leave
+    /// it, `held_by_java` saying whether an ElasticJob leader's flag holds new runs now (see
+    /// [`crate::machine::claim::fires::follow_gate`]); the caller keeps it or only looks.
+    pub(crate) fn gate_after(
+        &mut self,
+        held_by_java: bool,
+        config: &Arc<JobConfig>,
+        now_ms: i64,
+    ) -> (Option<(i64, u32)>, Option<HeldFire>) {
+        crate::machine::claim::fires::follow_gate(
+            self.java_gate,
+            self.held_fire,
+            held_by_java,
+            config,
+            now_ms,
+            &mut self.fires,
+        )
+    }
+
     /// After a committed transaction of ours: hold decisions until the watch shows its last
     /// write (or reload after `timeout_ms`), so they are not made on a view without it.
     pub(crate) fn await_own_writes(&mut self, results: &[TxnOpResult], now: Now, timeout_ms: u64) {

@@ -231,23 +231,8 @@ pub(crate) fn note_java_run(
     data: &[u8],
     now_wall: i64,
 ) {
-    // On every run marker's event: nothing to parse unless the job is mixed.
-    if view.java.is_empty() {
-        return;
-    }
-    let item = view.items.get(&i);
-    // The owner's own run: an ElasticJob instance also replays fires of items it no longer
-    // owns (its misfire loop over a stale context), which says nothing of the item's fires.
-    let owners_run = std::str::from_utf8(data)
-        .ok()
-        .and_then(|v| InstanceId::new(v.trim()).ok())
-        .is_some_and(|id| {
-            view.java.contains(&id) && item.and_then(|v| v.owner.as_ref()) == Some(&id)
-        });
-    let failover = item.is_some_and(|v| v.failover.is_some());
-    if owners_run && !failover {
-        let seen = java_ran.entry(i).or_insert(now_wall);
-        *seen = (*seen).max(now_wall);
+    if java_marker(view, i, data) == Some(true) {
+        bump(java_ran, i, now_wall);
     }
 }
 
@@ -263,18 +248,36 @@ pub(crate) fn note_java_touch(
     data: &[u8],
     now_wall: i64,
 ) {
-    if view.java.is_empty() {
-        return;
+    if java_marker(view, i, data).is_some() {
+        bump(touched, i, now_wall);
     }
-    let java = std::str::from_utf8(data)
+}
+
+/// What item `i`'s `running` marker holding `data` says of ElasticJob: `None` unless it holds
+/// the id of an ElasticJob instance of `view` and the item has no `failover` node (a
+/// failover's run replays the fire of a dead run, not the latest); `Some(owner)`: whether that
+/// instance owns the item (an ElasticJob instance also replays fires of items it no longer
+/// owns, its misfire loop over a stale context, which says nothing of the item's fires).
+fn java_marker(view: &JobView, i: u32, data: &[u8]) -> Option<bool> {
+    // On every run marker's event: nothing to parse unless the job is mixed.
+    if view.java.is_empty() {
+        return None;
+    }
+    let item = view.items.get(&i);
+    if item.is_some_and(|v| v.failover.is_some()) {
+        return None;
+    }
+    let id = std::str::from_utf8(data)
         .ok()
         .and_then(|v| InstanceId::new(v.trim()).ok())
-        .is_some_and(|id| view.java.contains(&id));
-    let failover = view.items.get(&i).is_some_and(|v| v.failover.is_some());
-    if java && !failover {
-        let seen = touched.entry(i).or_insert(now_wall);
-        *seen = (*seen).max(now_wall);
-    }
+        .filter(|id| view.java.contains(id))?;
+    Some(item.and_then(|v| v.owner.as_ref()) == Some(&id))
+}
+
+/// Keeps the latest of `now_wall` and what `seen` holds for item `i`.
+fn bump(seen: &mut BTreeMap<u32, i64>, i: u32, now_wall: i64) {
+    let at = seen.entry(i).or_insert(now_wall);
+    *at = (*at).max(now_wall);
 }
 
 /// Notes the first sight (epoch ms `now_wall`) of item `i`'s `running` marker if no session
