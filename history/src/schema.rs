@@ -190,8 +190,10 @@ pub struct Statements {
     /// execution_source, failure_cause, is_success, start_time, complete_time).
     pub finish: String,
     /// Insert shardjob's row (id, job_name, sharding_item, instance_id, fire_time, run_kind,
-    /// fencing_token, creation_time, then job_name, sharding_item, fire_time for the attempt)
-    /// unless it exists.
+    /// fencing_token, creation_time, then job_name, sharding_item, fire_time and 1 for a
+    /// manual trigger's run or 0 for a fire's, for the attempt) unless it exists. A trigger's
+    /// time may equal a scheduled fire's to the millisecond; its attempt counts only the runs
+    /// of the same trigger (it stays a trigger when it fails over), a fire's only the fire's.
     pub shardjob: String,
     /// Record a status row id (id, creation_time); no row affected: it was written (MySQL).
     pub status_marker: Option<String>,
@@ -213,7 +215,7 @@ impl Statements {
                              instance_id, fire_time, run_kind, fencing_token, creation_time, \
                              attempt) SELECT ?, ?, ?, ?, ?, ?, ?, ?, 1 + (SELECT COUNT(*) FROM \
                              SHARDJOB_EXECUTION_LOG WHERE job_name = ? AND sharding_item = ? \
-                             AND fire_time = ? AND run_kind <> 'TRIGGER')";
+                             AND fire_time = ? AND (CASE WHEN run_kind = 'TRIGGER' THEN 1 ELSE 0 END) = ?)";
         let status_cols = "INTO JOB_STATUS_TRACE_LOG (id, job_name, original_task_id, task_id, \
                            slave_id, source, execution_type, sharding_item, state, message, \
                            creation_time) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
@@ -297,7 +299,7 @@ mod tests {
         assert_eq!(for_dialect(Dialect::MySql, "x = ?"), "x = ?");
         let pg = Statements::new(Dialect::Postgres);
         assert!(pg.finish.contains("$11") && !pg.finish.contains('?'));
-        assert!(pg.shardjob.contains("$11") && !pg.shardjob.contains('?'));
+        assert!(pg.shardjob.contains("$12") && !pg.shardjob.contains('?'));
     }
 
     #[test]

@@ -279,6 +279,7 @@ fn shardjob_row(
             Bind::Str(run.job_name.clone()),
             Bind::Int(run.sharding_item as i32),
             Bind::Time(fire),
+            Bind::Int(i32::from(run.run_kind == "TRIGGER")),
         ],
         false,
     )

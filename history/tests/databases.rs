@@ -355,6 +355,17 @@ async fn events_are_written_once(url: DatabaseUrl) {
     again.source = ExecutionSource::Failover;
     again.run_kind = "FAILOVER".into();
     history.record(TraceEvent::ItemStarted(again.clone()));
+    // A manual trigger handled at the fire's very millisecond (the instance woke for the fire
+    // and found the trigger queued) is not another attempt of the fire; its own failover is
+    // the trigger's second attempt.
+    let mut trigger = run("settle", 0, 2);
+    trigger.id = trace_id(&["10.0.0.1@-@42", "settle", "0", "2", "trigger"]);
+    trigger.run_kind = "TRIGGER".into();
+    history.record(TraceEvent::ItemStarted(trigger.clone()));
+    let mut moved = trigger.clone();
+    moved.id = trace_id(&["10.0.0.2@-@7", "settle", "0", "2", "trigger"]);
+    moved.instance_id = "10.0.0.2@-@7".into();
+    history.record(TraceEvent::ItemStarted(moved.clone()));
     assert!(history.flush(DEADLINE).await.complete);
     let rows = store
         .executions(&ExecutionQuery {
@@ -372,9 +383,11 @@ async fn events_are_written_once(url: DatabaseUrl) {
         .filter(|r| r.sharding_item == 0)
         .map(|r| (r.run_kind.as_deref(), r.attempt, r.instance_id.clone()))
         .collect();
-    assert_eq!(attempts.len(), 2, "{rows:?}");
+    assert_eq!(attempts.len(), 4, "{rows:?}");
     assert!(attempts.contains(&(Some("SCHEDULED"), Some(1), Some("10.0.0.1@-@42".into()))));
     assert!(attempts.contains(&(Some("FAILOVER"), Some(2), Some("10.0.0.2@-@7".into()))));
+    assert!(attempts.contains(&(Some("TRIGGER"), Some(1), Some("10.0.0.1@-@42".into()))));
+    assert!(attempts.contains(&(Some("TRIGGER"), Some(2), Some("10.0.0.2@-@7".into()))));
     let failover = rows.rows.iter().find(|r| r.execution_source == "FAILOVER");
     assert!(failover.is_some_and(|r| r.complete_time.is_none() && !r.success));
 
@@ -382,8 +395,8 @@ async fn events_are_written_once(url: DatabaseUrl) {
     let gone = store.delete_older_than(Utc::now(), 2).await.unwrap();
     assert_eq!(
         gone,
-        5 + 6
-            + 5
+        7 + 6
+            + 7
             + if url.dialect() == Dialect::MySql {
                 6
             } else {
