@@ -203,6 +203,21 @@ impl RunRecord {
     }
 }
 
+/// A `running` marker a shardjob instance's transaction deleted ([`Cluster::marker_deletions`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MarkerDeletion {
+    /// When the registry committed the deletion, virtual ms.
+    pub at: u64,
+    /// The node that deleted it.
+    pub node: usize,
+    /// The job.
+    pub job: String,
+    /// The item.
+    pub item: u32,
+    /// The revision the marker was created at: the fencing token of the run it stood for.
+    pub created: u64,
+}
+
 /// A registration that found the `instances` node of its job in the store without any instance
 /// node below it: the job's cluster (re)started. Seen by the cluster in the store, not told by
 /// the machine.
@@ -348,6 +363,10 @@ pub struct Cluster {
     /// shardjob claim that creates the first record of such an item is no creation of it; the
     /// item exists from the node's creation ([`Cluster::item_creations`]).
     pub java_item_nodes: BTreeMap<(String, u32), u64>,
+    /// Every `running` marker a shardjob instance's transaction deleted, as the registry
+    /// committed it: what the marker checker ([`crate::checkers::markers`]) holds against
+    /// the runs.
+    pub marker_deletions: Vec<MarkerDeletion>,
     /// What the machines' self-checks found ([`Machine::self_check`], after every input):
     /// (virtual ms, node, finding). An ElasticJob node's finding (its tasks never settled) is
     /// keyed `usize::MAX - j` and its text names the node.
@@ -435,6 +454,7 @@ impl Cluster {
             operator_log: Vec::new(),
             item_creations: Vec::new(),
             java_item_nodes: BTreeMap::new(),
+            marker_deletions: Vec::new(),
             invariant_violations: Vec::new(),
             disabled_runs: Vec::new(),
             shutdowns: Vec::new(),
@@ -1275,8 +1295,32 @@ impl Cluster {
                         _ => None,
                     })
                     .collect();
+                // The markers it deletes, with the revision each was created at (a run's
+                // fencing token), read before the transaction applies.
+                let deleted: Vec<(String, u32, u64)> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        TxnOp::Delete { path, .. } => match JobNode::parse(path) {
+                            Some((job, JobNode::ItemState(item, ItemLeaf::Running))) => self
+                                .store
+                                .node(path)
+                                .map(|m| (job.to_owned(), item, m.stat.created.0)),
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
+                    for (job, item, created) in deleted {
+                        self.marker_deletions.push(MarkerDeletion {
+                            at: self.now,
+                            node: n,
+                            job,
+                            item,
+                            created,
+                        });
+                    }
                     for (job, item) in created {
                         // The first record of an item an ElasticJob instance created (its node
                         // still there): the item exists from that node's creation.

@@ -521,6 +521,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         2_000 + skews,
     ));
     violations.extend(checkers::invariant::check(&c));
+    violations.extend(checkers::markers::check(&c));
     violations.extend(checkers::convergence::check(&c, &totals, end));
     violations.extend(checkers::mixed::check(&c, &totals, end));
     // After a migration's last ElasticJob instance left: none of ElasticJob's nodes is left.

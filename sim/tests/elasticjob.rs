@@ -1241,3 +1241,83 @@ fn a_fire_held_behind_elasticjob_s_flag_is_lost_when_its_new_owner_skips_it() {
         || (0..3).any(|item| all_runs_of(&c, "pay", item, 10).is_empty());
     assert!(lost, "the planted bug is not caught\n{}", timeline(&c));
 }
+
+/// A job led by ElasticJob (A) and shared with a shardjob instance (B); at +10 s a foreign hand
+/// writes a persistent `running` marker that no live instance holds on A's item, and at +11 s
+/// a second shardjob instance (C) joins: A's leader sets the re-sharding flag and waits for
+/// every `running` node to go before it shards, and every instance holds its fires at the gate
+/// meanwhile (`docs/migration-design.md` 3.4 point 2). `plant` names a planted bug to switch on
+/// in B and C.
+fn foreign_marker_world(plant: Option<&str>) -> Cluster {
+    const C: &str = "10.0.0.3@-@3";
+    let pay = job("pay", 2);
+    let (mut c, b_item) = java_led_pair(&pay, plant, 10_000);
+    let a_item = 1 - b_item;
+    assert!(
+        c.foreign_create(&format!("/pay/sharding/{a_item}/running"), b"10.9.9.9@-@99")
+            .unwrap()
+    );
+    c.run_until(11_000);
+    c.options = Some(options(C, plant));
+    c.add_node(C, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(40_000);
+    c
+}
+
+/// While the job is shared with ElasticJob, the shardjob instances remove a persistent marker
+/// whose owner is gone once they have seen it so for a session timeout, whoever wrote it:
+/// ElasticJob's leader then shards, and the fires run again.
+#[test]
+fn a_foreign_marker_beside_elasticjob_is_removed_and_the_leader_shards() {
+    let c = foreign_marker_world(None);
+    let log = timeline(&c);
+    // Timeline lines are stamped `+12.345s`.
+    let after_c_joined = |line: &str| {
+        line.split_whitespace()
+            .next()
+            .and_then(|t| t.strip_prefix('+')?.strip_suffix('s')?.parse::<f64>().ok())
+            .is_some_and(|t| t >= 11.0)
+    };
+    assert!(
+        log.lines()
+            .any(|l| l.contains("sets the re-sharding flag") && after_c_joined(l)),
+        "no re-shard after C joined\n{log}"
+    );
+    for item in [0, 1] {
+        assert_ne!(
+            c.read(&format!("/pay/sharding/{item}/running")).as_deref(),
+            Some("10.9.9.9@-@99"),
+            "the foreign marker stays\n{log}"
+        );
+    }
+    assert!(
+        !c.exists("/pay/leader/sharding/necessary"),
+        "ElasticJob's leader still waits to shard\n{log}"
+    );
+    for item in [0, 1] {
+        assert_eq!(
+            all_runs_of(&c, "pay", item, 35).len(),
+            1,
+            "pay/{item} fire +35 s\n{log}"
+        );
+    }
+    checkers_pass(&c);
+}
+
+/// The planted bug `keep-foreign-markers-beside-java`: the marker stays, ElasticJob's leader
+/// waits for it for ever, and no fire runs after the flag.
+#[cfg(feature = "plant")]
+#[test]
+fn a_foreign_marker_kept_beside_elasticjob_holds_every_fire_at_the_gate() {
+    let c = foreign_marker_world(Some("keep-foreign-markers-beside-java"));
+    assert!(
+        c.exists("/pay/leader/sharding/necessary"),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+    assert!(
+        (0..2).all(|item| all_runs_of(&c, "pay", item, 35).is_empty()),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+}

@@ -1626,14 +1626,14 @@ fn an_end_in_parts_whose_first_part_applied_unheard_records_the_rest() {
 }
 
 #[test]
-fn a_marker_removed_under_a_run_loses_only_its_item_and_no_fire_runs_again() {
+fn a_marker_removed_under_a_run_loses_no_end_and_no_fire_runs_again() {
     // Seed 7181 of CI's world with the stale-node clearing: a leader whose view was late
     // removed a live run's `running` marker of item 2 (created again since, at version 0).
     // The run's end, one transaction for items 0 to 3, was refused for that one marker and
     // given up whole; the markers of 0, 1 and 3 stayed this live session's with no execution
     // holding them, were adopted as claims whose reply was lost, and their fire ran again
-    // under the same fencing token. The end is now sent again item by item: only item 2's is
-    // lost.
+    // under the same fencing token. The end is now sent again item by item, and item 2's, its
+    // marker gone while the session lives, by its record alone: no end is lost.
     let mut c = Cluster::new();
     c.duration = Box::new(|_, _, _| 1_000);
     c.add_node(A, &[job("four", "0/10 * * * * ?", 4)]).unwrap();
@@ -1653,7 +1653,7 @@ fn a_marker_removed_under_a_run_loses_only_its_item_and_no_fire_runs_again() {
         })
         .flatten()
         .collect();
-    assert_eq!(lost, [2], "only the item whose marker went is given up");
+    assert_eq!(lost, Vec::<u32>::new(), "no end is given up");
     for item in 0..4 {
         assert!(
             !c.exists(&format!("/four/sharding/{item}/running")),
@@ -1664,6 +1664,90 @@ fn a_marker_removed_under_a_run_loses_only_its_item_and_no_fire_runs_again() {
     c.run_until(20_500);
     assert_each_item_once(&c, "four", 4, next);
     c.assert_no_overlap();
+}
+
+/// Two instances share a job of two items, failover on, runs of 20 s. An operator deletes
+/// A's `running` marker of its run of the fire at +30 s one second into it (ElasticJob's
+/// completion of a run it ended late deletes markers by path the same way: seed 89 of the
+/// migration world). `plant` names a planted bug to switch on in both. Returns the cluster
+/// and A's item.
+fn marker_gone_under_a_run(plant: Option<&str>) -> (Cluster, u32) {
+    let mut c = Cluster::new();
+    c.duration = Box::new(|_, _, _| 20_000);
+    let mut config = job("long", "0/30 * * * * ?", 2);
+    config.failover = true;
+    for id in [A, B] {
+        #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
+        let mut opts = shardjob_core::machine::MachineOptions::new(id.parse().unwrap());
+        if let Some(name) = plant {
+            #[cfg(feature = "plant")]
+            opts.plants.insert(name.parse().unwrap());
+            #[cfg(not(feature = "plant"))]
+            panic!("planted bug {name} needs the `plant` feature");
+        }
+        c.add_node_with(opts, std::slice::from_ref(&config))
+            .unwrap();
+    }
+    c.run_until(31_000);
+    let owners = c.owners("long");
+    let item = owners
+        .iter()
+        .find(|(_, o)| o.as_str() == A)
+        .map(|(i, _)| *i)
+        .unwrap();
+    let marker = format!("/long/sharding/{item}/running");
+    assert!(c.exists(&marker));
+    c.operator_delete(&marker).unwrap();
+    c.run_until(75_000);
+    (c, item)
+}
+
+/// A run whose marker went under it is its live instance's to end or fail over: the other
+/// instance does not fail it over beside it, and A records its end by the record alone (see
+/// `a_run_whose_marker_is_deleted_under_it_records_its_end_and_is_not_run_again`): the fire
+/// runs once.
+#[test]
+fn a_marker_deleted_under_a_live_run_is_not_failed_over_beside_it() {
+    let (c, item) = marker_gone_under_a_run(None);
+    let fire = fire_at(&c, 30_000);
+    let runs: Vec<_> = c
+        .runs
+        .iter()
+        .filter(|r| r.item == item && r.fire == fire)
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:#?}");
+    assert_eq!(runs[0].node, 0, "A runs the fire: {runs:#?}");
+    assert_eq!(runs[0].end, Some(50_000));
+    c.assert_no_overlap();
+    let record = c
+        .read(&format!("/long/sharding/{item}/execution"))
+        .unwrap_or_default();
+    assert!(
+        record.contains(&format!("\"done\":{fire},")),
+        "the end is recorded: {record}"
+    );
+    let next = fire_at(&c, 60_000);
+    let on_time = |r: &&shardjob_sim::cluster::RunRecord| {
+        r.item == item && r.fire == next && r.start == 60_000
+    };
+    assert_eq!(
+        c.runs.iter().filter(on_time).count(),
+        1,
+        "the next fire runs on time"
+    );
+}
+
+/// The planted bug `failover-live-runner`: B takes A's run for an orphan once the marker is
+/// gone, and fails it over while it still runs.
+#[cfg(feature = "plant")]
+#[test]
+fn failing_a_live_instance_s_run_over_overlaps_it() {
+    let (c, _) = marker_gone_under_a_run(Some("failover-live-runner"));
+    let overlaps = shardjob_sim::checkers::overlap::check(&c.runs, &Default::default());
+    assert!(
+        !overlaps.violations.is_empty(),
+        "the planted bug is not caught"
+    );
 }
 
 #[cfg(feature = "plant")]
@@ -1727,5 +1811,62 @@ fn a_shutdown_past_its_grace_waits_for_a_run_that_ignores_cancellation_without_s
         c.invariant_violations.is_empty(),
         "{:?}",
         c.invariant_violations
+    );
+}
+
+/// A run's `running` marker deleted under it by another hand while its session lives (as
+/// ElasticJob's failover listener or its reconnection does in a shared job; here an operator),
+/// in a job with failover on: `plant` names a planted bug to switch on.
+fn marker_deleted_under_a_run(plant: Option<&str>) -> Cluster {
+    let mut c = Cluster::new();
+    c.keep_log = true;
+    #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
+    let mut opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
+    if let Some(name) = plant {
+        #[cfg(feature = "plant")]
+        opts.plants.insert(name.parse().unwrap());
+        #[cfg(not(feature = "plant"))]
+        panic!("planted bug {name} needs the `plant` feature");
+    }
+    c.options = Some(opts);
+    c.duration = Box::new(|_, _, _| 1_000);
+    let mut tick = job("tick", "0/5 * * * * ?", 1);
+    tick.failover = true;
+    tick.monitor_execution = true;
+    c.add_node(A, &[tick]).unwrap();
+    c.run_until(5_500);
+    assert!(c.exists("/tick/sharding/0/running"), "{}", c.log.join("\n"));
+    c.operator_delete("/tick/sharding/0/running").unwrap();
+    c.run_until(17_000);
+    c
+}
+
+/// The run's end is recorded by its record alone (checked by its version): the fire of +5 s
+/// runs once, and so do the next ones.
+#[test]
+fn a_run_whose_marker_is_deleted_under_it_records_its_end_and_is_not_run_again() {
+    let c = marker_deleted_under_a_run(None);
+    let log = c.log.join("\n");
+    for s in [5_000, 10_000, 15_000] {
+        let fire = fire_at(&c, s);
+        let runs = c.runs.iter().filter(|r| r.fire == fire).count();
+        assert_eq!(runs, 1, "fire +{s} ms\n{log}");
+    }
+    let record = c.read("/tick/sharding/0/execution").unwrap_or_default();
+    assert!(!record.contains("\"run\""), "{record}\n{log}");
+}
+
+/// The planted bug `keep-record-when-marker-gone`: the end is given up, the record keeps a
+/// run in progress, and the instance's own failover runs the finished fire again.
+#[cfg(feature = "plant")]
+#[test]
+fn a_run_whose_end_is_given_up_with_its_marker_gone_is_run_again() {
+    let c = marker_deleted_under_a_run(Some("keep-record-when-marker-gone"));
+    let fire = fire_at(&c, 5_000);
+    let runs = c.runs.iter().filter(|r| r.fire == fire).count();
+    assert!(
+        runs > 1,
+        "the planted bug is not caught\n{}",
+        c.log.join("\n")
     );
 }

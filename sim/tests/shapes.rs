@@ -441,6 +441,36 @@ fn caught_by(plant: shardjob_core::machine::plant::Plant, shape: Shape, seed: u6
     });
 }
 
+/// Seed 28,206 of CI's world catches `adopt-earlier-hosting` (a marker of this session created
+/// before this instance's node of the job, adopted and run): an instance that hears nothing
+/// claims `job1`'s fire of +30 s (the claim applies, its reply is lost as the registry
+/// restarts), the job is removed there the moment it is back (its leave, on a view from
+/// before, sees no marker of the claim) and added back at +39.6 s, when the job's cluster
+/// starts again. Adopted, the claim of a fire from before that start runs (`downtime`); given
+/// back, the fire is not due. No shape draws the sequence; the world without the bug holds.
+#[cfg(feature = "plant")]
+#[test]
+fn a_claim_of_an_earlier_hosting_adopted_runs_a_fire_from_before_the_start() {
+    use shardjob_core::machine::MachineOptions;
+    use shardjob_core::machine::plant::Plant;
+    let options = || MachineOptions::new("0.0.0.0@-@0".parse().expect("an instance id"));
+    let mut planted = options();
+    planted.plants.insert(Plant::AdoptEarlierHosting);
+    let report = world::run(&WorldConfig {
+        options: Some(planted),
+        ..small(28_206)
+    });
+    assert!(
+        report.violations.iter().any(|v| v.checker == "downtime"),
+        "adopt-earlier-hosting not caught (replay: shardjob-sim --seed 28206 --instances 3 --jobs 4 --hours 0.03 --plant adopt-earlier-hosting): {:#?}",
+        report.violations
+    );
+    holds(&WorldConfig {
+        options: Some(options()),
+        ..small(28_206)
+    });
+}
+
 /// Session flaps catch `stale-event-after-reload` (a reload that applies the events from
 /// before its snapshot): the first instance back reloads with its watch lagging, reads the
 /// new registration of one back after it, and the deletion of that one's old node, delivered

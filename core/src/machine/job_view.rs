@@ -172,8 +172,26 @@ impl JobView {
 
     /// Whether `id` names a live instance: its node exists and a session holds it.
     pub fn is_live(&self, id: &str) -> bool {
-        InstanceId::new(id.trim())
-            .is_ok_and(|id| self.instances.contains(&id) && !self.unbound.contains_key(&id))
+        InstanceId::new(id.trim()).is_ok_and(|id| self.is_live_id(&id))
+    }
+
+    /// [`JobView::is_live`] of an id already parsed.
+    pub fn is_live_id(&self, id: &InstanceId) -> bool {
+        self.instances.contains(id) && !self.unbound.contains_key(id)
+    }
+
+    /// Whether item `item`'s record names a run in progress of a live instance other than
+    /// `me` while the item shows no `running` marker: the marker went under a run that may go
+    /// on (ElasticJob's completion or failover listener deletes markers by path, an operator
+    /// may), so the item is that instance's to end or fail over, not an orphan.
+    pub fn run_of_another_live(&self, item: u32, me: &InstanceId) -> bool {
+        self.items.get(&item).is_some_and(|v| {
+            v.running.is_none()
+                && v.record
+                    .as_ref()
+                    .and_then(|(r, _)| r.run.as_ref())
+                    .is_some_and(|run| &run.instance != me && self.is_live_id(&run.instance))
+        })
     }
 }
 

@@ -244,7 +244,8 @@ pub(crate) fn settle_orphans(
     delay: u64,
     now: Mono,
 ) -> SettlePlan {
-    let orphans = failover::orphans(view, n, here, false, false);
+    let orphans =
+        failover::orphans(view, n, here, me, failover::LiveRunner::Count, false, false).shared;
     let share = if orphans.is_empty() {
         BTreeSet::new()
     } else {
@@ -296,8 +297,16 @@ pub(crate) fn mixed_duties(
             }
             Some(_) => {}
             None if mixed => {
+                // A shardjob run's marker (the record names its owner), and any other that
+                // no live instance holds: an ElasticJob instance's left by its death (its
+                // failover, which acts at the instance's deletion, has had the grace; a J
+                // that died in a failover run leaves its marker for ever, ElasticJob's issue
+                // 2429) or a foreign hand's. ElasticJob's leader waits for every one of them
+                // before it re-shards, and while it waits every instance, shardjob's too,
+                // holds its fires at the gate (3.4 point 2).
                 let run = v.record.as_ref().and_then(|(r, _)| r.run.as_ref());
-                if run.is_some_and(|r| r.instance.as_str() == value.trim()) {
+                let shardjob_run = run.is_some_and(|r| r.instance.as_str() == value.trim());
+                if shardjob_run || !planted!(opts, KeepForeignMarkersBesideJava) {
                     left.push(marker(false));
                 }
             }

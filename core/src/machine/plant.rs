@@ -156,11 +156,29 @@ pub enum Plant {
     /// re-shard gives this instance (the baseline is when the item came): nobody runs that
     /// fire (`docs/migration-design.md` 3.6, rule (e)).
     SkipHeldFire,
+    /// Take a recorded run whose marker is gone for an orphan even when the run names another
+    /// live instance: when ElasticJob's failover listener or its reconnection (or an operator)
+    /// deletes the marker of a run that goes on, another shardjob instance fails the run over
+    /// beside it (`docs/migration-design.md` 3.4).
+    FailoverLiveRunner,
+    /// Adopt a scheduled fire's `running` marker of this session created before this
+    /// instance's node of the job (a claim whose reply was lost before the job was removed
+    /// here and added back) and start it: a fire from before the cluster started again runs.
+    AdoptEarlierHosting,
+    /// Give up the end of a run whose `running` marker another hand deleted under it, as when
+    /// the session is lost: the record keeps a run in progress whose runner is live, and this
+    /// instance's own failover runs the finished fire again.
+    KeepRecordWhenMarkerGone,
+    /// While the job is shared with ElasticJob, leave a persistent `running` marker whose
+    /// owner is gone in place unless it is a shardjob run's (a dead ElasticJob instance's, or a
+    /// foreign hand's): ElasticJob's leader waits for it for ever before it re-shards, and
+    /// every instance's fires wait at the gate behind its flag.
+    KeepForeignMarkersBesideJava,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 44] = [
+    pub const ALL: [Plant; 48] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -205,6 +223,10 @@ impl Plant {
         Plant::ReshardOnStaleConfig,
         Plant::StartAheadPastTheGate,
         Plant::SkipHeldFire,
+        Plant::FailoverLiveRunner,
+        Plant::AdoptEarlierHosting,
+        Plant::KeepRecordWhenMarkerGone,
+        Plant::KeepForeignMarkersBesideJava,
     ];
 
     /// The name used on the command line.
@@ -254,6 +276,10 @@ impl Plant {
             Plant::ReshardOnStaleConfig => "reshard-on-stale-config",
             Plant::StartAheadPastTheGate => "start-ahead-past-the-gate",
             Plant::SkipHeldFire => "skip-held-fire",
+            Plant::FailoverLiveRunner => "failover-live-runner",
+            Plant::AdoptEarlierHosting => "adopt-earlier-hosting",
+            Plant::KeepRecordWhenMarkerGone => "keep-record-when-marker-gone",
+            Plant::KeepForeignMarkersBesideJava => "keep-foreign-markers-beside-java",
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod invariant;
 pub mod leftover;
 pub mod liveness;
 pub mod lost;
+pub mod markers;
 pub mod mixed;
 pub mod once;
 pub mod overlap;

@@ -14,17 +14,52 @@ use crate::machine::job_view::JobView;
 use crate::machine::time::Mono;
 use crate::sharding::{BuiltinStrategy, ShardingStrategy};
 
+/// Which runs of an orphan another live instance names: see [`orphans`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LiveRunner {
+    /// Not an orphan: a record whose run names another live instance is that instance's to
+    /// end or to fail over. Its marker can go under a run that goes on (ElasticJob's
+    /// failover listener or its reconnection, an operator), and failing that run over would
+    /// run the fire beside it.
+    Skip,
+    /// An orphan like any other (the settling of a mixed job, which runs nothing).
+    Count,
+}
+
+/// The orphans of the job's first `n`, as this instance (`me`) sees them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Orphans {
+    /// The orphans every instance works out alike, ascending: split among the candidates.
+    pub(crate) shared: Vec<u32>,
+    /// The orphans whose run names this instance (a run of an earlier session, or one whose
+    /// marker another hand deleted), ascending: this instance's own, taken at once. With
+    /// [`LiveRunner::Count`] they are in `shared` instead.
+    pub(crate) own: Vec<u32>,
+}
+
+impl Orphans {
+    /// Every orphan, ascending.
+    pub(crate) fn all(&self) -> Vec<u32> {
+        let mut all: Vec<u32> = self.shared.iter().chain(&self.own).copied().collect();
+        all.sort_unstable();
+        all
+    }
+}
+
 /// The items of the job's first `n` whose recorded run is an orphan: its marker is gone and no
 /// failover node claims it. `here` says an item runs in an execution of this instance;
+/// `live` says what a run another live instance names is (see [`LiveRunner`]);
 /// `failover_finished` is a planted bug (a finished item of a dead owner counts too).
 pub(crate) fn orphans(
     view: &JobView,
     n: u32,
     here: impl Fn(u32) -> bool,
+    me: &InstanceId,
+    live: LiveRunner,
     run_disabled: bool,
     failover_finished: bool,
-) -> Vec<u32> {
-    let mut out = Vec::new();
+) -> Orphans {
+    let mut out = Orphans::default();
     for (i, v) in &view.items {
         if *i >= n || v.running.is_some() || here(*i) {
             continue;
@@ -32,16 +67,25 @@ pub(crate) fn orphans(
         if v.disabled && !run_disabled {
             continue;
         }
-        if let Some((r, _)) = &v.record {
-            let orphan = r.run.is_some() && v.failover.is_none();
-            let finished_of_dead = failover_finished
-                && r.done.is_some()
-                && v.owner
-                    .as_ref()
-                    .is_some_and(|o| !view.instances.contains(o));
-            if orphan || finished_of_dead {
-                out.push(*i);
+        let Some((r, _)) = &v.record else { continue };
+        let finished_of_dead = failover_finished
+            && r.done.is_some()
+            && v.owner
+                .as_ref()
+                .is_some_and(|o| !view.instances.contains(o));
+        match &r.run {
+            Some(run) if v.failover.is_none() => {
+                let runner = &run.instance;
+                if live == LiveRunner::Count {
+                    out.shared.push(*i);
+                } else if runner == me {
+                    out.own.push(*i);
+                } else if !view.is_live_id(runner) {
+                    out.shared.push(*i);
+                }
             }
+            _ if finished_of_dead => out.shared.push(*i),
+            _ => {}
         }
     }
     out
@@ -172,7 +216,7 @@ mod tests {
     /// failed-over item 2 too).
     #[test]
     fn which_items_are_orphans() {
-        use crate::machine::job_view::ItemView;
+        use crate::machine::job_view::{ItemView, Unbound};
         use crate::machine::record::{ItemRecord, RunKind, RunRecord};
         use crate::registry::{Revision, Stat, Version};
 
@@ -240,12 +284,59 @@ mod tests {
             ("finished items of the dead (planted)", false, true, vec![0, 2, 4]),
             ("both planted", true, true, vec![0, 2, 3, 4]),
         ];
+        let me = id("10.0.0.3@-@3");
         for (what, run_disabled, failover_finished, want) in cases {
-            assert_eq!(
-                orphans(&view, 8, here, run_disabled, failover_finished),
-                want,
-                "{what}"
+            let got = orphans(
+                &view,
+                8,
+                here,
+                &me,
+                LiveRunner::Skip,
+                run_disabled,
+                failover_finished,
             );
+            assert_eq!(got.shared, want, "{what}");
+            assert!(got.own.is_empty(), "{what}: none of mine");
         }
+
+        // A run the record names a live instance for, its marker gone: that instance's
+        // (its run may go on), an orphan of its own for it, an orphan like any other when
+        // live runners count; a runner whose node no session holds is not live.
+        let of = |runner: &InstanceId| ItemRecord {
+            run: Some(RunRecord {
+                instance: runner.clone(),
+                ..ran.run.clone().unwrap_or_else(|| unreachable!())
+            }),
+            ..ran.clone()
+        };
+        let unbound = id("10.0.0.4@-@4");
+        view.instances.insert(unbound.clone());
+        view.unbound.insert(
+            unbound.clone(),
+            Unbound {
+                version: Version(0),
+                value: String::new(),
+            },
+        );
+        view.items.insert(0, Box::new(item(&of(&live), &live)));
+        view.items.insert(1, Box::new(item(&of(&me), &me)));
+        view.items
+            .insert(2, Box::new(item(&of(&unbound), &unbound)));
+        for i in 3..9 {
+            view.items.remove(&i);
+        }
+        view.instances.insert(me.clone());
+        #[rustfmt::skip]
+        let cases = [
+            ("another live instance's run is not an orphan; mine is my own", &me, LiveRunner::Skip, vec![2], vec![1]),
+            ("seen by the other runner", &live, LiveRunner::Skip, vec![2], vec![0]),
+            ("every run counts (settling, or the plant)", &me, LiveRunner::Count, vec![0, 1, 2], vec![]),
+        ];
+        for (what, who, lr, shared, own) in cases {
+            let got = orphans(&view, 8, |_| false, who, lr, false, false);
+            assert_eq!((got.shared, got.own), (shared, own), "{what}");
+        }
+        let mine = orphans(&view, 8, |_| false, &me, LiveRunner::Skip, false, false);
+        assert_eq!(mine.all(), vec![1, 2], "all of them, ascending");
     }
 }

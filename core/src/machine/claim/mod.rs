@@ -91,6 +91,10 @@ struct Items<'a> {
     running: &'a BTreeMap<u32, ExecutionId>,
     me: &'a InstanceId,
     skip_owner_check: bool,
+    /// Whether a run another live instance's record names, its marker gone, counts as
+    /// running (failover on: that instance ends it or fails it over at once, see
+    /// [`failover::orphans`]).
+    live_runs: bool,
 }
 
 impl TriggerItems for Items<'_> {
@@ -108,6 +112,7 @@ impl TriggerItems for Items<'_> {
                 .items
                 .get(&item)
                 .is_some_and(|v| v.running.is_some())
+            || (self.live_runs && self.view.run_of_another_live(item, self.me))
     }
 }
 
@@ -134,6 +139,9 @@ pub(crate) fn claims(
         running: &j.running,
         me,
         skip_owner_check: planted!(opts, SkipOwnerCheck),
+        live_runs: config.failover
+            && config.monitor_execution
+            && !planted!(opts, FailoverLiveRunner),
     };
     let mine: Vec<u32> = (0..n).filter(|i| items.mine(*i)).collect();
     let run_disabled = planted!(opts, RunDisabledItems);
@@ -226,21 +234,29 @@ pub(crate) fn claims(
     let mut orphans_seen = None;
     let own_failover = !mixed || planted!(opts, FailoverBesideJava);
     if config.failover && config.monitor_execution && own_failover {
+        let live = if planted!(opts, FailoverLiveRunner) {
+            failover::LiveRunner::Count
+        } else {
+            failover::LiveRunner::Skip
+        };
         let orphans = failover::orphans(
             view,
             n,
             |i| j.running.contains_key(&i),
+            me,
+            live,
             run_disabled,
             planted!(opts, FailoverFinished),
         );
-        let share = if orphans.is_empty() {
+        let mut share = if orphans.shared.is_empty() {
             BTreeSet::new()
         } else {
             let candidates = registry_order(view.eligible(planted!(opts, UnboundCandidates)));
-            failover::share(&orphans, &candidates, j.paths.job_name(), me)
+            failover::share(&orphans.shared, &candidates, j.paths.job_name(), me)
         };
+        share.extend(orphans.own.iter().copied());
         let plan = failover::plan(
-            &orphans,
+            &orphans.all(),
             &share,
             &j.orphan_seen,
             ms(opts.failover_takeover_delay),
@@ -954,5 +970,60 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    /// A run whose record names another live instance, its marker gone (ElasticJob's
+    /// completion or failover listener deletes markers by path, an operator may), is that
+    /// instance's: not failed over, and a trigger waits for it; once the instance is gone it is
+    /// an orphan like any other. With failover off the trigger does not wait (the record's run
+    /// is given up by the next fire's claim).
+    #[test]
+    fn a_run_another_live_instance_records_is_not_failed_over_and_holds_a_trigger() {
+        let (me, other) = (id("10.0.0.1@-@1"), id("10.0.0.2@-@2"));
+        let fire = T0 + 5_000;
+        let records = |runner: &InstanceId| {
+            [
+                ItemRecord {
+                    done: Some(T0),
+                    run: run(fire, RunKind::Scheduled, runner),
+                },
+                ItemRecord {
+                    done: Some(T0),
+                    run: None,
+                },
+            ]
+        };
+        type Groups = [(i64, RunKind, bool, Vec<(u32, ItemRecord)>)];
+        let kinds = |groups: &Groups| {
+            groups
+                .iter()
+                .map(|(_, kind, _, items)| (*kind, items.iter().map(|(i, _)| *i).collect()))
+                .collect::<Vec<(RunKind, Vec<u32>)>>()
+        };
+        let now = at(T0 + 6_000);
+        // (what, failover, the runner live, claimed)
+        #[rustfmt::skip]
+        let cases = [
+            ("live runner: item 0 waits, and the trigger with it", true, true,
+                vec![(RunKind::Scheduled, vec![1])]),
+            ("runner gone: failed over, the trigger runs the other", true, false,
+                vec![(RunKind::Failover, vec![0]), (RunKind::Trigger, vec![1])]),
+            ("failover off: the trigger runs both", false, true,
+                vec![(RunKind::Trigger, vec![0, 1])]),
+        ];
+        for (what, failover, live, want) in cases {
+            let (mut m, config) = hosting(&me, failover);
+            if let Some((_, j)) = m.jobs.named_mut("j") {
+                j.triggers.push_back(String::new());
+            }
+            let mut view = view(&me, &me, records(&other));
+            if live {
+                view.instances.insert(other.clone());
+            }
+            let (_, groups) = decide(&m, &view, &config, now);
+            let mut got = kinds(&groups);
+            got.sort();
+            assert_eq!(got, want, "{what}");
+        }
     }
 }

@@ -153,18 +153,31 @@ impl Machine {
         let Some(job) = job else { return };
         match reply {
             RegistryReply::Transacted(_) if self.lease_valid(now) => {
-                let total = self
-                    .jobs
-                    .get(&job)
-                    .and_then(|j| j.config.as_ref())
-                    .map(|c| c.sharding_total_count);
+                let Some(j) = self.jobs.get(&job) else { return };
+                let total = j.config.as_ref().map(|c| c.sharding_total_count);
+                let registered = self
+                    .session_id()
+                    .and_then(|sid| mixed::registration(j, sid));
                 for ((fire, kind), items) in groups {
                     // Claimed before the count shrank under it: not started now (the
                     // item's work belongs to others by the new count), but recorded
                     // as ended, so that its marker goes and the item can be removed.
-                    let (gone, items): (Vec<_>, Vec<_>) = items
-                        .into_iter()
-                        .partition(|(it, _)| total.is_some_and(|n| it.item >= n));
+                    // The same for a fire claimed before this instance's node of the job
+                    // was created (every claim checks that node): a claim of an earlier
+                    // hosting of the job in this session, the job removed and added back
+                    // meanwhile (seed 28,206 of CI's world). Its fire is given back to the
+                    // planner, which runs it only if it is still due (the cluster may have
+                    // started again since, and the item may be another's). A failover or a
+                    // trigger is run: it was owed whatever the cluster's start.
+                    let earlier = |created: Revision| {
+                        matches!(kind, RunKind::Scheduled | RunKind::Misfire)
+                            && registered.is_some_and(|r| created < r)
+                            && !planted!(self.opts, AdoptEarlierHosting)
+                    };
+                    let (gone, items): (Vec<_>, Vec<_>) =
+                        items.into_iter().partition(|(it, created)| {
+                            total.is_some_and(|n| it.item >= n) || earlier(*created)
+                        });
                     if !gone.is_empty() {
                         let gone = gone.into_iter().map(|(it, _)| it).collect();
                         let id = self.insert_execution(job, fire, false, gone, Life::NEVER_STARTED);

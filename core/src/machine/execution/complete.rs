@@ -33,11 +33,15 @@ impl Machine {
         exec.set_recording(Recording::Sending { items: take });
         let part = &exec.items[..take];
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
+        // A part of one item whose marker is gone: the record alone (see `lose_part`).
+        let marker_gone = take == 1 && exec.marker_gone == part.first().map(|it| it.item);
         for it in part {
-            ops.push(TxnOp::Delete {
-                path: j.paths.item_running(it.item),
-                expected: Some(it.running_version),
-            });
+            if !marker_gone {
+                ops.push(TxnOp::Delete {
+                    path: j.paths.item_running(it.item),
+                    expected: Some(it.running_version),
+                });
+            }
             if let Some(v) = it.failover {
                 ops.push(TxnOp::Delete {
                     path: j.paths.item_failover(it.item),
@@ -135,10 +139,14 @@ impl Machine {
                     class
                     @ (ErrorClass::LostSession | ErrorClass::Conflict | ErrorClass::Fatal) => {
                         let job = self.executions.get(&id).map(|e| e.job);
-                        self.failed(job, "completion", error);
                         if class == ErrorClass::LostSession {
+                            self.failed(job, "completion", error);
                             self.complete_lost(id);
+                        } else if self.marker_gone_under_run(id, &error) {
+                            // Recorded again, by the record alone.
+                            self.send_completion(id, now);
                         } else {
+                            self.failed(job, "completion", error);
                             self.lose_part(id, now);
                         }
                     }
@@ -180,6 +188,36 @@ impl Machine {
         let (job, started) = (exec.job, exec.was_started());
         self.give_up_items(job, id, &lost, started);
         self.send_completion(id, now);
+    }
+
+    /// Whether the end of one item was refused only because its `running` marker is gone
+    /// while the session lives (the marker's delete, operation 1 after the session check,
+    /// found no node): someone deleted it under the run (ElasticJob's failover listener
+    /// queueing the item, or its reconnection deleting the markers of the items it thinks it
+    /// owns; an operator). The run did end here, so its end is sent again without the marker,
+    /// the record checked by the version this run's claim left it at: if anyone claimed the
+    /// item since (a failover), that write fails too and the part is given up as before. Left
+    /// as it was, the record would keep a run in progress whose runner is live, and this
+    /// instance's own failover would run the finished fire again. Marks the execution for the
+    /// retry; once per item (the marker-less end refused too is given up, as before).
+    pub(crate) fn marker_gone_under_run(&mut self, id: ExecutionId, error: &RegistryError) -> bool {
+        if planted!(self.opts, KeepRecordWhenMarkerGone) {
+            return false;
+        }
+        let Some(exec) = self.executions.get_mut(&id) else {
+            return false;
+        };
+        let gone = matches!(
+            error,
+            RegistryError::TxnAborted { index: 1, cause } if matches!(**cause, RegistryError::NoNode(_))
+        );
+        let first = exec.items.first().map(|it| it.item);
+        if !gone || exec.sending() != Some(1) || first.is_none() || exec.marker_gone == first {
+            return false;
+        }
+        exec.marker_gone = first;
+        exec.set_recording(Recording::Unsent);
+        true
     }
 
     /// Takes `items` of execution `id` out of the job's `running`, and, if the run started,

@@ -27,6 +27,11 @@ pub(crate) struct Exec {
     /// Its end is recorded one item per transaction: a part of several items was refused by a
     /// conflict, so each item's end is recorded, or given up, on its own.
     pub(crate) one_by_one: bool,
+    /// The item whose `running` marker was found gone while the session lives (another hand
+    /// deleted it under the run: ElasticJob's failover listener or its reconnection, an
+    /// operator): its end is recorded by the record alone, checked by its version (see
+    /// [`Machine::marker_gone_under_run`]).
+    pub(crate) marker_gone: Option<u32>,
     /// [`Machine::disables`] when the claim ahead was recorded with none of its items, nor
     /// this server, disabled; `None` if some were, or nothing is claimed ahead.
     pub(crate) enabled_at: Option<u64>,
@@ -178,6 +183,7 @@ impl Machine {
             life,
             backoff: 0,
             one_by_one: false,
+            marker_gone: None,
             enabled_at: None,
         };
         self.executions.insert(id, exec);

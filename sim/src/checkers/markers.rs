@@ -1,0 +1,45 @@
+//! A live run's `running` marker is its own: no shardjob instance deletes it while the run goes
+//! on and its process's session lives. The marker is what keeps every other hand off the item
+//! (ElasticJob's instances skip an item with a marker and its leader waits for it before it
+//! re-shards; an instance that takes a run without a marker for an orphan fails it over), so a
+//! marker gone under a live run is a duplicate or an overlap waiting for its chance. A run's
+//! marker is known by its creation revision, the run's fencing token. Deletions by ElasticJob's
+//! instances (their completion and failover delete markers by path) and by operators are not
+//! shardjob's and are not held here.
+
+use super::{Subject, Violation};
+use crate::cluster::Cluster;
+
+/// Every deletion of a live run's marker by a shardjob instance.
+pub fn check(c: &Cluster) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for d in &c.marker_deletions {
+        let live = c.runs.iter().find(|r| {
+            r.job == d.job
+                && r.item == d.item
+                && r.token == d.created
+                && r.start <= d.at
+                && r.end.is_none_or(|e| e > d.at)
+                && !r.crashed
+                && r.session_end.is_none_or(|e| e > d.at)
+        });
+        let Some(run) = live else { continue };
+        out.push(Violation {
+            checker: "marker",
+            time: d.at,
+            message: format!(
+                "{}/{}: node {} deleted the running marker (token {}) of the run of fire {} by {} (from {}), which went on, its session alive",
+                d.job,
+                d.item,
+                d.node,
+                d.created,
+                run.fire,
+                run.runner(),
+                run.start,
+            ),
+            // The deletion is shardjob's, whoever ran the run: never ElasticJob's own.
+            subject: Subject::Other,
+        });
+    }
+    out
+}
