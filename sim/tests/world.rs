@@ -193,6 +193,26 @@ fn a_late_leader_removes_no_newer_running_marker() {
     holds(&ci(8_393), "--instances 3 --jobs 4 --hours 0.03");
 }
 
+#[test]
+fn an_end_sent_again_after_the_item_was_created_again_touches_nothing_of_its_new_owner() {
+    // Seed 53,814 of CI's world (found by the marker checker in a 40,000-seed sweep): a deaf
+    // instance's end of item 6 applied unheard; an operator shrank the job and grew it back,
+    // and the item's new owner claimed it, its marker and record at the versions the first
+    // run's had had. The end, sent again, deleted the new owner's marker under its run and
+    // wrote over its record. An end sent again checks both by value now.
+    holds(&ci(53_814), "--instances 3 --jobs 4 --hours 0.03");
+}
+
+/// The planted bug `resend-by-version` (an end sent again checked by versions alone) deletes
+/// the new owner's marker at seed 53,814.
+#[cfg(feature = "plant")]
+#[test]
+fn the_seed_catches_the_planted_resend_by_version() {
+    use shardjob_core::machine::plant::Plant;
+    let found = planted(Plant::ResendByVersion, ci(53_814));
+    assert!(found.iter().any(|v| v.checker == "marker"), "{found:#?}");
+}
+
 #[cfg(feature = "plant")]
 #[test]
 fn the_seed_catches_the_planted_stale_removal_by_version() {

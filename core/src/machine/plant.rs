@@ -174,11 +174,20 @@ pub enum Plant {
     /// foreign hand's): ElasticJob's leader waits for it for ever before it re-shards, and
     /// every instance's fires wait at the gate behind its flag.
     KeepForeignMarkersBesideJava,
+    /// Check a run's `running` marker by its version alone when recording its end while the
+    /// job is shared with ElasticJob: an ElasticJob instance that deleted the marker by path
+    /// and created its own at version 0 loses it under its run.
+    EndByMarkerVersionOnly,
+    /// Check the marker and the record by their versions alone when an execution's end is sent
+    /// again after a lost reply, or by the record alone: once the item was removed and created
+    /// again, a new owner's marker and record can be at the same versions, and the old end
+    /// deletes the one under its run and writes over the other.
+    ResendByVersion,
 }
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 48] = [
+    pub const ALL: [Plant; 50] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -227,6 +236,8 @@ impl Plant {
         Plant::AdoptEarlierHosting,
         Plant::KeepRecordWhenMarkerGone,
         Plant::KeepForeignMarkersBesideJava,
+        Plant::EndByMarkerVersionOnly,
+        Plant::ResendByVersion,
     ];
 
     /// The name used on the command line.
@@ -280,6 +291,8 @@ impl Plant {
             Plant::AdoptEarlierHosting => "adopt-earlier-hosting",
             Plant::KeepRecordWhenMarkerGone => "keep-record-when-marker-gone",
             Plant::KeepForeignMarkersBesideJava => "keep-foreign-markers-beside-java",
+            Plant::EndByMarkerVersionOnly => "end-by-marker-version-only",
+            Plant::ResendByVersion => "resend-by-version",
         }
     }
 }

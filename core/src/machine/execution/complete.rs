@@ -35,8 +35,30 @@ impl Machine {
         let mut ops = vec![TxnOp::Check(Check::Session(sid))];
         // A part of one item whose marker is gone: the record alone (see `lose_part`).
         let marker_gone = take == 1 && exec.marker_gone == part.first().map(|it| it.item);
+        // While the job is shared with ElasticJob, a marker is also checked by its value: an
+        // ElasticJob instance deletes markers by path (its completion, its failover listener)
+        // and creates its own at version 0 again, which a check by version alone takes for
+        // this run's (seeds 36, 81 and 154 of the mixed world: the end of a shardjob run
+        // deleted the marker of an ElasticJob run that went on).
+        //
+        // And an end sent again after a reply that never came (the earlier attempt may have
+        // applied), or by the record alone: versions repeat once an item is removed and
+        // created again, so both the marker and the record are checked by value then. Seed
+        // 53,814 of CI's world: a deaf instance's end applied unheard; the item was removed by
+        // a shrink and grown back, and its new owner's claim left its marker and its record at
+        // the versions the first run's had had; the end, sent again, deleted the new owner's
+        // marker under its run and wrote over its record.
+        let resent = (exec.backoff > 0 || marker_gone) && !planted!(self.opts, ResendByVersion);
+        let by_value = resent
+            || (mixed::is_mixed(j.cache.view()) && !planted!(self.opts, EndByMarkerVersionOnly));
         for it in part {
             if !marker_gone {
+                if by_value {
+                    ops.push(TxnOp::Check(Check::Value(
+                        j.paths.item_running(it.item),
+                        self.me.as_str().into(),
+                    )));
+                }
                 ops.push(TxnOp::Delete {
                     path: j.paths.item_running(it.item),
                     expected: Some(it.running_version),
@@ -56,6 +78,12 @@ impl Machine {
                 it.record.done
             };
             let record = ItemRecord { done, run: None };
+            if resent {
+                ops.push(TxnOp::Check(Check::Value(
+                    j.paths.item_execution(it.item),
+                    it.record.to_bytes(),
+                )));
+            }
             ops.push(TxnOp::Set {
                 path: j.paths.item_execution(it.item),
                 data: record.to_bytes(),
@@ -207,9 +235,11 @@ impl Machine {
         let Some(exec) = self.executions.get_mut(&id) else {
             return false;
         };
+        // Operation 1 is the marker's value check or its delete: gone, or another's since.
         let gone = matches!(
             error,
-            RegistryError::TxnAborted { index: 1, cause } if matches!(**cause, RegistryError::NoNode(_))
+            RegistryError::TxnAborted { index: 1, cause }
+                if matches!(**cause, RegistryError::NoNode(_) | RegistryError::ValueMismatch(_))
         );
         let first = exec.items.first().map(|it| it.item);
         if !gone || exec.sending() != Some(1) || first.is_none() || exec.marker_gone == first {
