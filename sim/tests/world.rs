@@ -199,8 +199,11 @@ fn an_end_sent_again_after_the_item_was_created_again_touches_nothing_of_its_new
     // instance's end of item 6 applied unheard; an operator shrank the job and grew it back,
     // and the item's new owner claimed it, its marker and record at the versions the first
     // run's had had. The end, sent again, deleted the new owner's marker under its run and
-    // wrote over its record. An end sent again checks both by value now.
+    // wrote over its record. An end sent again checks both by value now. Seed 79,624: the
+    // same with an end in parts, whose first part, refused when sent again, sent the others
+    // one by one: each of them may have applied unheard too, so each is checked by value.
     holds(&ci(53_814), "--instances 3 --jobs 4 --hours 0.03");
+    holds(&ci(79_624), "--instances 3 --jobs 4 --hours 0.03");
 }
 
 /// The planted bug `resend-by-version` (an end sent again checked by versions alone) deletes

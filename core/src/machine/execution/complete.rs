@@ -48,7 +48,7 @@ impl Machine {
         // a shrink and grown back, and its new owner's claim left its marker and its record at
         // the versions the first run's had had; the end, sent again, deleted the new owner's
         // marker under its run and wrote over its record.
-        let resent = (exec.backoff > 0 || marker_gone) && !planted!(self.opts, ResendByVersion);
+        let resent = (exec.resent || marker_gone) && !planted!(self.opts, ResendByVersion);
         let by_value = resent
             || (mixed::is_mixed(j.cache.view()) && !planted!(self.opts, EndByMarkerVersionOnly));
         for it in part {
@@ -159,6 +159,7 @@ impl Machine {
                         if let Some(e) = self.executions.get_mut(&id) {
                             let delay = ms(self.opts.retry_backoff) << e.backoff.min(4);
                             e.backoff += 1;
+                            e.resent = true;
                             let t = now.mono.after(delay);
                             e.set_recording(Recording::Retry { at: t });
                             self.timers.retries.insert((t, id));

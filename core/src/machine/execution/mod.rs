@@ -27,6 +27,10 @@ pub(crate) struct Exec {
     /// Its end is recorded one item per transaction: a part of several items was refused by a
     /// conflict, so each item's end is recorded, or given up, on its own.
     pub(crate) one_by_one: bool,
+    /// A part of its end was sent and no reply came (a transient failure): that part, or a
+    /// part of it sent again, may have applied unheard, so every later attempt checks markers
+    /// and records by value (see `send_completion`). Never cleared.
+    pub(crate) resent: bool,
     /// The item whose `running` marker was found gone while the session lives (another hand
     /// deleted it under the run: ElasticJob's failover listener or its reconnection, an
     /// operator): its end is recorded by the record alone, checked by its version (see
@@ -183,6 +187,7 @@ impl Machine {
             life,
             backoff: 0,
             one_by_one: false,
+            resent: false,
             marker_gone: None,
             enabled_at: None,
         };
