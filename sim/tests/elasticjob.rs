@@ -12,6 +12,9 @@ use shardjob_sim::checkers;
 use shardjob_sim::cluster::{Cluster, ClusterError, RunRecord, wall_origin};
 use shardjob_sim::elasticjob::JavaJob;
 
+mod support;
+use support::options;
+
 const A: &str = "10.0.0.1@-@1";
 const B: &str = "10.0.0.2@-@2";
 
@@ -476,19 +479,6 @@ fn mixed_jobs_are_led_by_elasticjob() {
         });
         assert!(leader_violations(&report) > 0, "the plant is not caught");
     }
-}
-
-/// The options of shardjob instance `id`, with the planted bug named `plant` switched on.
-fn options(id: &str, plant: Option<&str>) -> shardjob_core::machine::MachineOptions {
-    #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
-    let mut opts = shardjob_core::machine::MachineOptions::new(id.parse().unwrap());
-    if let Some(name) = plant {
-        #[cfg(feature = "plant")]
-        opts.plants.insert(name.parse().unwrap());
-        #[cfg(not(feature = "plant"))]
-        panic!("planted bug {name} needs the `plant` feature");
-    }
-    opts
 }
 
 /// The fire gate (`docs/migration-design.md` 3.4): while an ElasticJob leader waits to

@@ -8,6 +8,9 @@ use shardjob_core::machine::record::RunKind;
 use shardjob_core::{CronExpr, JobConfig};
 use shardjob_sim::cluster::Cluster;
 
+mod support;
+use support::options;
+
 fn job(name: &str, cron: &str, total: u32) -> JobConfig {
     let mut c = JobConfig::new(name, total);
     c.cron = Some(CronExpr::parse(cron).unwrap());
@@ -1677,15 +1680,7 @@ fn marker_gone_under_a_run(plant: Option<&str>) -> (Cluster, u32) {
     let mut config = job("long", "0/30 * * * * ?", 2);
     config.failover = true;
     for id in [A, B] {
-        #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
-        let mut opts = shardjob_core::machine::MachineOptions::new(id.parse().unwrap());
-        if let Some(name) = plant {
-            #[cfg(feature = "plant")]
-            opts.plants.insert(name.parse().unwrap());
-            #[cfg(not(feature = "plant"))]
-            panic!("planted bug {name} needs the `plant` feature");
-        }
-        c.add_node_with(opts, std::slice::from_ref(&config))
+        c.add_node_with(options(id, plant), std::slice::from_ref(&config))
             .unwrap();
     }
     c.run_until(31_000);
@@ -1820,15 +1815,7 @@ fn a_shutdown_past_its_grace_waits_for_a_run_that_ignores_cancellation_without_s
 fn marker_deleted_under_a_run(plant: Option<&str>) -> Cluster {
     let mut c = Cluster::new();
     c.keep_log = true;
-    #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
-    let mut opts = shardjob_core::machine::MachineOptions::new(A.parse().unwrap());
-    if let Some(name) = plant {
-        #[cfg(feature = "plant")]
-        opts.plants.insert(name.parse().unwrap());
-        #[cfg(not(feature = "plant"))]
-        panic!("planted bug {name} needs the `plant` feature");
-    }
-    c.options = Some(opts);
+    c.options = Some(options(A, plant));
     c.duration = Box::new(|_, _, _| 1_000);
     let mut tick = job("tick", "0/5 * * * * ?", 1);
     tick.failover = true;

@@ -11,6 +11,9 @@ use shardjob_core::machine::{MachineEvent, MachineOptions};
 use shardjob_core::{CronExpr, InstanceId, JobConfig};
 use shardjob_sim::cluster::Cluster;
 
+mod support;
+use support::options;
+
 #[test]
 fn items_removed_in_parts_are_removed_once_each_without_a_failure() {
     let mut c = Cluster::new();
@@ -66,15 +69,7 @@ fn shrunk_and_grown_back_behind(plant: Option<&str>) -> Cluster {
     let mut j = JobConfig::new("pay", 5);
     j.cron = Some(CronExpr::parse("0/2 * * * * ?").unwrap());
     for id in ["10.0.0.1@-@1", "10.0.0.2@-@2"] {
-        #[cfg_attr(not(feature = "plant"), allow(unused_mut))]
-        let mut opts = MachineOptions::new(InstanceId::new(id).unwrap());
-        if let Some(name) = plant {
-            #[cfg(feature = "plant")]
-            opts.plants.insert(name.parse().unwrap());
-            #[cfg(not(feature = "plant"))]
-            panic!("planted bug {name} needs the `plant` feature");
-        }
-        c.options = Some(opts);
+        c.options = Some(options(id, plant));
         c.add_node(id, std::slice::from_ref(&j)).unwrap();
     }
     c.run_until(10_500);

@@ -7,31 +7,35 @@
 //! instances (their completion and failover delete markers by path) and by operators are not
 //! shardjob's and are not held here.
 
+use std::collections::BTreeMap;
+
 use super::{Subject, Violation};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, RunRecord};
 
 /// Every deletion of a live run's marker by a shardjob instance.
 pub fn check(c: &Cluster) -> Vec<Violation> {
+    // The runs by fencing token, once: a world has as many deletions as runs.
+    let mut by_token: BTreeMap<u64, Vec<&RunRecord>> = BTreeMap::new();
+    for r in &c.runs {
+        by_token.entry(r.token).or_default().push(r);
+    }
     let mut out = Vec::new();
     for d in &c.marker_deletions {
-        let of_item = |r: &&crate::cluster::RunRecord| {
-            r.job == d.job && r.item == d.item && r.token == d.created
-        };
+        let runs: Vec<&RunRecord> = by_token
+            .get(&d.created)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|r| r.job == d.job && r.item == d.item)
+            .collect();
         // Its own run's marker (its end): an ElasticJob run that started without a marker of
         // its own on the item takes the registry's revision for its token, which may be this
         // marker's (ElasticJob starts beside a marker it does not look at: its own fault).
-        if c.runs
-            .iter()
-            .filter(of_item)
-            .any(|r| !r.java && r.node == d.node)
-        {
+        if runs.iter().any(|r| !r.java && r.node == d.node) {
             continue;
         }
-        let live = c.runs.iter().find(|r| {
-            r.job == d.job
-                && r.item == d.item
-                && r.token == d.created
-                && r.start <= d.at
+        let live = runs.into_iter().find(|r| {
+            r.start <= d.at
                 && r.end.is_none_or(|e| e > d.at)
                 && !r.crashed
                 && r.session_end.is_none_or(|e| e > d.at)
