@@ -997,20 +997,42 @@ async fn distribute_once_fails_at_once_when_the_claim_is_too_large() {
     }
     // Both rounds of both instances fail long before their 30 s timeouts, saying why. (The
     // machine's claims are split to fit the limit too, so an instance may run its items in
-    // several executions, each with its rounds.)
+    // several executions, each with its rounds.) The wait lasts until every execution that ran
+    // an item has reported its `after` round: lifting the limit while a round is still to come
+    // would let that round's claim through.
     let mut failed = Vec::new();
+    let mut ran: BTreeMap<u32, (usize, ExecutionId)> = BTreeMap::new();
     eventually(120, "every round failed", || {
         for (n, ev) in events.iter_mut().enumerate() {
-            for f in failures(ev) {
-                failed.push((n + 1, f));
+            while let Ok(ev) = ev.try_recv() {
+                match ev {
+                    RunEvent::ListenerFailed {
+                        execution,
+                        listener,
+                        hook,
+                        error,
+                        ..
+                    } => failed.push((n + 1, execution, (listener, hook, error))),
+                    RunEvent::ItemFinished { run, .. } => {
+                        ran.insert(run.item, (n + 1, run.execution));
+                    }
+                    _ => {}
+                }
             }
         }
-        let ran: BTreeSet<u32> = runs.lock().unwrap().iter().map(|r| r.item).collect();
+        let reported = |n: usize, x: Option<&ExecutionId>, hook: ListenerHook| {
+            failed
+                .iter()
+                .any(|(i, e, (_, h, _))| *i == n && x.is_none_or(|x| x == e) && *h == hook)
+        };
         ran.len() == 10
+            && ran
+                .values()
+                .all(|(n, x)| reported(*n, Some(x), ListenerHook::After))
             && (1..=2).all(|n| {
                 [ListenerHook::Before, ListenerHook::After]
-                    .iter()
-                    .all(|hook| failed.iter().any(|(i, (_, h, _))| *i == n && h == hook))
+                    .into_iter()
+                    .all(|hook| reported(n, None, hook))
             })
     })
     .await;
@@ -1019,13 +1041,13 @@ async fn distribute_once_fails_at_once_when_the_claim_is_too_large() {
     for h in &handles {
         h.shutdown().await.unwrap();
     }
-    for (n, (_, hook, e)) in &failed {
+    for (n, _, (_, hook, e)) in &failed {
         assert!(
             matches!(e, ListenerError::Registry(RegistryError::TooLarge(_))),
             "instance {n} {hook}: {e}"
         );
     }
-    assert!(once.calls.calls().is_empty());
+    assert!(once.calls.calls().is_empty(), "{:#?}", once.calls.calls());
 }
 
 /// Never returns from `before`, and ignores cancellation.
