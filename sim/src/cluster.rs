@@ -310,6 +310,13 @@ pub struct Cluster {
     /// named another instance at that moment (J reads its items from its cache: 1.5 step 2 of
     /// `docs/migration-design.md`), by (job, item, J node, start ms).
     pub java_stale_starts: BTreeSet<(String, u32, usize, u64)>,
+    /// The items queued for failover whose owner was registered when an ElasticJob instance
+    /// queued them (J handled the DELETED of an earlier registration under the same id: 1.7 of
+    /// `docs/migration-design.md`), until a J's failover run takes them, by (job, item).
+    pub(crate) java_failover_of_live: BTreeSet<(String, u32)>,
+    /// The failover runs an ElasticJob instance started for such an item, by (job, item, J
+    /// node, start ms).
+    pub java_live_failovers: BTreeSet<(String, u32, usize, u64)>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
     /// The largest clock skew any node has had, ms ([`Cluster::set_skew`],
@@ -432,6 +439,8 @@ impl Cluster {
             java_failover: BTreeMap::new(),
             java_sharding: BTreeMap::new(),
             java_stale_starts: BTreeSet::new(),
+            java_failover_of_live: BTreeSet::new(),
+            java_live_failovers: BTreeSet::new(),
             runs: Vec::new(),
             skew_seen: 0,
             starts: Vec::new(),
@@ -1310,8 +1319,25 @@ impl Cluster {
                         _ => None,
                     })
                     .collect();
+                // The `misfire` flags it deletes: a shardjob claim covers the fire an
+                // ElasticJob instance's flag owed, which no ElasticJob replay stands for then.
+                let unflagged: Vec<(String, u32)> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        TxnOp::Delete { path, .. } => match JobNode::parse(path) {
+                            Some((job, JobNode::ItemState(item, ItemLeaf::Misfire))) => {
+                                Some((job.to_owned(), item))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
+                    for key in unflagged {
+                        self.java_missed.remove(&key);
+                    }
                     for (job, item, created) in deleted {
                         self.marker_deletions.push(MarkerDeletion {
                             at: self.now,

@@ -563,6 +563,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         &checkers::attribution::JavaTrace {
             sharding: std::mem::take(&mut c.java_sharding),
             stale_starts: std::mem::take(&mut c.java_stale_starts),
+            live_failovers: std::mem::take(&mut c.java_live_failovers),
         },
     );
 

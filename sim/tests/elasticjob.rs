@@ -648,7 +648,9 @@ fn a_duplicate_that_involves_a_shardjob_run_still_fails_a_mixed_world() {
         report.violations
     );
     // (job0/1's S then J duplicate at +14 s is gone since 3.4 point 3 and 3.6 rule (e) changed
-    // this world.) Only two rules ever count a violation that names a shardjob run as ElasticJob's own.
+    // this world.) Only four rules ever count a violation that names a shardjob run as
+    // ElasticJob's own: a J run under a new plan, from a stale cache, or as the failover of an
+    // owner registered when J queued it (a duplicate, or an overlap).
     assert!(
         report.elasticjob_own.iter().all(|(v, b)| {
             checkers::attribution::kinds(v, &by_item).is_none_or(|k| !k.contains('S'))
@@ -656,11 +658,73 @@ fn a_duplicate_that_involves_a_shardjob_run_still_fails_a_mixed_world() {
                     b,
                     checkers::attribution::Behaviour::RunsUnderNewPlan
                         | checkers::attribution::Behaviour::StartWithoutClaim
+                        | checkers::attribution::Behaviour::FailoverReplay
+                        | checkers::attribution::Behaviour::NoFencing
                 )
         }),
         "{:#?}",
         report.elasticjob_own
     );
+}
+
+/// Seed 26 of `--instances 3 --elasticjob 2`: node 0 removes job0 at +11.9 s and adds it back
+/// at +12.6 s under the same id; elasticjob 0 handles the DELETED of the first registration at
+/// +13.0 s, when the second is in place, and fails node 0's run of the fire of +12 s over
+/// (ElasticJob knows an instance by its id only: it does the same to one of its own kind that
+/// re-registers). The duplicate is ElasticJob's failover replay, not a failing one.
+#[test]
+fn elasticjob_s_failover_of_an_owner_registered_again_is_its_own_replay() {
+    use checkers::attribution::Behaviour;
+    use shardjob_sim::world;
+    let report = world::run(&cli_world(26, 3, 2));
+    let fire_12 = fire(12).to_string();
+    let is_it = |v: &checkers::Violation| {
+        v.checker == "once" && v.message.starts_with(&format!("job0/2 fire {fire_12} "))
+    };
+    assert!(
+        !report.violations.iter().any(is_it),
+        "{:#?}",
+        report.violations
+    );
+    assert!(
+        report
+            .elasticjob_own
+            .iter()
+            .any(|(v, b)| is_it(v) && *b == Behaviour::FailoverReplay),
+        "{:#?}",
+        report.elasticjob_own
+    );
+}
+
+/// Seed 46 of `--instances 3 --elasticjob 2`: node 0 claims job0's items 4 and 5 for the fire
+/// of +29 s and pauses before the start; its session expires, elasticjob 1 queues and claims
+/// their failover and dies before running it, and elasticjob 0 queues them again from the
+/// `failovering` nodes (the `running` nodes are gone by then). The failover elasticjob 0 runs
+/// stands for the fire the claim was for, not for the one node 0 ran before (+28 s): no fire
+/// runs twice.
+#[test]
+fn a_failover_queued_again_replays_the_fire_it_was_first_queued_for() {
+    use shardjob_sim::world;
+    let report = world::run(&cli_world(46, 3, 2));
+    let fire_28 = fire(28).to_string();
+    let twice: Vec<_> = report
+        .violations
+        .iter()
+        .chain(report.elasticjob_own.iter().map(|(v, _)| v))
+        .filter(|v| {
+            v.checker == "once"
+                && (v.message.starts_with(&format!("job0/4 fire {fire_28} "))
+                    || v.message.starts_with(&format!("job0/5 fire {fire_28} ")))
+        })
+        .collect();
+    assert!(twice.is_empty(), "{twice:#?}");
+    let replays = report
+        .records
+        .iter()
+        .filter(|r| r.java && r.kind == RunKind::Failover && r.job == "job0" && r.item >= 4)
+        .filter(|r| r.item <= 5 && r.fire == fire(29))
+        .count();
+    assert_eq!(replays, 2, "{:#?}", report.records);
 }
 
 /// A job shardjob ran alone, then shared with an ElasticJob instance that leaves gracefully

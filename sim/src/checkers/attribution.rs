@@ -8,7 +8,10 @@
 //! The rules are strict, and each names the behaviour it stands for:
 //!
 //! - two runs of an item (overlap, once): both are J's; for a fire started twice, every run of
-//!   that fire up to the later one is J's (a J run after an S run of the same fire fails);
+//!   that fire up to the later one is J's (a J run after an S run of the same fire fails,
+//!   unless J ran it as ElasticJob would after a J run: under a plan a J made after the
+//!   earlier run started, from a cache behind the plan, or as the failover of an owner that
+//!   was registered when J queued it, J acting on an earlier registration's DELETED);
 //! - one run that ran as it should not (downtime, fresh, misfire): it is J's, and for the
 //!   misfire checker the first run of the item after it is J's too (or there is none);
 //! - a fire that did not run, or not in time (lost, late, liveness, catch-up): every run of the
@@ -353,8 +356,22 @@ pub fn judge(
                     .filter(|r| r.start <= later.start)
             };
             if !earlier.java {
-                // An S run first: J's own only as a J blocked at the fire, running it under
-                // the plan a J re-shard made after every S attempt had started at the fire.
+                // An S run first: J's own as a J failover of a live owner's run (J failed
+                // over the items of a registration that had gone, by its id, after the owner
+                // registered again: an all-ElasticJob cluster fails a J's run over the same
+                // way),
+                // or over its run still going (J has no fencing),
+                let live_failover = later.kind == RunKind::Failover
+                    && java
+                        .live_failovers
+                        .contains(&(job.clone(), *item, later.node, later.start));
+                match v.checker {
+                    "once" if live_failover => return Some(Behaviour::FailoverReplay),
+                    "overlap" if live_failover => return Some(Behaviour::NoFencing),
+                    _ => {}
+                }
+                // or as a J blocked at the fire, running it under the plan a J re-shard made
+                // after every S attempt had started at the fire.
                 if v.checker != "once" || later.kind != RunKind::Scheduled {
                     return None;
                 }
@@ -487,6 +504,10 @@ pub struct JavaTrace {
     pub sharding: BTreeMap<String, Vec<JavaSharding>>,
     /// The J scheduled runs started against the plan, by (job, item, J node, start ms).
     pub stale_starts: std::collections::BTreeSet<(String, u32, usize, u64)>,
+    /// The J failover runs of an item whose owner was registered when a J queued it (a
+    /// DELETED handled after the owner registered again under the same id), by (job, item,
+    /// J node, start ms).
+    pub live_failovers: std::collections::BTreeSet<(String, u32, usize, u64)>,
 }
 
 impl JavaTrace {
@@ -732,6 +753,34 @@ mod tests {
             judge(&v, &runs_by_item(&runs), &none, None, &JavaTrace::default()),
             None,
             "a J run by the plan, then S: S's duplicate"
+        );
+        // A J failover run after the S run: J's own only when J queued it while the owner
+        // was registered (a DELETED of its earlier registration handled late).
+        let failover = run(true, 1, fire, 9_000, RunKind::Failover);
+        let runs = [s.clone(), failover.clone()];
+        let v = about("once", Subject::runs(&s, &failover));
+        let live = JavaTrace {
+            live_failovers: [("j".to_owned(), 0, 1, 9_000)].into(),
+            ..JavaTrace::default()
+        };
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &live),
+            Some(Behaviour::FailoverReplay)
+        );
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &JavaTrace::default()),
+            None,
+            "a failover of a dead owner's finished run"
+        );
+        let v = about("overlap", Subject::runs(&s, &failover));
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &live),
+            Some(Behaviour::NoFencing)
+        );
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &JavaTrace::default()),
+            None,
+            "an overlap with a failover of a dead owner's run"
         );
     }
 

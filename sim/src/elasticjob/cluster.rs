@@ -637,11 +637,20 @@ impl Cluster {
                 }
                 // The fire each queued item's runner was running, read before the queueing
                 // applies (its `running` node is deleted after it).
-                let queued: Vec<(String, u32, Option<Option<i64>>)> = queued
+                // And whether its owner was registered then: J fails over the items of an
+                // instance it saw DELETED, known by its id only, so a DELETED handled after the
+                // owner registered again fails its new runs over.
+                let queued: Vec<(String, u32, Option<Option<i64>>, bool)> = queued
                     .into_iter()
                     .map(|(job, item)| {
                         let fire = self.replayed_fire(&job, item);
-                        (job, item, fire)
+                        let live = self
+                            .read(&format!("/{job}/sharding/{item}/instance"))
+                            .is_some_and(|owner| {
+                                let path = format!("/{job}/instances/{}", owner.trim());
+                                self.read(&path).is_some()
+                            });
+                        (job, item, fire, live)
                     })
                     .collect();
                 let result = self.store.transact(s, ops, now);
@@ -661,7 +670,20 @@ impl Cluster {
                             java: true,
                         });
                     }
-                    for (job, item, replayed) in queued {
+                    for (job, item, replayed, live) in queued {
+                        let key = (job, item);
+                        if live {
+                            self.java_failover_of_live.insert(key.clone());
+                        } else if replayed.is_some() {
+                            self.java_failover_of_live.remove(&key);
+                        }
+                        // Queued again with no running node (its claimer died before the
+                        // failover ran: `failovering`): the failover still replays the fire
+                        // it was first queued for, not the item's latest run.
+                        if replayed.is_none() && self.java_failover.contains_key(&key) {
+                            continue;
+                        }
+                        let (job, item) = key;
                         // Else the fire the item's latest run had started.
                         let fire = replayed.or_else(|| {
                             self.runs
@@ -744,20 +766,26 @@ impl Cluster {
             let (kind, fire) = match why {
                 RunWhy::Normal(Source::Cron(f)) => (RunKind::Scheduled, f),
                 RunWhy::Normal(Source::Trigger(at)) => (RunKind::Trigger, at),
-                RunWhy::Failover(_) => match self.java_failover.remove(&key) {
-                    // A foreign marker's failover replays no fire: a run of no fire.
-                    Some(None) => (RunKind::Trigger, wall),
-                    replayed => {
-                        let fire = replayed.flatten().or_else(|| {
-                            self.runs
-                                .iter()
-                                .rev()
-                                .find(|r| r.job == job && r.item == item)
-                                .map(|r| r.fire)
-                        });
-                        (RunKind::Failover, fire.unwrap_or(wall))
+                RunWhy::Failover(_) => {
+                    if self.java_failover_of_live.remove(&key) {
+                        self.java_live_failovers
+                            .insert((job.to_owned(), item, j, self.now));
                     }
-                },
+                    match self.java_failover.remove(&key) {
+                        // A foreign marker's failover replays no fire: a run of no fire.
+                        Some(None) => (RunKind::Trigger, wall),
+                        replayed => {
+                            let fire = replayed.flatten().or_else(|| {
+                                self.runs
+                                    .iter()
+                                    .rev()
+                                    .find(|r| r.job == job && r.item == item)
+                                    .map(|r| r.fire)
+                            });
+                            (RunKind::Failover, fire.unwrap_or(wall))
+                        }
+                    }
+                }
                 RunWhy::Misfire(source) => {
                     let fire = self.java_missed.remove(&key).unwrap_or_else(|| {
                         // No missed fire recorded: a second run of the fire before it.
