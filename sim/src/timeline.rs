@@ -117,6 +117,9 @@ pub fn event(e: &MachineEvent, origin_ms: i64) -> String {
         MachineEvent::ConfigInvalid { job, error } => {
             format!("{job}: the registry's configuration is invalid ({error})")
         }
+        MachineEvent::UnhonouredTimeDiff { job, seconds } => {
+            format!("{job}: the registry's maxTimeDiffSeconds {seconds} is not honoured")
+        }
         MachineEvent::JobTypeConflict {
             job,
             registry,

@@ -1035,6 +1035,12 @@ impl Driver {
                     tracing::error!(instance = %me, %job, "the job does not run here until its configuration in the registry is fixed, because it cannot be used: {error}")
                 }
             }
+            MachineEvent::UnhonouredTimeDiff { job, seconds } => tracing::warn!(
+                instance = %me, %job, seconds,
+                "the registry's configuration sets maxTimeDiffSeconds {seconds}, ElasticJob's \
+                 check of the clock against the registry's before each run: shardjob does not \
+                 make it, and runs the job without it (keep the hosts' clocks in step)"
+            ),
             MachineEvent::JobTypeConflict {
                 job,
                 registry,

@@ -21,6 +21,18 @@ pub enum MachineEvent {
         /// What is wrong.
         error: String,
     },
+    /// The registry's configuration of a job, now in force, sets `maxTimeDiffSeconds`
+    /// (ElasticJob's check of an instance's clock against the registry's before each run),
+    /// which shardjob does not honour: the job runs here without that check. A job this
+    /// instance is given with the key set is refused instead ([`Machine::add_job`](super::Machine::add_job)); one that
+    /// ElasticJob (or its console) wrote into the registry is run, so that a job shared with
+    /// ElasticJob keeps running here, and said so once per configuration.
+    UnhonouredTimeDiff {
+        /// The job.
+        job: String,
+        /// The value set, in seconds.
+        seconds: i32,
+    },
     /// The job root holds another job type; the job does not run here.
     JobTypeConflict {
         /// The job.

@@ -129,6 +129,15 @@ impl Machine {
         };
         match parsed {
             Ok(config) => {
+                let seconds = config.max_time_diff_seconds;
+                let new = j.config.as_ref().is_none_or(|c| !Arc::ptr_eq(c, &config));
+                if new && seconds != -1 {
+                    self.out
+                        .push_back(Command::Event(MachineEvent::UnhonouredTimeDiff {
+                            job: j.name().to_owned(),
+                            seconds,
+                        }));
+                }
                 j.config = Some(config);
                 j.last_config_error = None;
                 if j.phase == Phase::Blocked {

@@ -413,6 +413,18 @@ impl Machine {
                 job: name.clone(),
                 error: e.to_string(),
             })?;
+        // Refused, not ignored: the check needs the registry's clock, which no backend reads.
+        if spec.config.max_time_diff_seconds != -1 {
+            return Err(MachineError::InvalidConfig {
+                job: name,
+                error: format!(
+                    "maxTimeDiffSeconds {}: shardjob does not compare the instance's clock with \
+                     the registry's before a run; leave the key out or set it to -1 (ElasticJob's \
+                     default, no check), and keep the hosts' clocks in step (NTP)",
+                    spec.config.max_time_diff_seconds
+                ),
+            });
+        }
         match self.jobs.named(&name) {
             Some(j) if j.leaving.is_some() => return Err(MachineError::JobLeaving(name)),
             Some(_) => return Err(MachineError::DuplicateJob(name)),

@@ -52,6 +52,10 @@ pub struct MachineOptions {
     /// again at once, so a limit is found without configuration; see
     /// [`MachineOptions::fit_txn_ops`] to derive this one from a registry's operation limit.
     pub max_txn_items: Option<usize>,
+    /// A re-shard written in parts reports its progress
+    /// ([`MachineEvent::ReshardProgress`](super::MachineEvent::ReshardProgress)) each time
+    /// this many more of its items are written. Default [`RESHARD_PROGRESS_STEP`](super::RESHARD_PROGRESS_STEP).
+    pub reshard_progress_step: usize,
     /// Announce runs claimed ahead with [`Command::Prepare`](super::Command::Prepare) as soon as the claim succeeds,
     /// so that the driver can set them up before the fire and the start itself costs little
     /// when many jobs fire at the same instant. Off (the default): a run claimed ahead shows
@@ -84,6 +88,7 @@ impl MachineOptions {
             sync_timeout: Duration::from_secs(10),
             claim_ahead: Duration::from_millis(250),
             max_txn_items: None,
+            reshard_progress_step: super::RESHARD_PROGRESS_STEP,
             prepare_ahead: false,
             safety_sweep: true,
             known_types: KnownTypes::default(),

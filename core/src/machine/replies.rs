@@ -58,9 +58,8 @@ impl Machine {
                         lead.moved.extend(moved_running);
                         let before = lead.written;
                         lead.written = before.saturating_add(items);
-                        if !last
-                            && lead.written / RESHARD_PROGRESS_STEP > before / RESHARD_PROGRESS_STEP
-                        {
+                        let step = self.opts.reshard_progress_step.max(1);
+                        if !last && lead.written / step > before / step {
                             let written = lead.written;
                             self.out
                                 .push_back(Command::Event(MachineEvent::ReshardProgress {
