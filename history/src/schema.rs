@@ -68,16 +68,18 @@ pub fn create_tables(dialect: Dialect) -> Vec<&'static str> {
                 creation_time TIMESTAMP NULL, \
                 PRIMARY KEY (auto_id) \
             ) ENGINE=InnoDB",
+            // shardjob's own table keeps milliseconds (`TIMESTAMP` alone keeps whole seconds
+            // here): a trigger's fire time has them, and a run's attempt is counted by it.
             "CREATE TABLE IF NOT EXISTS SHARDJOB_EXECUTION_LOG ( \
                 id VARCHAR (40) NOT NULL, \
                 job_name VARCHAR (100) NOT NULL, \
                 sharding_item INT NOT NULL, \
                 instance_id VARCHAR (255) NOT NULL, \
-                fire_time TIMESTAMP NULL, \
+                fire_time TIMESTAMP(3) NULL, \
                 run_kind VARCHAR (20) NOT NULL, \
                 fencing_token BIGINT NOT NULL, \
                 attempt INT NOT NULL, \
-                creation_time TIMESTAMP NULL, \
+                creation_time TIMESTAMP(3) NULL, \
                 PRIMARY KEY (id) \
             ) ENGINE=InnoDB",
             "CREATE TABLE IF NOT EXISTS SHARDJOB_STATUS_TRACE_ID ( \
@@ -127,6 +129,17 @@ pub fn create_tables(dialect: Dialect) -> Vec<&'static str> {
         ],
     }
 }
+
+/// MySQL/MariaDB: whether shardjob's table keeps whole seconds only (made by a shardjob
+/// before it asked for milliseconds); one row with a count when it does.
+pub const MYSQL_SECONDS_ONLY_QUERY: &str = "SELECT COUNT(*) AS n FROM information_schema.columns \
+     WHERE table_schema = DATABASE() AND table_name = 'SHARDJOB_EXECUTION_LOG' \
+     AND column_name IN ('fire_time', 'creation_time') AND datetime_precision < 3";
+
+/// MySQL/MariaDB: brings shardjob's table of whole seconds to milliseconds (the rows keep
+/// their values).
+pub const MYSQL_TO_MILLISECONDS: &str = "ALTER TABLE SHARDJOB_EXECUTION_LOG \
+     MODIFY fire_time TIMESTAMP(3) NULL, MODIFY creation_time TIMESTAMP(3) NULL";
 
 /// The indexes: (name, table, `CREATE INDEX` statement). Created when absent (looked up in
 /// the catalog first: MySQL has no `CREATE INDEX IF NOT EXISTS`).

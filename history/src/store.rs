@@ -606,6 +606,24 @@ impl Store {
             for ddl in schema::create_tables(self.dialect) {
                 sqlx::query(ddl).execute(p).await.map_err(&err)?;
             }
+            if self.dialect == Dialect::MySql {
+                let old: i64 = sqlx::query(schema::MYSQL_SECONDS_ONLY_QUERY)
+                    .fetch_one(p)
+                    .await
+                    .and_then(|r| r.try_get("n"))
+                    .map_err(&err)?;
+                if old > 0 {
+                    tracing::warn!(
+                        url = %self.shown,
+                        "SHARDJOB_EXECUTION_LOG keeps fire times to the second (made by an \
+                         older shardjob): altering it to milliseconds; its rows keep their values"
+                    );
+                    sqlx::query(schema::MYSQL_TO_MILLISECONDS)
+                        .execute(p)
+                        .await
+                        .map_err(&err)?;
+                }
+            }
             let exists = schema::for_dialect(self.dialect, schema::index_exists_query(self.dialect));
             for (name, table, ddl) in schema::create_indexes(self.dialect) {
                 let found = sqlx::query(&exists)
@@ -690,13 +708,17 @@ impl Store {
             SortKey::CompleteTime => format!("e.complete_time {dir}, e.id {dir}"),
             SortKey::JobName => format!("e.job_name {dir}, e.start_time {dir}, e.id {dir}"),
         };
-        let ts = |col: &str| match self.dialect {
-            // MySQL's TIMESTAMP reads as UTC (the session's zone) only through DATETIME.
-            Dialect::MySql => format!("CAST({col} AS DATETIME)"),
+        // MySQL's TIMESTAMP reads as UTC (the session's zone) only through DATETIME, to the
+        // precision named (ElasticJob's columns keep seconds, shardjob's milliseconds).
+        let ts = |col: &str, mysql: &str| match self.dialect {
+            Dialect::MySql => format!("CAST({col} AS {mysql})"),
             Dialect::Postgres | Dialect::Sqlite => col.to_owned(),
         };
-        let (start, complete, fire) =
-            (ts("e.start_time"), ts("e.complete_time"), ts("s.fire_time"));
+        let (start, complete, fire) = (
+            ts("e.start_time", "DATETIME"),
+            ts("e.complete_time", "DATETIME"),
+            ts("s.fire_time", "DATETIME(3)"),
+        );
         let success = match self.dialect {
             Dialect::Postgres => "CASE WHEN e.is_success THEN 1 ELSE 0 END",
             Dialect::MySql | Dialect::Sqlite => "e.is_success",

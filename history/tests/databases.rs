@@ -409,6 +409,75 @@ async fn events_are_written_once(url: DatabaseUrl) {
 }
 
 /// The server dies mid-run and comes back: what was recorded meanwhile arrives, once.
+/// A fire time with milliseconds (a manual trigger's, a fire of a cron with a sub-second
+/// offset after a clock step) reads back to the millisecond, and a second run of that fire
+/// counts as its second attempt: MySQL's and MariaDB's `TIMESTAMP` keeps whole seconds unless
+/// told otherwise, which dropped the milliseconds and made every such run a first attempt.
+/// A table made with whole seconds (an older shardjob's) is brought to milliseconds.
+async fn sub_second_fire_times_are_kept(url: DatabaseUrl, old_table: Option<&str>) {
+    let store = Store::connect_lazy(&url, Duration::from_secs(10)).expect("a store");
+    if let Some(raw) = old_table {
+        let pool = sqlx::MySqlPool::connect(raw).await.expect("a connection");
+        for sql in [
+            "DROP TABLE IF EXISTS SHARDJOB_EXECUTION_LOG",
+            "CREATE TABLE SHARDJOB_EXECUTION_LOG (id VARCHAR (40) NOT NULL, \
+             job_name VARCHAR (100) NOT NULL, sharding_item INT NOT NULL, \
+             instance_id VARCHAR (255) NOT NULL, fire_time TIMESTAMP NULL, \
+             run_kind VARCHAR (20) NOT NULL, fencing_token BIGINT NOT NULL, \
+             attempt INT NOT NULL, creation_time TIMESTAMP NULL, PRIMARY KEY (id)) ENGINE=InnoDB",
+        ] {
+            sqlx::query(sql)
+                .execute(&pool)
+                .await
+                .expect("the old table made");
+        }
+        pool.close().await;
+    }
+    let history = History::start(&url, HistoryOptions::default()).expect("history started");
+    let fire = at(40) + chrono::Duration::milliseconds(250);
+    let mut first = run("subsecond", 3, 4);
+    first.id = trace_id(&["10.0.0.1@-@42", "subsecond", "3", "trigger"]);
+    first.run_kind = "TRIGGER".into();
+    first.fire_time = fire;
+    first.start_time = Some(fire);
+    let mut again = first.clone();
+    again.id = trace_id(&["10.0.0.2@-@7", "subsecond", "3", "trigger"]);
+    again.instance_id = "10.0.0.2@-@7".into();
+    again.source = ExecutionSource::Failover;
+    history.record(TraceEvent::ItemStarted(first));
+    assert!(history.flush(DEADLINE).await.complete);
+    history.record(TraceEvent::ItemStarted(again));
+    assert!(history.flush(DEADLINE).await.complete);
+    let rows = store
+        .executions(&ExecutionQuery {
+            job: Some("subsecond".into()),
+            ..ExecutionQuery::default()
+        })
+        .await
+        .expect("rows read");
+    let mut got: Vec<(Option<chrono::NaiveDateTime>, Option<i32>)> =
+        rows.rows.iter().map(|r| (r.fire_time, r.attempt)).collect();
+    got.sort();
+    let want = Some(fire.naive_utc());
+    assert_eq!(
+        got,
+        [(want, Some(1)), (want, Some(2))],
+        "on {} (old table: {})",
+        url.dialect().name(),
+        old_table.is_some()
+    );
+    history.shutdown(DEADLINE).await;
+    // Leaves no row for the counts of the tests that follow.
+    assert!(
+        store
+            .delete_older_than(Utc::now(), 2)
+            .await
+            .expect("rows deleted")
+            >= 2
+    );
+    store.close().await;
+}
+
 async fn survives_a_killed_database(server: &mut DbServer) {
     let url = DatabaseUrl::parse(&server.url()).unwrap();
     let opts = HistoryOptions {
@@ -615,6 +684,7 @@ async fn sqlite_schema_is_elasticjobs() {
 async fn sqlite_events_are_written_once() {
     let dir = tempfile::tempdir().unwrap();
     events_are_written_once(sqlite_url(&dir)).await;
+    sub_second_fire_times_are_kept(sqlite_url(&dir), None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -623,6 +693,7 @@ async fn postgres_schema_writes_kill_and_overflow() {
     let url = DatabaseUrl::parse(&server.url()).unwrap();
     schema_is_elasticjobs(url.clone()).await;
     events_are_written_once(url.clone()).await;
+    sub_second_fire_times_are_kept(url.clone(), None).await;
     let store = Store::connect_lazy(&DatabaseUrl::parse(&server.url()).unwrap(), DEADLINE).unwrap();
     for t in [
         "JOB_EXECUTION_LOG",
@@ -643,6 +714,8 @@ async fn mariadb_schema_writes_kill_hang_and_overflow() {
     let url = DatabaseUrl::parse(&server.url()).unwrap();
     schema_is_elasticjobs(url.clone()).await;
     events_are_written_once(url.clone()).await;
+    sub_second_fire_times_are_kept(url.clone(), None).await;
+    sub_second_fire_times_are_kept(url.clone(), Some(&server.url())).await;
     a_refused_event_does_not_hold_the_queue(url).await;
     survives_a_killed_database(&mut server).await;
     survives_a_hung_database(&mut server).await;
