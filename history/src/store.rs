@@ -618,10 +618,18 @@ impl Store {
                         "SHARDJOB_EXECUTION_LOG keeps fire times to the second (made by an \
                          older shardjob): altering it to milliseconds; its rows keep their values"
                     );
-                    sqlx::query(schema::MYSQL_TO_MILLISECONDS)
-                        .execute(p)
-                        .await
-                        .map_err(&err)?;
+                    // Not allowed (a user without ALTER): the history is written all the same,
+                    // to the second, and the log says how to change the table.
+                    if let Err(e) = sqlx::query(schema::MYSQL_TO_MILLISECONDS).execute(p).await {
+                        tracing::warn!(
+                            url = %self.shown,
+                            error = %e,
+                            "SHARDJOB_EXECUTION_LOG could not be altered: fire times are kept \
+                             to the second, and the runs of a fire with milliseconds (a manual \
+                             trigger's) count as first attempts; run `{}` as a user allowed to",
+                            schema::MYSQL_TO_MILLISECONDS
+                        );
+                    }
                 }
             }
             let exists = schema::for_dialect(self.dialect, schema::index_exists_query(self.dialect));

@@ -478,6 +478,79 @@ async fn sub_second_fire_times_are_kept(url: DatabaseUrl, old_table: Option<&str
     store.close().await;
 }
 
+/// A user not allowed to alter the old whole-second table still gets its history written
+/// (to the second), and nothing waits on the table it cannot change.
+async fn an_old_table_it_may_not_alter_is_written_to_the_second(server: &DbServer) {
+    let root = sqlx::MySqlPool::connect(&server.url())
+        .await
+        .expect("a connection");
+    for sql in [
+        "DROP TABLE IF EXISTS SHARDJOB_EXECUTION_LOG",
+        "CREATE TABLE SHARDJOB_EXECUTION_LOG (id VARCHAR (40) NOT NULL, \
+         job_name VARCHAR (100) NOT NULL, sharding_item INT NOT NULL, \
+         instance_id VARCHAR (255) NOT NULL, fire_time TIMESTAMP NULL, \
+         run_kind VARCHAR (20) NOT NULL, fencing_token BIGINT NOT NULL, \
+         attempt INT NOT NULL, creation_time TIMESTAMP NULL, PRIMARY KEY (id)) ENGINE=InnoDB",
+        "CREATE USER IF NOT EXISTS 'writer'@'127.0.0.1' IDENTIFIED BY 'w-pass'",
+        "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, INDEX ON shardjob.* TO 'writer'@'127.0.0.1'",
+    ] {
+        sqlx::query(sql).execute(&root).await.expect("set up");
+    }
+    let limited = server.url().replace("root@", "writer:w-pass@");
+    let url = DatabaseUrl::parse(&limited).unwrap();
+    let history = History::start(&url, HistoryOptions::default()).expect("history started");
+    let mut r = run("seconds", 1, 5);
+    r.fire_time = at(50) + chrono::Duration::milliseconds(750);
+    history.record(TraceEvent::ItemStarted(r));
+    assert!(
+        history.flush(DEADLINE).await.complete,
+        "{:?}",
+        history.stats()
+    );
+    let store = history.store();
+    let rows = store
+        .executions(&ExecutionQuery {
+            job: Some("seconds".into()),
+            ..ExecutionQuery::default()
+        })
+        .await
+        .expect("rows read");
+    let fires: Vec<_> = rows.rows.iter().map(|r| r.fire_time).collect();
+    // MariaDB drops the fraction of a second the column does not keep.
+    assert_eq!(fires, [Some(at(50).naive_utc())]);
+    let precision: u64 = sqlx::query_scalar(
+        "SELECT MAX(datetime_precision) FROM information_schema.columns WHERE \
+         table_schema = 'shardjob' AND table_name = 'SHARDJOB_EXECUTION_LOG' \
+         AND column_name = 'fire_time'",
+    )
+    .fetch_one(&root)
+    .await
+    .expect("catalog read");
+    assert_eq!(
+        precision, 0,
+        "the table was altered by a user without ALTER"
+    );
+    assert!(
+        store
+            .delete_older_than(Utc::now(), 2)
+            .await
+            .expect("rows deleted")
+            >= 1
+    );
+    history.shutdown(DEADLINE).await;
+    // Back to the table shardjob makes, for the tests that follow.
+    sqlx::query("DROP TABLE SHARDJOB_EXECUTION_LOG")
+        .execute(&root)
+        .await
+        .expect("dropped");
+    Store::connect_lazy(&DatabaseUrl::parse(&server.url()).unwrap(), DEADLINE)
+        .expect("a store")
+        .ensure_schema()
+        .await
+        .expect("tables made");
+    root.close().await;
+}
+
 async fn survives_a_killed_database(server: &mut DbServer) {
     let url = DatabaseUrl::parse(&server.url()).unwrap();
     let opts = HistoryOptions {
@@ -716,6 +789,7 @@ async fn mariadb_schema_writes_kill_hang_and_overflow() {
     events_are_written_once(url.clone()).await;
     sub_second_fire_times_are_kept(url.clone(), None).await;
     sub_second_fire_times_are_kept(url.clone(), Some(&server.url())).await;
+    an_old_table_it_may_not_alter_is_written_to_the_second(&server).await;
     a_refused_event_does_not_hold_the_queue(url).await;
     survives_a_killed_database(&mut server).await;
     survives_a_hung_database(&mut server).await;
