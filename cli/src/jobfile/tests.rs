@@ -235,6 +235,11 @@ fn what_cannot_be_honoured_is_refused_by_name() {
     assert!(err[0].contains("WEBHOOK is not built in yet"), "{err:?}");
     let err = problems(&CAMEL.replace("      cron:", "      jobListenerTypes: [LOG]\n      cron:"));
     assert!(err[0].contains("provides no listener types"), "{err:?}");
+    let err = problems(&CAMEL.replace("      cron:", "      maxTimeDiffSeconds: 5\n      cron:"));
+    assert!(
+        err[0].contains("maxTimeDiffSeconds 5: shardjob does not compare"),
+        "{err:?}"
+    );
     let err = problems(&CAMEL.replace("digest: ops:s3cret", "digest: nocolon"));
     assert!(err[0].contains("expected user:password"), "{err:?}");
     let err = problems(&CAMEL.replace("namespace: demo", "namespace: zookeeper"));
