@@ -345,6 +345,21 @@ impl JobConfig {
         self.sharding_item_parameters.get(&item).map(String::as_str)
     }
 
+    /// Why this configuration cannot run here as given, if it sets `maxTimeDiffSeconds`
+    /// (ElasticJob's check of the instance's clock against the registry's before each run):
+    /// shardjob does not read the registry's clock, so a job given with the check is refused
+    /// rather than run without it. `None` when the key is -1 (ElasticJob's default, no check).
+    pub fn unhonoured_time_diff(&self) -> Option<String> {
+        (self.max_time_diff_seconds != -1).then(|| {
+            format!(
+                "maxTimeDiffSeconds {}: shardjob does not compare the instance's clock with the \
+                 registry's before a run; leave the key out or set it to -1 (ElasticJob's \
+                 default, no check), and keep the hosts' clocks in step (NTP)",
+                self.max_time_diff_seconds
+            )
+        })
+    }
+
     /// Checks a configuration built in code against the builtin strategy names.
     pub fn validate(&self) -> Result<(), JobConfigError> {
         self.validate_with(&KnownTypes::default())

@@ -409,6 +409,16 @@ async fn events_are_written_once(url: DatabaseUrl) {
 }
 
 /// The server dies mid-run and comes back: what was recorded meanwhile arrives, once.
+/// shardjob's execution table as a shardjob before milliseconds made it on MySQL/MariaDB.
+const OLD_TABLE: [&str; 2] = [
+    "DROP TABLE IF EXISTS SHARDJOB_EXECUTION_LOG",
+    "CREATE TABLE SHARDJOB_EXECUTION_LOG (id VARCHAR (40) NOT NULL, \
+         job_name VARCHAR (100) NOT NULL, sharding_item INT NOT NULL, \
+         instance_id VARCHAR (255) NOT NULL, fire_time TIMESTAMP NULL, \
+         run_kind VARCHAR (20) NOT NULL, fencing_token BIGINT NOT NULL, \
+         attempt INT NOT NULL, creation_time TIMESTAMP NULL, PRIMARY KEY (id)) ENGINE=InnoDB",
+];
+
 /// A fire time with milliseconds (a manual trigger's, a fire of a cron with a sub-second
 /// offset after a clock step) reads back to the millisecond, and a second run of that fire
 /// counts as its second attempt: MySQL's and MariaDB's `TIMESTAMP` keeps whole seconds unless
@@ -418,14 +428,7 @@ async fn sub_second_fire_times_are_kept(url: DatabaseUrl, old_table: Option<&str
     let store = Store::connect_lazy(&url, Duration::from_secs(10)).expect("a store");
     if let Some(raw) = old_table {
         let pool = sqlx::MySqlPool::connect(raw).await.expect("a connection");
-        for sql in [
-            "DROP TABLE IF EXISTS SHARDJOB_EXECUTION_LOG",
-            "CREATE TABLE SHARDJOB_EXECUTION_LOG (id VARCHAR (40) NOT NULL, \
-             job_name VARCHAR (100) NOT NULL, sharding_item INT NOT NULL, \
-             instance_id VARCHAR (255) NOT NULL, fire_time TIMESTAMP NULL, \
-             run_kind VARCHAR (20) NOT NULL, fencing_token BIGINT NOT NULL, \
-             attempt INT NOT NULL, creation_time TIMESTAMP NULL, PRIMARY KEY (id)) ENGINE=InnoDB",
-        ] {
+        for sql in OLD_TABLE {
             sqlx::query(sql)
                 .execute(&pool)
                 .await
@@ -484,16 +487,10 @@ async fn an_old_table_it_may_not_alter_is_written_to_the_second(server: &DbServe
     let root = sqlx::MySqlPool::connect(&server.url())
         .await
         .expect("a connection");
-    for sql in [
-        "DROP TABLE IF EXISTS SHARDJOB_EXECUTION_LOG",
-        "CREATE TABLE SHARDJOB_EXECUTION_LOG (id VARCHAR (40) NOT NULL, \
-         job_name VARCHAR (100) NOT NULL, sharding_item INT NOT NULL, \
-         instance_id VARCHAR (255) NOT NULL, fire_time TIMESTAMP NULL, \
-         run_kind VARCHAR (20) NOT NULL, fencing_token BIGINT NOT NULL, \
-         attempt INT NOT NULL, creation_time TIMESTAMP NULL, PRIMARY KEY (id)) ENGINE=InnoDB",
+    for sql in OLD_TABLE.iter().copied().chain([
         "CREATE USER IF NOT EXISTS 'writer'@'127.0.0.1' IDENTIFIED BY 'w-pass'",
         "GRANT SELECT, INSERT, UPDATE, DELETE, CREATE, INDEX ON shardjob.* TO 'writer'@'127.0.0.1'",
-    ] {
+    ]) {
         sqlx::query(sql).execute(&root).await.expect("set up");
     }
     let limited = server.url().replace("root@", "writer:w-pass@");

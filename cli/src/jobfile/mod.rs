@@ -855,18 +855,9 @@ impl Reader<'_> {
                 self.problem(&path, format!("{what}: jobErrorHandlerType {handler}: {p}"));
             }
         }
-        if config.max_time_diff_seconds != -1 {
-            // What `run` would refuse (`Machine::add_job`): the check needs the registry's
-            // clock, which shardjob does not read.
-            self.problem(
-                &at("maxTimeDiffSeconds"),
-                format!(
-                    "{what}: maxTimeDiffSeconds {}: shardjob does not compare the instance's \
-                     clock with the registry's before a run; leave the key out or set it to -1, \
-                     and keep the hosts' clocks in step (NTP)",
-                    config.max_time_diff_seconds
-                ),
-            );
+        // What `run` refuses (`Machine::add_job`), refused here with the same words.
+        if let Some(why) = config.unhonoured_time_diff() {
+            self.problem(&at("maxTimeDiffSeconds"), format!("{what}: {why}"));
         }
         if !config.job_listener_types.is_empty() {
             self.problem(

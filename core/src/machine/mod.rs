@@ -414,16 +414,8 @@ impl Machine {
                 error: e.to_string(),
             })?;
         // Refused, not ignored: the check needs the registry's clock, which no backend reads.
-        if spec.config.max_time_diff_seconds != -1 {
-            return Err(MachineError::InvalidConfig {
-                job: name,
-                error: format!(
-                    "maxTimeDiffSeconds {}: shardjob does not compare the instance's clock with \
-                     the registry's before a run; leave the key out or set it to -1 (ElasticJob's \
-                     default, no check), and keep the hosts' clocks in step (NTP)",
-                    spec.config.max_time_diff_seconds
-                ),
-            });
+        if let Some(error) = spec.config.unhonoured_time_diff() {
+            return Err(MachineError::InvalidConfig { job: name, error });
         }
         match self.jobs.named(&name) {
             Some(j) if j.leaving.is_some() => return Err(MachineError::JobLeaving(name)),
