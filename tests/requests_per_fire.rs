@@ -113,6 +113,10 @@ impl Registry for Counted {
         self.inner.session()
     }
 
+    fn stamps_time(&self) -> bool {
+        self.inner.stamps_time()
+    }
+
     fn max_txn_ops(&self) -> Option<usize> {
         // SHARDJOB_RPF_NO_HINT: the machine learns the limit from the registry's refusals.
         if std::env::var_os("SHARDJOB_RPF_NO_HINT").is_some() {

@@ -156,3 +156,43 @@ async fn two_instances_share_items_over_zookeeper() {
     }
     drop(cluster);
 }
+
+/// `maxTimeDiffSeconds` is honoured over ZooKeeper, as ElasticJob honours it: the instance
+/// measures its clock against the server's (the `mtime` of a node it writes) before its first
+/// run, and runs while it is within the bound. A measurement that never came, or a stamp not
+/// read, would hold the job here for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_that_sets_max_time_diff_seconds_runs_over_zookeeper() {
+    let cluster = tokio::task::spawn_blocking(|| Cluster::zookeeper(1))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let config = ZkConfig::new(cluster.connect_string())
+        .namespace("runtime-zk-clock")
+        .session_timeout(Duration::from_secs(4))
+        .request_timeout(Duration::from_secs(5));
+    let registry = ZkRegistry::connect(config).await.unwrap();
+    let id = InstanceId::new("127.0.0.1@-@1").unwrap();
+    let mut job = JobConfig::new("clock-job", 2).with_cron(CronExpr::parse("* * * * * ?").unwrap());
+    job.max_time_diff_seconds = 5;
+    let seen: Seen = Arc::default();
+    let handle = Scheduler::builder()
+        .registry(Arc::new(registry))
+        .instance_id(id.clone())
+        .job(
+            job,
+            Record {
+                instance: id.to_string(),
+                seen: Arc::clone(&seen),
+            },
+        )
+        .build()
+        .await
+        .unwrap();
+    wait_fires(&seen, "two whole fires", |by| {
+        by.values().filter(|runs| runs.len() == 2).count() >= 2
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    drop(cluster);
+}

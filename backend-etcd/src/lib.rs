@@ -429,6 +429,7 @@ pub(crate) fn map_stat(kv: &etcd::KeyValue) -> Stat {
         created: Revision(kv.create_revision().max(0) as u64),
         modified: Revision(kv.mod_revision().max(0) as u64),
         ephemeral_owner: (kv.lease() != 0).then_some(SessionId(kv.lease() as u64)),
+        mtime_ms: None,
     }
 }
 

@@ -430,6 +430,7 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
                     created: Revision(0),
                     modified: Revision(0),
                     ephemeral_owner: (node_lease != 0).then_some(SessionId(node_lease as u64)),
+                    mtime_ms: None,
                 }))
             }
             TxnOp::Set {
@@ -462,6 +463,7 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
                             created: Revision(0),
                             modified: Revision(0),
                             ephemeral_owner: None,
+                            mtime_ms: None,
                         }))
                     }
                 }
@@ -483,6 +485,7 @@ fn plan(inner: &Inner, ops: &[TxnOp], lease: i64, reads: &Reads) -> Result<Plan,
                         created: Revision(0),
                         modified: Revision(0),
                         ephemeral_owner: None,
+                        mtime_ms: None,
                     }))
                 }
             },
@@ -651,6 +654,7 @@ fn stat(created: Revision, modified: Revision, lease: i64) -> Stat {
         created,
         modified,
         ephemeral_owner: (lease != 0).then_some(SessionId(lease as u64)),
+        mtime_ms: None,
     }
 }
 

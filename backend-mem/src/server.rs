@@ -249,8 +249,18 @@ impl MemServer {
 
     /// A server around an existing store (its time continues from `store.now()` with a manual
     /// clock).
-    pub fn from_store(store: Store, clock: MemClock) -> Self {
+    pub fn from_store(mut store: Store, clock: MemClock) -> Self {
         let manual_now = store.now();
+        // On the system clock the store's times are the process's: its modification times
+        // are the wall clock at the server's start plus the time since (a manual clock keeps
+        // none unless the store was given an origin).
+        if let (ClockKind::System(epoch), None) = (&clock.0, store.wall_origin()) {
+            let wall = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+            let since = i64::try_from(epoch.elapsed().as_millis()).unwrap_or(0);
+            store.set_wall_origin(Some(wall.saturating_sub(since)));
+        }
         let state = State {
             store,
             manual_now,
@@ -486,6 +496,12 @@ impl Registry for MemClient {
     /// The store's limit ([`Store::set_max_txn_ops`]), if any.
     fn max_txn_ops(&self) -> Option<usize> {
         self.shared.lock().store.max_txn_ops()
+    }
+
+    /// On the system clock, and when the store was given a wall-clock origin
+    /// ([`Store::set_wall_origin`]).
+    fn stamps_time(&self) -> bool {
+        self.shared.lock().store.wall_origin().is_some()
     }
 
     async fn get(&self, path: &NodePath) -> Result<Option<Node>, RegistryError> {

@@ -131,6 +131,9 @@ struct NodeEntry {
     version: i64,
     created: u64,
     modified: u64,
+    /// The store's wall-clock time of the last change, if it keeps one
+    /// ([`Store::set_wall_origin`]).
+    mtime: Option<i64>,
     /// The owning session's id for an ephemeral node, 0 for a persistent one (ids start at 1).
     owner: u64,
     /// How many children the node has.
@@ -144,6 +147,7 @@ impl NodeEntry {
             version: stat.version.0,
             created: stat.created.0,
             modified: stat.modified.0,
+            mtime: stat.mtime_ms,
             owner: stat.ephemeral_owner.map_or(0, |s| s.0),
             children: 0,
         }
@@ -155,6 +159,7 @@ impl NodeEntry {
             created: Revision(self.created),
             modified: Revision(self.modified),
             ephemeral_owner: self.owner(),
+            mtime_ms: self.mtime,
         }
     }
 
@@ -273,6 +278,8 @@ pub struct Store {
     /// [`Store::watch_changes`]).
     watch_changes: u64,
     now: Duration,
+    /// The wall-clock time (epoch ms) at time zero, if the store keeps modification times.
+    wall_origin: Option<i64>,
     max_txn_ops: Option<usize>,
 }
 
@@ -292,6 +299,7 @@ impl Store {
                 created: Revision(0),
                 modified: Revision(0),
                 ephemeral_owner: None,
+                mtime_ms: None,
             },
         );
         Self {
@@ -304,6 +312,7 @@ impl Store {
             next_watch: 1,
             watch_changes: 0,
             now: Duration::ZERO,
+            wall_origin: None,
             max_txn_ops: None,
         }
     }
@@ -315,6 +324,24 @@ impl Store {
     /// The latest time the store has seen.
     pub fn now(&self) -> Duration {
         self.now
+    }
+
+    /// Makes the store keep a wall-clock modification time on every node it creates or changes
+    /// from now on, as ZooKeeper's `mtime`: `origin_ms` (epoch ms) plus the store's time
+    /// ([`Stat::mtime_ms`]). `None` (the default) keeps none, as etcd.
+    pub fn set_wall_origin(&mut self, origin_ms: Option<i64>) {
+        self.wall_origin = origin_ms;
+    }
+
+    /// The wall-clock origin set with [`Store::set_wall_origin`].
+    pub fn wall_origin(&self) -> Option<i64> {
+        self.wall_origin
+    }
+
+    /// The store's wall-clock time now, if it keeps one.
+    fn wall_ms(&self) -> Option<i64> {
+        let now = i64::try_from(self.now.as_millis()).unwrap_or(i64::MAX);
+        self.wall_origin.map(|o| o.saturating_add(now))
     }
 
     /// Moves time forward to `now` and expires, in session-id order, every session whose
@@ -1202,6 +1229,7 @@ impl Store {
                     created: rev,
                     modified: rev,
                     ephemeral_owner: owner,
+                    mtime_ms: self.wall_ms(),
                 };
                 if let Some(s) = owner.and_then(|o| self.sessions.get_mut(&o)) {
                     debug_assert_eq!(s.status, SessionStatus::Alive);
@@ -1225,6 +1253,7 @@ impl Store {
                 data,
                 expected,
             } => {
+                let wall = self.wall_ms();
                 let Some(n) = self.nodes.get_mut(&path) else {
                     return Err(RegistryError::NoNode(path));
                 };
@@ -1237,6 +1266,7 @@ impl Store {
                 let old_data = std::mem::replace(&mut n.data, data.clone().into_boxed_slice());
                 n.version += 1;
                 n.modified = rev.0;
+                n.mtime = wall;
                 let stat = n.stat();
                 events.push(WatchEvent {
                     kind: WatchEventKind::Changed,
@@ -1339,6 +1369,7 @@ impl Store {
                         n.data = data;
                         n.version = stat.version.0;
                         n.modified = stat.modified.0;
+                        n.mtime = stat.mtime_ms;
                     }
                 }
                 Undo::Deleted(path, entry) => {

@@ -139,6 +139,7 @@ fn stat_of(n: &MNode) -> Stat {
         created: Revision(n.created),
         modified: Revision(n.modified),
         ephemeral_owner: n.owner.map(SessionId),
+        mtime_ms: None,
     }
 }
 

@@ -391,6 +391,7 @@ mod tests {
                 created: Revision(1),
                 modified: Revision(version as u64 + 1),
                 ephemeral_owner: None,
+                mtime_ms: None,
             },
         )
     }

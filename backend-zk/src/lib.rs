@@ -395,11 +395,17 @@ pub(crate) fn map_stat(stat: &zk::Stat) -> Stat {
         modified: shardjob_core::registry::Revision(stat.mzxid.max(0) as u64),
         ephemeral_owner: (stat.ephemeral_owner != 0)
             .then_some(SessionId(stat.ephemeral_owner as u64)),
+        mtime_ms: (stat.mtime > 0).then_some(stat.mtime),
     }
 }
 
 #[async_trait]
 impl Registry for ZkRegistry {
+    /// ZooKeeper stamps every node it writes with its leader's clock (`mtime`).
+    fn stamps_time(&self) -> bool {
+        true
+    }
+
     /// The session the client holds, also while disconnected; `None` after an expiry until
     /// the next session is established, and once closed.
     fn session(&self) -> Option<SessionInfo> {

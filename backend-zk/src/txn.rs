@@ -109,6 +109,7 @@ fn after_states(
                                 created: z,
                                 modified: z,
                                 ephemeral_owner: ephemeral.then_some(s.info.id),
+                                mtime_ms: None,
                             },
                         )
                     })
@@ -737,6 +738,7 @@ async fn collect(
                         created: shardjob_core::registry::Revision(zxid),
                         modified: shardjob_core::registry::Revision(zxid),
                         ephemeral_owner: (*mode == CreateMode::Ephemeral).then_some(s.info.id),
+                        mtime_ms: None,
                     })
                 } else {
                     TxnOpResult::Created(map_stat(&stat))

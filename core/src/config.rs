@@ -345,15 +345,18 @@ impl JobConfig {
         self.sharding_item_parameters.get(&item).map(String::as_str)
     }
 
-    /// Why this configuration cannot run here as given, if it sets `maxTimeDiffSeconds`
-    /// (ElasticJob's check of the instance's clock against the registry's before each run):
-    /// shardjob does not read the registry's clock, so a job given with the check is refused
-    /// rather than run without it. `None` when the key is -1 (ElasticJob's default, no check).
+    /// Why this configuration cannot run on a registry that keeps no clock (etcd), if it sets
+    /// `maxTimeDiffSeconds` (ElasticJob's check of the instance's clock against the
+    /// registry's before each run): a job given with the check is refused there rather than
+    /// run without it. ZooKeeper and the in-memory registry honour it
+    /// ([`MachineOptions::registry_clock`](crate::machine::MachineOptions::registry_clock)).
+    /// `None` when the key is -1 (ElasticJob's default, no check).
     pub fn unhonoured_time_diff(&self) -> Option<String> {
         (self.max_time_diff_seconds != -1).then(|| {
             format!(
-                "maxTimeDiffSeconds {}: shardjob does not compare the instance's clock with the \
-                 registry's before a run; leave the key out or set it to -1 (ElasticJob's \
+                "maxTimeDiffSeconds {}: this registry keeps no clock (etcd stamps no times on \
+                 its keys), so shardjob cannot compare the instance's clock with it before a \
+                 run; use ZooKeeper, or leave the key out or set it to -1 (ElasticJob's \
                  default, no check), and keep the hosts' clocks in step (NTP)",
                 self.max_time_diff_seconds
             )

@@ -190,6 +190,7 @@ mod tests {
                 created: Revision(1),
                 modified: Revision(1),
                 ephemeral_owner: None,
+                mtime_ms: None,
             },
         }
     }

@@ -200,6 +200,7 @@ mod tests {
                 created: Revision(rev),
                 modified: Revision(rev),
                 ephemeral_owner: None,
+                mtime_ms: None,
             },
         }
     }

@@ -387,6 +387,7 @@ mod tests {
             created: Revision(rev),
             modified: Revision(rev),
             ephemeral_owner: None,
+            mtime_ms: None,
         }
     }
 

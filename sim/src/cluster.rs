@@ -380,6 +380,10 @@ pub struct Cluster {
     pub invariant_violations: Vec<(u64, usize, String)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
+    /// Scheduled runs of shardjob nodes (by index) that started more than
+    /// [`EARLY_BESIDE_JAVA_MS`] before their fire in true time while an ElasticJob instance
+    /// had been registered in the job for two seconds (see [`crate::checkers::early`]).
+    pub early_runs: Vec<usize>,
     /// Operators' shutdowns: instance nodes an operator deleted while their session lived.
     pub shutdowns: Vec<OperatorShutdown>,
     /// The (node, job, session) of every instance node that its node was shown (by a
@@ -423,14 +427,24 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
+/// How early (ms, true time) a shardjob node's scheduled run of a job shared with ElasticJob
+/// may start at most: the machine's limit on its clock's lead on the registry's while the job
+/// is mixed (1 s), plus the drift the clock watch lets pass unseen as a step (500 ms), plus
+/// the round trips that bound a measurement.
+pub const EARLY_BESIDE_JAVA_MS: i64 = 1_700;
+
 impl Cluster {
     /// An empty cluster starting at 2026-11-22 06:00:00 UTC with 1 ms registry latency, runs
     /// of 100 ms and a 3 s session timeout.
     pub fn new() -> Self {
+        let origin = wall_origin();
+        let mut store = Store::new();
+        // The registry stamps its writes with true time, as a ZooKeeper whose clock is right.
+        store.set_wall_origin(Some(origin.timestamp_millis()));
         Self {
-            store: Store::new(),
+            store,
             now: 0,
-            wall_origin: wall_origin(),
+            wall_origin: origin,
             nodes: Vec::new(),
             java: Vec::new(),
             requests_java: 0,
@@ -466,6 +480,7 @@ impl Cluster {
             marker_deletions: Vec::new(),
             invariant_violations: Vec::new(),
             disabled_runs: Vec::new(),
+            early_runs: Vec::new(),
             shutdowns: Vec::new(),
             shown_own: BTreeSet::new(),
             shutdown_runs: Vec::new(),
@@ -550,6 +565,8 @@ impl Cluster {
         jobs: &[JobConfig],
     ) -> Result<usize, ClusterError> {
         let id = opts.instance_id.clone();
+        let mut opts = opts;
+        opts.registry_clock = self.store.wall_origin().is_some();
         let mut machine = Machine::new(opts);
         for strategy in &self.strategies {
             machine
@@ -1181,6 +1198,17 @@ impl Cluster {
         any
     }
 
+    /// Whether an ElasticJob instance's node of `job` exists and was written at `by` (epoch
+    /// ms, true time) or before.
+    fn java_registered(&self, job: &str, by: i64) -> bool {
+        self.java.iter().any(|j| {
+            NodePath::new(format!("/{job}/instances/{}", j.id))
+                .ok()
+                .and_then(|p| self.store.node(&p))
+                .is_some_and(|n| n.stat.mtime_ms.is_some_and(|t| t <= by))
+        })
+    }
+
     fn start(&mut self, n: usize, exec: Execution) {
         let origin = self.wall_origin.timestamp_millis();
         let mut runs = Vec::new();
@@ -1216,6 +1244,12 @@ impl Cluster {
                     .is_some_and(|t| *t + 1_000 <= self.now)
             {
                 self.disabled_runs.push(self.runs.len());
+            }
+            if run.kind == RunKind::Scheduled
+                && run.fire - (origin + self.now as i64) > EARLY_BESIDE_JAVA_MS
+                && self.java_registered(&run.job, origin + self.now as i64 - 2_000)
+            {
+                self.early_runs.push(self.runs.len());
             }
             let session = self.nodes[n].session;
             if self.shutdowns.iter().any(|s| {

@@ -117,6 +117,18 @@ pub fn event(e: &MachineEvent, origin_ms: i64) -> String {
         MachineEvent::ConfigInvalid { job, error } => {
             format!("{job}: the registry's configuration is invalid ({error})")
         }
+        MachineEvent::RegistryClockOff {
+            job,
+            off_ms,
+            limit_ms,
+        } => {
+            format!(
+                "{job}: runs held: the clock is {off_ms:+} ms off the registry's (limit {limit_ms} ms)"
+            )
+        }
+        MachineEvent::RegistryClockBack { job } => {
+            format!("{job}: the clock is within the limit again: runs go on")
+        }
         MachineEvent::UnhonouredTimeDiff { job, seconds } => {
             format!("{job}: the registry's maxTimeDiffSeconds {seconds} is not honoured")
         }

@@ -532,6 +532,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         violations.extend(checkers::leftover::check(&c, &totals, end));
     }
     violations.extend(checkers::disabled::check(&c));
+    violations.extend(checkers::early::check(&c));
     violations.extend(checkers::shutdown::check(&c));
     violations.extend(checkers::wake::check(&c));
     violations.extend(checkers::wake_rate::check(&c));

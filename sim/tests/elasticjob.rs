@@ -1375,3 +1375,87 @@ fn a_foreign_marker_kept_beside_elasticjob_holds_every_fire_at_the_gate() {
         timeline(&c)
     );
 }
+
+/// The registry's clock (`docs/migration-design.md` 5, question 2): a shardjob instance whose
+/// clock is 5 s ahead joins a job ElasticJob runs. It measures its clock against the
+/// registry's, holds its runs and says so; once its clock is set right it runs its items again.
+/// With the planted bug it claims by its own clock, and runs its fires 5 s early: the fires
+/// the ElasticJob instance may run again at their time.
+fn clock_world(planted: bool) -> (Cluster, usize) {
+    const S: &str = "10.0.0.2@-@2";
+    let mut c = cluster(200);
+    c.job_type = "SCRIPT".to_owned();
+    let pay = job("pay", 2);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(1_000);
+    c.options = Some(options(S, planted.then_some("ignore-registry-clock")));
+    let n = c.add_node(S, std::slice::from_ref(&pay.config)).unwrap();
+    c.set_skew(n, 5_000);
+    c.run_until(31_000);
+    c.step_clock(n, -5_000);
+    c.run_until(61_000);
+    (c, n)
+}
+
+#[test]
+fn a_clock_off_the_registry_s_holds_shardjob_s_runs_beside_elasticjob() {
+    use shardjob_core::machine::MachineEvent;
+    let (c, n) = clock_world(false);
+    let log = timeline(&c);
+    let early = checkers::early::check(&c);
+    assert!(early.is_empty(), "{early:#?}\n{log}");
+    let s_runs = |from: i64| {
+        c.runs
+            .iter()
+            .filter(|r| !r.java && r.node == n && r.fire >= fire(from))
+            .count()
+    };
+    // Held while 5 s ahead: no run started before the clock was set right (+31 s).
+    let before = c
+        .runs
+        .iter()
+        .filter(|r| !r.java && r.node == n && r.start < 31_000)
+        .count();
+    assert_eq!(before, 0, "{log}");
+    // Then the fires its item missed meanwhile run as one misfire, and its fires of +35 s on.
+    assert!(
+        c.runs
+            .iter()
+            .any(|r| !r.java && r.node == n && r.kind == RunKind::Misfire && r.fire == fire(30)),
+        "{log}"
+    );
+    assert!(s_runs(35) >= 3, "{log}");
+    let events: Vec<&MachineEvent> = c.nodes[n].events.iter().map(|(_, e)| e).collect();
+    let off: Vec<i64> = events
+        .iter()
+        .filter_map(|e| match e {
+            MachineEvent::RegistryClockOff {
+                off_ms, limit_ms, ..
+            } if *limit_ms == 1_000 => Some(*off_ms),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        off.len() == 1 && (4_900..=5_000).contains(&off[0]),
+        "clock reports {off:?}\n{log}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, MachineEvent::RegistryClockBack { .. })),
+        "{log}"
+    );
+    checkers_pass(&c);
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn a_claim_by_a_clock_off_the_registry_s_runs_fires_early_beside_elasticjob() {
+    let (c, _) = clock_world(true);
+    assert!(
+        !checkers::early::check(&c).is_empty(),
+        "the planted bug is not caught\n{}",
+        timeline(&c)
+    );
+}

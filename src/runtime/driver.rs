@@ -1035,6 +1035,21 @@ impl Driver {
                     tracing::error!(instance = %me, %job, "the job does not run here until its configuration in the registry is fixed, because it cannot be used: {error}")
                 }
             }
+            MachineEvent::RegistryClockOff {
+                job,
+                off_ms,
+                limit_ms,
+            } => tracing::error!(
+                instance = %me, %job, off_ms, limit_ms,
+                "this host's clock is {off_ms:+} ms off the registry's, more than the job allows \
+                 ({limit_ms} ms: maxTimeDiffSeconds, or a second while ElasticJob instances share \
+                 the job): its runs are held here until the clock is right (check NTP); the \
+                 fires missed meanwhile run as misfires"
+            ),
+            MachineEvent::RegistryClockBack { job } => tracing::info!(
+                instance = %me, %job,
+                "this host's clock is within the job's limit of the registry's again: runs go on"
+            ),
             MachineEvent::UnhonouredTimeDiff { job, seconds } => tracing::warn!(
                 instance = %me, %job, seconds,
                 "the registry's configuration sets maxTimeDiffSeconds {seconds}, ElasticJob's \

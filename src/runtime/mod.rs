@@ -464,6 +464,9 @@ impl SchedulerBuilder {
         if let Some(max_ops) = registry.max_txn_ops() {
             opts.fit_txn_ops(max_ops);
         }
+        // A registry that stamps its writes with its clock lets the machine measure this
+        // host's clock against it (`maxTimeDiffSeconds`, and the hold beside ElasticJob).
+        opts.registry_clock = registry.stamps_time();
         // Runs claimed ahead are set up before their fire, so that a thousand jobs firing at
         // once each cost the driver little more than a signal when the fire comes.
         opts.prepare_ahead = true;

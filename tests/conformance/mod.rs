@@ -1211,6 +1211,51 @@ pub async fn invalid_paths_and_oversized_values(b: &dyn Backend) {
     c.close().await.unwrap();
 }
 
+/// A registry that says it stamps its writes with its clock ([`Registry::stamps_time`]) does:
+/// the answer to a write, and a read of the node after, carry a modification time that is the
+/// server's clock (the tests' servers run on this host: within a few seconds of its clock).
+/// One that says it does not carries none, and the machine refuses `maxTimeDiffSeconds` on it.
+pub async fn writes_carry_the_registry_s_time(b: &dyn Backend) {
+    let c = b.client("mtime").await;
+    let wall = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap()
+    };
+    let a = p("/t");
+    c.create(&a, b"1".to_vec(), CreateMode::Persistent)
+        .await
+        .unwrap();
+    let before = wall();
+    let set = c
+        .transact(vec![TxnOp::Set {
+            path: a.clone(),
+            data: b"2".to_vec(),
+            expected: None,
+        }])
+        .await
+        .unwrap();
+    let after = wall();
+    let Some(TxnOpResult::Set(stat)) = set.first() else {
+        panic!("a set answered {set:?}");
+    };
+    let read = c.get(&a).await.unwrap().unwrap().stat;
+    if c.stamps_time() {
+        let t = stat
+            .mtime_ms
+            .expect("a set's answer carries the registry's time");
+        assert!(
+            (before - 5_000..=after + 5_000).contains(&t),
+            "mtime {t} against this host's clock {before}..{after}"
+        );
+        assert_eq!(read.mtime_ms, Some(t), "a read shows the set's time");
+    } else {
+        assert_eq!((stat.mtime_ms, read.mtime_ms), (None, None));
+    }
+    c.close().await.unwrap();
+}
+
 /// One `#[tokio::test]` per conformance check, each with a harness from `$make` (an async
 /// expression giving an `impl Backend`).
 #[macro_export]
@@ -1221,7 +1266,8 @@ macro_rules! conformance_tests {
             ephemeral_nodes_vanish_on_expiry, transactions_are_all_or_nothing,
             transaction_checks, watches_deliver_changes_in_order, watches_resume_after_reconnect,
             session_events, large_values_and_many_children, invalid_paths_and_oversized_values,
-            tree_reads_and_events_share_revisions, own_writes_events_carry_their_data_and_version);
+            tree_reads_and_events_share_revisions, own_writes_events_carry_their_data_and_version,
+            writes_carry_the_registry_s_time);
     };
     (@each $make:expr; $($name:ident),*) => {
         $(

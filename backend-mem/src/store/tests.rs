@@ -92,7 +92,8 @@ fn create_checks_parent_ephemeral_parent_and_existence() {
             version: Version(0),
             created: Revision(1),
             modified: Revision(1),
-            ephemeral_owner: None
+            ephemeral_owner: None,
+            mtime_ms: None,
         }
     );
     assert_eq!(

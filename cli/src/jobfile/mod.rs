@@ -855,9 +855,13 @@ impl Reader<'_> {
                 self.problem(&path, format!("{what}: jobErrorHandlerType {handler}: {p}"));
             }
         }
-        // What `run` refuses (`Machine::add_job`), refused here with the same words.
+        // What `run` refuses on etcd (`Machine::add_job`), with the same words: the file does
+        // not say which registry it runs on.
         if let Some(why) = config.unhonoured_time_diff() {
-            self.problem(&at("maxTimeDiffSeconds"), format!("{what}: {why}"));
+            self.warn(
+                &at("maxTimeDiffSeconds"),
+                format!("{what}: honoured on ZooKeeper and the in-memory registry; on etcd, {why}"),
+            );
         }
         if !config.job_listener_types.is_empty() {
             self.problem(

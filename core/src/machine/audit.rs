@@ -105,7 +105,14 @@ impl Machine {
             let held = hold_for_reshard(&mut seen, necessary, gate, wait, now, &mut wake);
             // The fire gate as the decision would leave it.
             let (_, fire) = j.gate_after(gate && necessary, &config, now.wall_ms());
-            let hold = Hold { held, fire };
+            let limit = clock_limit(
+                mixed::is_mixed(&view),
+                config.max_time_diff_seconds,
+                self.opts.registry_clock,
+            )
+            .filter(|_| !planted!(self.opts, IgnoreRegistryClock));
+            let clock = judge(self.clock.registry, limit) != ClockVerdict::Fine;
+            let hold = Hold { held, fire, clock };
             let cx = Ctx {
                 me: &me,
                 sid,

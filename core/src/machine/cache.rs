@@ -118,6 +118,7 @@ pub(crate) const UNKNOWN_STAT: Stat = Stat {
     created: Revision(0),
     modified: Revision(0),
     ephemeral_owner: None,
+    mtime_ms: None,
 };
 
 impl Cache {
@@ -731,6 +732,7 @@ mod tests {
             created: Revision(rev),
             modified: Revision(rev),
             ephemeral_owner: None,
+            mtime_ms: None,
         }
     }
 

@@ -234,6 +234,20 @@ impl Machine {
 
         // Claims: own due items, triggers, failover.
         let can_claim = matches!(self.sess.state, Session::Live(_)) && self.shutdown.is_none();
+        // The registry's clock (`clock`): while the job is shared with ElasticJob, or when
+        // it sets `maxTimeDiffSeconds`, no claim while this clock is off or not measured.
+        let measure_before = self.clock.measure_sent;
+        let (verdict, measure) = if can_claim && enabled {
+            let limit = clock_limit(
+                mixed::is_mixed(view),
+                config.max_time_diff_seconds,
+                self.opts.registry_clock,
+            )
+            .filter(|_| !planted!(self.opts, IgnoreRegistryClock));
+            self.registry_clock_hold(job, limit, now, &mut wake)
+        } else {
+            (ClockVerdict::Fine, false)
+        };
         let Some(j) = self.jobs.get_mut(&job) else {
             return Action::Nothing;
         };
@@ -245,6 +259,7 @@ impl Machine {
         let hold = Hold {
             held,
             fire: j.held_fire,
+            clock: verdict != ClockVerdict::Fine,
         };
         if !necessary {
             j.stall_reported = false;
@@ -274,8 +289,21 @@ impl Machine {
                 _ => 0,
             };
             if let Some(action) = mixed::mixed_duties(j, view, &config, &cx, grace, &mut wake) {
+                // The measurement waits for the next decision.
+                self.clock.measure_sent = measure_before;
                 return action;
             }
+        }
+        if measure {
+            let ops = vec![
+                TxnOp::Check(Check::Session(sid)),
+                TxnOp::Set {
+                    path: j.paths.instance(&me),
+                    data: setup::instance_value(&me).into_bytes(),
+                    expected: None,
+                },
+            ];
+            return Action::Txn(Purpose::Measure, ops);
         }
         if can_claim && enabled {
             let cx = Ctx {

@@ -136,6 +136,7 @@ impl Machine {
         let Some(j) = self.jobs.remove(&job) else {
             return;
         };
+        self.clock.held.remove(&job);
         if let Some(t) = j.wake_indexed {
             self.timers.wakes.remove(&(t, job));
         }

@@ -33,6 +33,26 @@ pub enum MachineEvent {
         /// The value set, in seconds.
         seconds: i32,
     },
+    /// This instance's wall clock is off the registry's by more than the job allows, so the
+    /// job's runs are held here: while the job is shared with ElasticJob instances, more than
+    /// a second (a fire run early or late here may be the one an ElasticJob instance runs at
+    /// its time); when its configuration sets `maxTimeDiffSeconds`, more than that (as
+    /// ElasticJob refuses to run). Reported once per hold; the fires missed meanwhile are
+    /// owed as misfires. Set the host's clock right (NTP).
+    RegistryClockOff {
+        /// The job.
+        job: String,
+        /// How far ahead of the registry's this clock is at least (ms; negative: behind).
+        off_ms: i64,
+        /// The most the job allows (ms).
+        limit_ms: i64,
+    },
+    /// A hold of [`MachineEvent::RegistryClockOff`] ended: the clock is within the job's
+    /// limit again.
+    RegistryClockBack {
+        /// The job.
+        job: String,
+    },
     /// The job root holds another job type; the job does not run here.
     JobTypeConflict {
         /// The job.

@@ -249,6 +249,7 @@ mod tests {
             created: Revision(1),
             modified: Revision(1),
             ephemeral_owner: owner,
+            mtime_ms: None,
         }
     }
 
@@ -390,6 +391,7 @@ mod tests {
                     created: Revision(created),
                     modified: Revision(created),
                     ephemeral_owner: owner,
+                    mtime_ms: None,
                 },
             }
         };

@@ -131,7 +131,7 @@ impl Machine {
             Ok(config) => {
                 let seconds = config.max_time_diff_seconds;
                 let new = j.config.as_ref().is_none_or(|c| !Arc::ptr_eq(c, &config));
-                if new && seconds != -1 {
+                if new && seconds != -1 && !self.opts.registry_clock {
                     self.out
                         .push_back(Command::Event(MachineEvent::UnhonouredTimeDiff {
                             job: j.name().to_owned(),

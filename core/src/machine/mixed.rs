@@ -419,6 +419,7 @@ mod tests {
             created: Revision(created),
             modified: Revision(created),
             ephemeral_owner: owner,
+            mtime_ms: None,
         }
     }
 

@@ -66,6 +66,14 @@ pub struct MachineOptions {
     /// in production. The simulator turns it off in some seeds, because the net also hides a
     /// wake that is missing from the liveness checker.
     pub safety_sweep: bool,
+    /// The registry stamps the nodes it writes with its own wall-clock time
+    /// ([`Stat::mtime_ms`](crate::registry::Stat::mtime_ms): ZooKeeper and the in-memory
+    /// registry do, etcd does not). With it the machine measures how far its clock is off the
+    /// registry's and holds the runs of a job shared with ElasticJob, or of one that sets
+    /// `maxTimeDiffSeconds`, while it is off by more than they allow. Without it (the
+    /// default) a job given with `maxTimeDiffSeconds` set is refused, and a registry's
+    /// configuration that sets it runs with a warning.
+    pub registry_clock: bool,
     /// Extra names accepted in job configurations (custom strategies).
     pub known_types: KnownTypes,
     /// Planted bugs switched on (simulator self-test only).
@@ -91,6 +99,7 @@ impl MachineOptions {
             reshard_progress_step: super::RESHARD_PROGRESS_STEP,
             prepare_ahead: false,
             safety_sweep: true,
+            registry_clock: false,
             known_types: KnownTypes::default(),
             #[cfg(feature = "plant-bugs")]
             plants: std::collections::BTreeSet::new(),

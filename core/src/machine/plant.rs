@@ -119,6 +119,10 @@ pub enum Plant {
     /// instance leads and re-shards: a run started under the old plan is run again by the
     /// item's new owner for the same fire (the fire gate of `docs/migration-design.md` 3.4).
     GateOpenBesideJava,
+    /// Claim while this instance's clock is off the registry's by more than the job allows
+    /// (a second while it is shared with ElasticJob): a fire run early here is the fire an
+    /// ElasticJob instance runs again at its time (`docs/migration-design.md` 5, question 2).
+    IgnoreRegistryClock,
     /// Ignore the runs of ElasticJob seen on an item: a fire an ElasticJob instance ran just
     /// before it left runs again here when the item comes over (`docs/migration-design.md`
     /// 3.6).
@@ -187,7 +191,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 50] = [
+    pub const ALL: [Plant; 51] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -223,6 +227,7 @@ impl Plant {
         Plant::StaleRemovalByVersion,
         Plant::ElectBesideJava,
         Plant::GateOpenBesideJava,
+        Plant::IgnoreRegistryClock,
         Plant::RerunJavaFires,
         Plant::EphemeralMarkersBesideJava,
         Plant::FailoverBesideJava,
@@ -278,6 +283,7 @@ impl Plant {
             Plant::StaleRemovalByVersion => "stale-removal-by-version",
             Plant::ElectBesideJava => "elect-beside-java",
             Plant::GateOpenBesideJava => "gate-open-beside-java",
+            Plant::IgnoreRegistryClock => "ignore-registry-clock",
             Plant::RerunJavaFires => "rerun-java-fires",
             Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
             Plant::FailoverBesideJava => "failover-beside-java",

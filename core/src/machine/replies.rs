@@ -24,6 +24,7 @@ impl Machine {
             Purpose::Flag => "re-sharding flag",
             Purpose::ConsumeTrigger { .. } => "trigger",
             Purpose::Leave => "leave",
+            Purpose::Measure => "measuring the registry's clock",
             _ => "request",
         };
         match reply {
@@ -242,6 +243,9 @@ impl Machine {
             return;
         };
         let ok = !matches!(reply, RegistryReply::Failed(_));
+        if let RegistryReply::Transacted(results) = &reply {
+            self.measure_registry_clock(results, p.sent, now);
+        }
         let doubt_before = self.sess.in_doubt;
         if ok && p.epoch == self.sess.epoch {
             self.sess.confirmed = Some(self.sess.confirmed.map_or(p.sent, |c| c.max(p.sent)));

@@ -54,6 +54,9 @@ pub(crate) enum Purpose {
         units: usize,
     },
     Flag,
+    /// A measurement of the registry's clock: this instance's node of the job written again
+    /// with the same data (`clock`).
+    Measure,
     /// Orphaned runs of a mixed job settled: ElasticJob's failover has them
     /// (`docs/migration-design.md` 3.5).
     Settle {
@@ -139,6 +142,7 @@ mod tests {
             created: Revision(1),
             modified: Revision(v as u64),
             ephemeral_owner: None,
+            mtime_ms: None,
         };
         let results = [
             TxnOpResult::Checked,

@@ -88,11 +88,7 @@ pub(crate) fn setup_ops(
     }
     let instance = p.instance(me);
     // `labels` tells shardjob's instances from ElasticJob's in a mixed job.
-    let value = format!(
-        "jobInstanceId: {me}\nlabels: {}\nserverIp: {}\n",
-        job_view::SHARDJOB_LABEL,
-        me.server_ip()
-    );
+    let value = instance_value(me);
     match j.cache.own_instance() {
         Some(stat) if stat.ephemeral_owner.is_none_or(|o| o == sid) => {}
         Some(stat) => {
@@ -119,4 +115,14 @@ pub(crate) fn setup_ops(
         });
     }
     Ok(ops)
+}
+
+/// The data of this instance's node of a job: ElasticJob's `JobInstance` in YAML, whose
+/// `labels` tells shardjob's instances from ElasticJob's in a mixed job.
+pub(crate) fn instance_value(me: &InstanceId) -> String {
+    format!(
+        "jobInstanceId: {me}\nlabels: {}\nserverIp: {}\n",
+        job_view::SHARDJOB_LABEL,
+        me.server_ip()
+    )
 }

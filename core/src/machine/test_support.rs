@@ -29,6 +29,7 @@ pub(crate) fn node(path: &str, data: Vec<u8>, owner: Option<SessionId>) -> Node 
             created: Revision(1),
             modified: Revision(1),
             ephemeral_owner: owner,
+            mtime_ms: None,
         },
     }
 }
@@ -40,5 +41,6 @@ pub(crate) fn stat(version: i64) -> Stat {
         created: Revision(1),
         modified: Revision(1),
         ephemeral_owner: None,
+        mtime_ms: None,
     }
 }

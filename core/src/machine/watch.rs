@@ -442,6 +442,7 @@ mod tests {
                     created: Revision(1),
                     modified: Revision(rev as u64),
                     ephemeral_owner: None,
+                    mtime_ms: None,
                 }),
                 revision: Some(Revision(rev as u64)),
             };
@@ -472,6 +473,7 @@ mod tests {
                 created: Revision(1),
                 modified: Revision(1),
                 ephemeral_owner: None,
+                mtime_ms: None,
             }),
             ..Default::default()
         };
@@ -507,6 +509,7 @@ mod tests {
             created: Revision(created),
             modified: Revision(created),
             ephemeral_owner: owner.map(crate::registry::SessionId),
+            mtime_ms: None,
         };
         let mut seen = BTreeMap::new();
         note_marker(&mut seen, 2, Some(&stat(5, None)), 1_000);

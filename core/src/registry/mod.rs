@@ -82,6 +82,15 @@ pub trait Registry: Send + Sync {
         None
     }
 
+    /// Whether the registry stamps the nodes it writes with its own wall-clock time
+    /// ([`Stat::mtime_ms`] in the answers to writes: ZooKeeper's `mtime`). `false` (the
+    /// default) where it keeps none (etcd). A driver sets
+    /// [`MachineOptions::registry_clock`](crate::machine::MachineOptions::registry_clock)
+    /// from it.
+    fn stamps_time(&self) -> bool {
+        false
+    }
+
     /// Creates one node.
     async fn create(
         &self,

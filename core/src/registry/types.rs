@@ -73,6 +73,12 @@ pub struct Stat {
     pub modified: Revision,
     /// The owning session of an ephemeral node; `None` for a persistent node.
     pub ephemeral_owner: Option<SessionId>,
+    /// The registry's own wall-clock time of the node's last change, epoch milliseconds
+    /// (ZooKeeper's `mtime`, set by its leader when it commits the change). `None` where the
+    /// backend keeps no such time (etcd) or leaves it out of an answer (ZooKeeper 3.8's
+    /// answers to the creations of a multi, ZOOKEEPER-4026). The machine compares it with
+    /// its own clock around a write to know how far its clock is off the registry's.
+    pub mtime_ms: Option<i64>,
 }
 
 /// A node with its data and metadata.

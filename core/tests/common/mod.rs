@@ -35,6 +35,7 @@ pub fn node(path: &str, data: &str, rev: u64, owner: Option<SessionId>) -> Node 
             created: Revision(rev),
             modified: Revision(rev),
             ephemeral_owner: owner,
+            mtime_ms: None,
         },
     }
 }

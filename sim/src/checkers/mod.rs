@@ -5,6 +5,7 @@
 pub mod attribution;
 pub mod convergence;
 pub mod disabled;
+pub mod early;
 pub mod fresh;
 pub mod invariant;
 pub mod leftover;

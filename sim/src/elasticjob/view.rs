@@ -366,6 +366,7 @@ mod tests {
             created: Revision(created),
             modified: Revision(created),
             ephemeral_owner: None,
+            mtime_ms: None,
         }
     }
 

@@ -130,7 +130,7 @@ pub(crate) fn claims(
     memo: &mut FireMemo,
     wake: &mut Vec<Mono>,
 ) -> ClaimDecision {
-    let held = hold.held;
+    let held = hold.held || hold.clock;
     let (me, opts, now) = (cx.me, cx.opts, cx.now);
     let n = config.sharding_total_count;
     let now_ms = now.wall_ms();
@@ -233,7 +233,7 @@ pub(crate) fn claims(
     let mut failover_items: Vec<(u32, RunRecord, CurrentRecord)> = Vec::new();
     let mut orphans_seen = None;
     let own_failover = !mixed || planted!(opts, FailoverBesideJava);
-    if config.failover && config.monitor_execution && own_failover {
+    if config.failover && config.monitor_execution && own_failover && !hold.clock {
         let live = if planted!(opts, FailoverLiveRunner) {
             failover::LiveRunner::Count
         } else {
@@ -516,6 +516,9 @@ pub(crate) struct Hold {
     pub(crate) held: bool,
     /// The fire the last ElasticJob hold covered, for the items its re-shard gave.
     pub(crate) fire: Option<crate::machine::job::HeldFire>,
+    /// The registry's clock holds every new run, failover's too (`clock`): this instance's
+    /// clock is off the registry's by more than the job allows, or not measured yet.
+    pub(crate) clock: bool,
 }
 
 /// Whether new runs of the job are held because its leader waits to move items
@@ -850,6 +853,7 @@ mod tests {
             created: crate::registry::Revision(2),
             modified: crate::registry::Revision(2),
             ephemeral_owner: Some(SessionId(9)),
+            mtime_ms: None,
         });
         // Item 2: an orphaned run of a dead shardjob instance.
         let orphan = ItemView {

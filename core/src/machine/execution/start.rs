@@ -221,7 +221,8 @@ impl Machine {
             let go = lease_ok
                 && e.epoch == self.sess.epoch
                 && (e.enabled_at == Some(self.disables) || !self.disabled_since_claim(id))
-                && !self.gate_closed_since_claim(id);
+                && !self.gate_closed_since_claim(id)
+                && !self.clock_held(e.job);
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
             };
@@ -273,6 +274,26 @@ impl Machine {
             let view = j.cache.view();
             view.necessary.is_some() && view.led_by_java()
         })
+    }
+
+    /// Whether the registry's clock holds the job's runs now (see `clock`): a step of the
+    /// wall clock since the claim (which forgets the measurement, and moved the run's start
+    /// by the step), or the claim's own answer showing the clock off. A run claimed ahead
+    /// then does not start, and its claim is given back.
+    pub(crate) fn clock_held(&self, job: JobId) -> bool {
+        let Some(j) = self.jobs.get(&job) else {
+            return false;
+        };
+        let Some(config) = j.config.as_ref() else {
+            return false;
+        };
+        let limit = clock_limit(
+            mixed::is_mixed(j.cache.view()),
+            config.max_time_diff_seconds,
+            self.opts.registry_clock,
+        )
+        .filter(|_| !planted!(self.opts, IgnoreRegistryClock));
+        judge(self.clock.registry, limit) != ClockVerdict::Fine
     }
 
     /// Gives up an execution claimed ahead that never started: its markers go and its records
