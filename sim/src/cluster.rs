@@ -380,7 +380,7 @@ pub struct Cluster {
     pub invariant_violations: Vec<(u64, usize, String)>,
     /// Runs (by index) that started although their item had been disabled for a while.
     pub disabled_runs: Vec<usize>,
-    /// Scheduled runs of shardjob nodes (by index) that started more than
+    /// Runs of fires (not triggers) of shardjob nodes (by index) that started more than
     /// [`EARLY_BESIDE_JAVA_MS`] before their fire in true time while an ElasticJob instance
     /// had been registered in the job for two seconds (see [`crate::checkers::early`]).
     pub early_runs: Vec<usize>,
@@ -1245,7 +1245,7 @@ impl Cluster {
             {
                 self.disabled_runs.push(self.runs.len());
             }
-            if run.kind == RunKind::Scheduled
+            if run.kind != RunKind::Trigger
                 && run.fire - (origin + self.now as i64) > EARLY_BESIDE_JAVA_MS
                 && self.java_registered(&run.job, origin + self.now as i64 - 2_000)
             {

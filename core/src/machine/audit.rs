@@ -105,12 +105,7 @@ impl Machine {
             let held = hold_for_reshard(&mut seen, necessary, gate, wait, now, &mut wake);
             // The fire gate as the decision would leave it.
             let (_, fire) = j.gate_after(gate && necessary, &config, now.wall_ms());
-            let limit = clock_limit(
-                mixed::is_mixed(&view),
-                config.max_time_diff_seconds,
-                self.opts.registry_clock,
-            )
-            .filter(|_| !planted!(self.opts, IgnoreRegistryClock));
+            let limit = job_clock_limit(j, &view, &self.opts, now.mono);
             let clock = judge(self.clock.registry, limit) != ClockVerdict::Fine;
             let hold = Hold { held, fire, clock };
             let cx = Ctx {

@@ -74,6 +74,32 @@ impl RegistryOffset {
     }
 }
 
+/// How long (ms) the registry clock's rule for a mixed job holds after the job was last seen
+/// mixed ([`Job::java_seen`]).
+pub(crate) const MIXED_MEMORY_MS: u64 = 60_000;
+
+/// Whether the registry clock's rule for mixed jobs applies to `j` now: mixed, or seen mixed
+/// within [`MIXED_MEMORY_MS`].
+pub(crate) fn mixed_for_clock(j: &Job, view: &JobView, now: Mono) -> bool {
+    mixed::is_mixed(view) || j.java_seen.is_some_and(|t| now.since(t) < MIXED_MEMORY_MS)
+}
+
+/// The limit of a job's claims by the registry's clock (see [`clock_limit`]), now.
+pub(crate) fn job_clock_limit(
+    j: &Job,
+    view: &JobView,
+    opts: &MachineOptions,
+    now: Mono,
+) -> Option<i64> {
+    let config = j.config.as_ref()?;
+    clock_limit(
+        mixed_for_clock(j, view, now),
+        config.max_time_diff_seconds,
+        opts.registry_clock,
+    )
+    .filter(|_| !planted!(opts, IgnoreRegistryClock))
+}
+
 /// What the registry's clock says of a job's claims ([`judge`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClockVerdict {

@@ -237,13 +237,19 @@ impl Machine {
         // The registry's clock (`clock`): while the job is shared with ElasticJob, or when
         // it sets `maxTimeDiffSeconds`, no claim while this clock is off or not measured.
         let measure_before = self.clock.measure_sent;
+        let limit = self.jobs.get_mut(&job).and_then(|j| {
+            if mixed::is_mixed(view) {
+                j.java_seen = Some(now.mono);
+            }
+            // The rule's memory ends: decide again then.
+            if let Some(end) = j.java_seen.map(|t| t.after(MIXED_MEMORY_MS)) {
+                if end > now.mono {
+                    wake.push(end);
+                }
+            }
+            job_clock_limit(j, view, &self.opts, now.mono)
+        });
         let (verdict, measure) = if can_claim && enabled {
-            let limit = clock_limit(
-                mixed::is_mixed(view),
-                config.max_time_diff_seconds,
-                self.opts.registry_clock,
-            )
-            .filter(|_| !planted!(self.opts, IgnoreRegistryClock));
             self.registry_clock_hold(job, limit, now, &mut wake)
         } else {
             (ClockVerdict::Fine, false)

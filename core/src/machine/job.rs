@@ -68,6 +68,11 @@ pub(crate) struct Job {
     /// Per item, when (wall time, epoch ms) a run of any ElasticJob instance was last seen to
     /// start on it (`watch::note_java_touch`). Memory only, from the watch.
     pub(crate) java_touched: BTreeMap<u32, i64>,
+    /// When a decision last saw the job mixed (an ElasticJob instance registered): the
+    /// registry clock's rule for mixed jobs holds for [`MIXED_MEMORY_MS`] after, since an
+    /// ElasticJob instance whose session is being renewed (its node gone for a moment, a
+    /// registry restarted) still runs its fires by its own clock.
+    pub(crate) java_seen: Option<Mono>,
     /// While an ElasticJob leader's re-sharding flag holds this job's new runs (the fire
     /// gate): when this instance first saw it (wall time, epoch ms), and the job's item count
     /// then.

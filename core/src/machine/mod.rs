@@ -456,6 +456,7 @@ impl Machine {
             markers_seen: BTreeMap::new(),
             java_ran: BTreeMap::new(),
             java_touched: BTreeMap::new(),
+            java_seen: None,
             java_gate: None,
             held_fire: None,
             markers_left: BTreeMap::new(),

@@ -93,8 +93,8 @@ struct Args {
     #[arg(long)]
     no_shapes: bool,
     /// Add this many ElasticJob 3.0.4 instances to each world, hosting every job beside the
-    /// shardjob instances (shardjob's mixed protocol is not built: a measurement, expected to
-    /// fail).
+    /// shardjob instances (mixed worlds still fail, mostly on what ElasticJob itself gives up:
+    /// `docs/migration-design.md` section 5).
     #[arg(long, default_value_t = 0)]
     elasticjob: usize,
     /// A rolling replacement in every seed: `j2s` replaces the ElasticJob instances one by one

@@ -1,5 +1,5 @@
 //! Checker: a shardjob instance does not run a fire of a job shared with ElasticJob early by
-//! its own clock. A scheduled run that starts more than
+//! its own clock. A run of a fire (scheduled, misfired or failed over) that starts more than
 //! [`EARLY_BESIDE_JAVA_MS`](crate::cluster::EARLY_BESIDE_JAVA_MS) before its fire in true
 //! time, while an ElasticJob instance has been registered in the job for two seconds, is a
 //! fire that ElasticJob instance may run again at its time: it records nothing of its own

@@ -222,7 +222,7 @@ impl Machine {
                 && e.epoch == self.sess.epoch
                 && (e.enabled_at == Some(self.disables) || !self.disabled_since_claim(id))
                 && !self.gate_closed_since_claim(id)
-                && !self.clock_held(e.job);
+                && !self.clock_held(e.job, now);
             let Some(e) = self.executions.get_mut(&id) else {
                 continue;
             };
@@ -280,19 +280,11 @@ impl Machine {
     /// wall clock since the claim (which forgets the measurement, and moved the run's start
     /// by the step), or the claim's own answer showing the clock off. A run claimed ahead
     /// then does not start, and its claim is given back.
-    pub(crate) fn clock_held(&self, job: JobId) -> bool {
+    pub(crate) fn clock_held(&self, job: JobId, now: Now) -> bool {
         let Some(j) = self.jobs.get(&job) else {
             return false;
         };
-        let Some(config) = j.config.as_ref() else {
-            return false;
-        };
-        let limit = clock_limit(
-            mixed::is_mixed(j.cache.view()),
-            config.max_time_diff_seconds,
-            self.opts.registry_clock,
-        )
-        .filter(|_| !planted!(self.opts, IgnoreRegistryClock));
+        let limit = job_clock_limit(j, j.cache.view(), &self.opts, now.mono);
         judge(self.clock.registry, limit) != ClockVerdict::Fine
     }
 
