@@ -78,6 +78,20 @@ impl ZkOp<'_> {
     }
 }
 
+/// The multi's time (its leader's clock, the `mtime` of every node it wrote), if an answer
+/// tells it: a node it created has none in ZooKeeper 3.8's answer (ZOOKEEPER-4026), one it
+/// set has.
+fn multi_mtime(results: &[zk::MultiWriteResult]) -> Option<i64> {
+    results
+        .iter()
+        .find_map(|r| match r {
+            zk::MultiWriteResult::SetData { stat } => Some(stat.mtime),
+            zk::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => Some(stat.mtime),
+            _ => None,
+        })
+        .filter(|t| *t > 0)
+}
+
 /// The state each write of a committed multi left its node in (see `journal`): the state
 /// after the whole multi, as a multi is applied at one zxid. `writes` are the node-changing
 /// ZooKeeper operations with their positions in the multi, `results` the multi's answers.
@@ -92,6 +106,7 @@ fn after_states(
         zk::MultiWriteResult::Create { stat, .. } if !stat.is_invalid() => Some(stat.czxid),
         _ => None,
     });
+    let mtime = multi_mtime(results);
     let mut last: HashMap<NodePath, Option<After>> = HashMap::new();
     for (k, zop) in writes {
         let after = match (zop, results.get(*k)) {
@@ -109,7 +124,7 @@ fn after_states(
                                 created: z,
                                 modified: z,
                                 ephemeral_owner: ephemeral.then_some(s.info.id),
-                                mtime_ms: None,
+                                mtime_ms: mtime,
                             },
                         )
                     })
@@ -700,6 +715,7 @@ async fn collect(
             _ => None,
         })
         .collect();
+    let multi_mtime = multi_mtime(&results);
     let mut zxid: Option<u64> = None;
     let mut results = results.into_iter();
     let mut out = Vec::with_capacity(steps.len());
@@ -738,7 +754,7 @@ async fn collect(
                         created: shardjob_core::registry::Revision(zxid),
                         modified: shardjob_core::registry::Revision(zxid),
                         ephemeral_owner: (*mode == CreateMode::Ephemeral).then_some(s.info.id),
-                        mtime_ms: None,
+                        mtime_ms: multi_mtime,
                     })
                 } else {
                     TxnOpResult::Created(map_stat(&stat))
