@@ -667,19 +667,19 @@ fn a_duplicate_that_involves_a_shardjob_run_still_fails_a_mixed_world() {
     );
 }
 
-/// Seed 26 of `--instances 3 --elasticjob 2`: node 0 removes job0 at +11.9 s and adds it back
-/// at +12.6 s under the same id; elasticjob 0 handles the DELETED of the first registration at
-/// +13.0 s, when the second is in place, and fails node 0's run of the fire of +12 s over
-/// (ElasticJob knows an instance by its id only: it does the same to one of its own kind that
-/// re-registers). The duplicate is ElasticJob's failover replay, not a failing one.
+/// The world `cli_world(39, 3, 2)`: node 1 removes job0 at +28.5 s and adds it back
+/// under the same id; an ElasticJob instance later fails node 1's run of the fire of +30 s on
+/// item 3 over, on a DELETED it queued while the id was registered (ElasticJob knows an
+/// instance by its id only: it does the same to one of its own kind that re-registers). The
+/// duplicate is ElasticJob's failover replay, not a failing one.
 #[test]
 fn elasticjob_s_failover_of_an_owner_registered_again_is_its_own_replay() {
     use checkers::attribution::Behaviour;
     use shardjob_sim::world;
-    let report = world::run(&cli_world(26, 3, 2));
-    let fire_12 = fire(12).to_string();
+    let report = world::run(&cli_world(39, 3, 2));
+    let fire_30 = fire(30).to_string();
     let is_it = |v: &checkers::Violation| {
-        v.checker == "once" && v.message.starts_with(&format!("job0/2 fire {fire_12} "))
+        v.checker == "once" && v.message.starts_with(&format!("job0/3 fire {fire_30} "))
     };
     assert!(
         !report.violations.iter().any(is_it),
@@ -696,35 +696,32 @@ fn elasticjob_s_failover_of_an_owner_registered_again_is_its_own_replay() {
     );
 }
 
-/// Seed 46 of `--instances 3 --elasticjob 2`: node 0 claims job0's items 4 and 5 for the fire
-/// of +29 s and pauses before the start; its session expires, elasticjob 1 queues and claims
-/// their failover and dies before running it, and elasticjob 0 queues them again from the
-/// `failovering` nodes (the `running` nodes are gone by then). The failover elasticjob 0 runs
-/// stands for the fire the claim was for, not for the one node 0 ran before (+28 s): no fire
-/// runs twice.
+/// The world `cli_world(6, 3, 2)`: node 0 dies running job0/4's fire of +21 s;
+/// elasticjob 1 queues and claims the item's failover at +32.8 s and dies before running it,
+/// and elasticjob 0 queues it again from the `failovering` node at +39.4 s. The failover
+/// elasticjob 0 runs stands for the fire the first claim was for (+21 s), not for one node 0
+/// ran before (+18 s): no fire runs twice.
 #[test]
 fn a_failover_queued_again_replays_the_fire_it_was_first_queued_for() {
     use shardjob_sim::world;
-    let report = world::run(&cli_world(46, 3, 2));
-    let fire_28 = fire(28).to_string();
+    let report = world::run(&cli_world(6, 3, 2));
+    let fire_18 = fire(18).to_string();
     let twice: Vec<_> = report
         .violations
         .iter()
         .chain(report.elasticjob_own.iter().map(|(v, _)| v))
         .filter(|v| {
-            v.checker == "once"
-                && (v.message.starts_with(&format!("job0/4 fire {fire_28} "))
-                    || v.message.starts_with(&format!("job0/5 fire {fire_28} ")))
+            v.checker == "once" && v.message.starts_with(&format!("job0/4 fire {fire_18} "))
         })
         .collect();
     assert!(twice.is_empty(), "{twice:#?}");
-    let replays = report
+    let replays: Vec<_> = report
         .records
         .iter()
-        .filter(|r| r.java && r.kind == RunKind::Failover && r.job == "job0" && r.item >= 4)
-        .filter(|r| r.item <= 5 && r.fire == fire(29))
-        .count();
-    assert_eq!(replays, 2, "{:#?}", report.records);
+        .filter(|r| r.java && r.kind == RunKind::Failover && r.job == "job0" && r.item == 4)
+        .map(|r| r.fire)
+        .collect();
+    assert_eq!(replays, [fire(21)], "{:#?}", report.records);
 }
 
 /// A job shardjob ran alone, then shared with an ElasticJob instance that leaves gracefully
@@ -1245,6 +1242,47 @@ fn a_claim_made_ahead_is_given_back_when_elasticjob_s_flag_comes_before_the_fire
 #[test]
 fn a_claim_made_ahead_started_past_elasticjob_s_flag_runs_a_fire_twice() {
     let (c, item) = flag_after_claim_world(Some("start-ahead-past-the-gate"));
+    let (fires, _) = duplicates(&c);
+    assert!(
+        fires.contains(&(item, 15)),
+        "the planted bug is not caught: {fires:?}\n{}",
+        timeline(&c)
+    );
+}
+
+/// As [`flag_after_claim_world`], but B's watch lags 10 s from +14.8 s, so B does not see the
+/// flag before the fire: while the job is shared with ElasticJob, B claims at the fire, as a J
+/// reads the flag at the fire (`docs/migration-design.md` 3.4, point 3), and its claim's check
+/// of the flag fails. `plant` names a planted bug to switch on in B.
+fn flag_unseen_world(plant: Option<&str>) -> (Cluster, u32) {
+    const C3: &str = "10.0.0.3@-@3";
+    let pay = job("pay", 2);
+    let (mut c, item) = java_led_pair(&pay, plant, 14_800);
+    c.slow_watch(0, 10_000);
+    c.add_elasticjob_node(C3, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(40_000);
+    (c, item)
+}
+
+/// B claims the fire of +15 s at the fire, after the flag: the claim fails on the flag, B
+/// waits at the gate, and the fire runs once on B's item, under the new plan.
+#[test]
+fn a_fire_shared_with_elasticjob_is_claimed_at_the_fire_and_fails_on_a_flag_set_before_it() {
+    let (c, item) = flag_unseen_world(None);
+    let log = timeline(&c);
+    let runs = all_runs_of(&c, "pay", item, 15);
+    assert!(runs.len() == 1, "pay/{item} fire +15 s: {runs:#?}\n{log}");
+    assert_eq!(duplicates(&c), (vec![], 0), "{log}");
+}
+
+/// The planted bug `claim-ahead-beside-java`: B claims the fire of +15 s ahead, before the
+/// flag, starts it at the fire on a view that does not show the flag, and the item's owner
+/// under the new plan runs it again.
+#[cfg(feature = "plant")]
+#[test]
+fn a_fire_shared_with_elasticjob_claimed_ahead_runs_twice_past_a_flag_set_before_it() {
+    let (c, item) = flag_unseen_world(Some("claim-ahead-beside-java"));
     let (fires, _) = duplicates(&c);
     assert!(
         fires.contains(&(item, 15)),

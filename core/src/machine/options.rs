@@ -39,7 +39,10 @@ pub struct MachineOptions {
     /// trip, more when many jobs fire at the same instant) is then done when the fire comes, and
     /// the job body starts on time; an item claimed ahead shows as running meanwhile, and a claim
     /// that cannot start (session in doubt, shutdown) is released without counting as a run.
-    /// Zero claims at the fire. Default 250 ms.
+    /// Zero claims at the fire. Default 250 ms. A job shared with ElasticJob instances is
+    /// always claimed at the fire, whatever this says: an ElasticJob instance reads its
+    /// leader's re-sharding flag at the fire, and a claim made ahead would miss a flag set in
+    /// between (`docs/migration-design.md` 3.4, point 3).
     pub claim_ahead: Duration,
     /// The most items one transaction of the machine may touch (claims, adoptions,
     /// completions, re-sharding, housekeeping), for registries that limit the size of a

@@ -123,6 +123,11 @@ pub enum Plant {
     /// (a second while it is shared with ElasticJob): a fire run early here is the fire an
     /// ElasticJob instance runs again at its time (`docs/migration-design.md` 5, question 2).
     IgnoreRegistryClock,
+    /// Claim a fire ahead of it while the job is shared with ElasticJob: an ElasticJob leader
+    /// that sets its re-sharding flag in the moments before the fire, unseen here yet, waits
+    /// for this run and has the item's new owner run the fire again (a J reads the flag at the
+    /// fire; `docs/migration-design.md` 3.4 point 3).
+    ClaimAheadBesideJava,
     /// Ignore the runs of ElasticJob seen on an item: a fire an ElasticJob instance ran just
     /// before it left runs again here when the item comes over (`docs/migration-design.md`
     /// 3.6).
@@ -191,7 +196,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 51] = [
+    pub const ALL: [Plant; 52] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -228,6 +233,7 @@ impl Plant {
         Plant::ElectBesideJava,
         Plant::GateOpenBesideJava,
         Plant::IgnoreRegistryClock,
+        Plant::ClaimAheadBesideJava,
         Plant::RerunJavaFires,
         Plant::EphemeralMarkersBesideJava,
         Plant::FailoverBesideJava,
@@ -284,6 +290,7 @@ impl Plant {
             Plant::ElectBesideJava => "elect-beside-java",
             Plant::GateOpenBesideJava => "gate-open-beside-java",
             Plant::IgnoreRegistryClock => "ignore-registry-clock",
+            Plant::ClaimAheadBesideJava => "claim-ahead-beside-java",
             Plant::RerunJavaFires => "rerun-java-fires",
             Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
             Plant::FailoverBesideJava => "failover-beside-java",

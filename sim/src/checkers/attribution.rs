@@ -24,6 +24,11 @@
 //!   end must be J's and give the item to a J or to nobody. A fire from the moment every
 //!   shardjob process had gone for good (the end of a rollback, [`crate::world::RollReport`])
 //!   was in J's hands whoever ran the item before: it is judged as one the runs show J had;
+//!   and a fire that fell while a J's re-sharding flag was up, which no J sharding consumed to
+//!   the end, under a plan that is J's at the end, is J's wait (every instance, S at its gate
+//!   as J's non-leaders, waits for a J leader that never re-shards), if no S run of the job
+//!   started from the flag on and no `running` node at the end names an S (which the leader
+//!   could be waiting for);
 //! - the plan at the end (convergence): J's ([`plans`]: a J holds the leader node, or there is
 //!   no leader and a J that can lead is registered, or no shardjob process is registered and
 //!   a J shut the job down); and a J process that lost its own registration (J shuts a job
@@ -213,6 +218,9 @@ pub struct JavaPlan {
     /// The items with a `running` node at the end whose value is no registered instance of
     /// the job.
     pub blocked: std::collections::BTreeSet<u32>,
+    /// Whether a `running` node at the end names a shardjob process: a J leader that waits
+    /// for running items may wait for that one.
+    pub shardjob_markers: bool,
 }
 
 /// The plans of `jobs` at the end, as the store shows them, for [`judge`].
@@ -262,6 +270,10 @@ pub fn plans(c: &crate::cluster::Cluster, jobs: &[(String, u32)]) -> BTreeMap<St
                     .is_some_and(|v| !registered(&v))
             })
             .collect();
+        let shardjob_markers = (0..*total).any(|i| {
+            c.read(&format!("/{job}/sharding/{i}/running"))
+                .is_some_and(|v| c.nodes.iter().any(|n| n.id.as_str() == v.trim()))
+        });
         let owners = c.owners(job);
         let java_items = owners
             .iter()
@@ -275,6 +287,7 @@ pub fn plans(c: &crate::cluster::Cluster, jobs: &[(String, u32)]) -> BTreeMap<St
                 java_items,
                 owned: owners.into_keys().collect(),
                 blocked,
+                shardjob_markers,
             },
         );
     }
@@ -429,6 +442,25 @@ pub fn judge(
         }
         Subject::Fire { job, item, fire } => {
             let mine = runs_of(by_item, job, *item);
+            // A fire that fell while a J's re-sharding flag was up, which no J sharding
+            // consumed by the end, under a plan that is J's at the end: every instance waits
+            // at that fire, J's non-leaders as S (the gate, 3.4 point 2), for a J leader that
+            // never re-shards. Only if S obeyed the gate (no S run of the job started from the
+            // flag on) and left no `running` node the leader could be waiting for.
+            if matches!(v.checker, "lost" | "liveness") {
+                let plan = plans.get(job.as_str());
+                let stuck_since = java.flag_stuck_across(job, *fire);
+                if let (Some(plan), Some(since)) = (plan, stuck_since) {
+                    let s_ran_past_flag = by_item
+                        .iter()
+                        .filter(|((j, _), _)| j == job)
+                        .flat_map(|(_, runs)| runs.iter())
+                        .any(|r| !r.java && r.start >= since);
+                    if plan.behaviour.is_some() && !plan.shardjob_markers && !s_ran_past_flag {
+                        return Some(Behaviour::UnboundedWait);
+                    }
+                }
+            }
             // From the moment every shardjob process had gone for good, no shardjob run could
             // run the fire or cover it: it was J's to run.
             let hands = if shardjob_gone.is_some_and(|gone| *fire >= gone) {
@@ -508,9 +540,28 @@ pub struct JavaTrace {
     /// DELETED handled after the owner registered again under the same id), by (job, item,
     /// J node, start ms).
     pub live_failovers: std::collections::BTreeSet<(String, u32, usize, u64)>,
+    /// The world's wall-clock origin (epoch ms): virtual ms + this = true epoch ms.
+    pub origin_ms: i64,
 }
 
 impl JavaTrace {
+    /// When the J flag up at `fire` (epoch ms, true time) was set, if one was and no J
+    /// sharding consumed it after the fire, to the end of the world.
+    fn flag_stuck_across(&self, job: &str, fire: i64) -> Option<u64> {
+        let steps = self.sharding.get(job)?;
+        let at = u64::try_from(fire.checked_sub(self.origin_ms)?).ok()?;
+        let last = steps.iter().rev().find(|s| match **s {
+            JavaSharding::Flagged(t) | JavaSharding::Sharded(t) => t <= at,
+        })?;
+        let JavaSharding::Flagged(since) = *last else {
+            return None;
+        };
+        let consumed = steps
+            .iter()
+            .any(|s| matches!(*s, JavaSharding::Sharded(t) if t > at));
+        (!consumed).then_some(since)
+    }
+
     /// Whether `first`, an S run of `later`'s fire, ran as a J owner under the plan of the
     /// fire would have, and `later` (a J's scheduled run of that fire) under a plan a J made
     /// after it: `first` is a scheduled run that started at its fire by its own clock (a J
@@ -842,6 +893,63 @@ mod tests {
             p.behaviour = None;
         }
         assert_eq!(judged(&lost, &[], &plans), None);
+    }
+
+    #[test]
+    fn a_fire_behind_a_flag_no_elasticjob_leader_ever_consumed_is_elasticjobs_wait() {
+        use JavaSharding::{Flagged, Sharded};
+        use RunKind::Scheduled;
+        let java_plan = |markers: bool| {
+            BTreeMap::from([(
+                "j".to_owned(),
+                JavaPlan {
+                    behaviour: Some(Behaviour::ShardsOnlyAtFire),
+                    owned: [0].into(),
+                    shardjob_markers: markers,
+                    ..JavaPlan::default()
+                },
+            )])
+        };
+        let trace = |steps: Vec<JavaSharding>| JavaTrace {
+            sharding: BTreeMap::from([("j".to_owned(), steps)]),
+            ..JavaTrace::default()
+        };
+        // S owned the item and ran the fire before the flag (1,500), then waited at the gate.
+        let s_before = run(false, 0, 1_000, 1_000, Scheduled);
+        let s_past_flag = run(false, 0, 1_600, 1_600, Scheduled);
+        let lost = about("lost", Subject::fire("j", 0, 2_000));
+        let judged = |runs: &[RunRecord], plan: &BTreeMap<String, JavaPlan>, t: &JavaTrace| {
+            judge(&lost, &runs_by_item(runs), plan, None, t)
+        };
+        let up = trace(vec![Flagged(1_500)]);
+        let before_only = vec![s_before.clone()];
+        let and_past_flag = vec![s_before.clone(), s_past_flag];
+        // (what, the item's runs, an S marker at the end, the J sharding steps, the verdict)
+        type Case<'a> = (
+            &'a str,
+            &'a [RunRecord],
+            bool,
+            Vec<JavaSharding>,
+            Option<Behaviour>,
+        );
+        #[rustfmt::skip]
+        let cases: [Case<'_>; 6] = [
+            ("flag up from before the fire to the end", &before_only, false, vec![Flagged(1_500)], Some(Behaviour::UnboundedWait)),
+            ("consumed after the fire", &before_only, false, vec![Flagged(1_500), Sharded(2_500)], None),
+            ("set after the fire", &before_only, false, vec![Flagged(2_500)], None),
+            ("consumed before the fire", &before_only, false, vec![Flagged(1_500), Sharded(1_800)], None),
+            ("an S run started past the flag", &and_past_flag, false, vec![Flagged(1_500)], None),
+            ("an S marker the leader may wait for", &before_only, true, vec![Flagged(1_500)], None),
+        ];
+        for (what, runs, markers, steps, want) in cases {
+            assert_eq!(
+                judged(runs, &java_plan(markers), &trace(steps)),
+                want,
+                "{what}"
+            );
+        }
+        // Not under a plan that is shardjob's at the end.
+        assert_eq!(judged(&[s_before], &BTreeMap::new(), &up), None);
     }
 
     #[test]

@@ -176,7 +176,11 @@ pub(crate) fn claims(
     }
     let trigger_param = trigger.run.as_ref().map(|r| r.parameter.clone());
 
-    // Scheduled fires and misfires of my items; a trigger under way comes first.
+    // Scheduled fires and misfires of my items; a trigger under way comes first. While the job
+    // is shared with ElasticJob they are claimed at the fire, not ahead: a J reads the
+    // re-sharding flag at the fire (`docs/migration-design.md` 3.4 point 3).
+    let mut claim_ahead = !mixed || planted!(opts, ClaimAheadBesideJava);
+    claim_ahead |= planted!(opts, StartAheadPastTheGate);
     if trigger.run.is_none() && !held {
         let rules = FireRules {
             config,
@@ -189,7 +193,11 @@ pub(crate) fn claims(
                 config.misfire_catchup_ms()
             },
             tolerance_ms: i64::try_from(opts.misfire_tolerance.as_millis()).unwrap_or(i64::MAX),
-            ahead_ms: i64::try_from(opts.claim_ahead.as_millis()).unwrap_or(0),
+            ahead_ms: if claim_ahead {
+                i64::try_from(opts.claim_ahead.as_millis()).unwrap_or(0)
+            } else {
+                0
+            },
             drop_misfires: planted!(opts, DropMisfires),
         };
         for &i in &mine {

@@ -186,6 +186,16 @@ impl Machine {
             if let Some(e) = self.executions.get_mut(&id) {
                 e.enabled_at = enabled.then_some(disables);
             }
+        } else if self.clock_held(job, now) {
+            // Due at once, but the clock's hold came between the claim and its answer (the
+            // job became shared with ElasticJob meanwhile, or the answer showed the clock
+            // off): given back at the start, as a run claimed ahead is.
+            let enabled = (!self.disabled_since_claim(id)).then_some(self.disables);
+            if let Some(e) = self.executions.get_mut(&id) {
+                e.life = Life::Ahead(Ahead::Held(execution));
+                e.enabled_at = enabled;
+                self.timers.starts.insert((now.mono, id));
+            }
         } else {
             self.out.push_back(Command::Start(execution));
         }
