@@ -11,7 +11,10 @@
 //!   that fire up to the later one is J's (a J run after an S run of the same fire fails,
 //!   unless J ran it as ElasticJob would after a J run: under a plan a J made after the
 //!   earlier run started, from a cache behind the plan, or as the failover of an owner that
-//!   was registered when J queued it, J acting on an earlier registration's DELETED);
+//!   was registered when J queued it, J acting on an earlier registration's DELETED); an S
+//!   run after a J run of the same fire fails unless J started it from a cache behind the
+//!   plan that gave S the item, or J started it more than [`JAVA_EARLY_MS`] before the fire in
+//!   true time (its clock ahead) and S ran it at its time, no S run of the fire before;
 //! - one run that ran as it should not (downtime, fresh, misfire): it is J's, and for the
 //!   misfire checker the first run of the item after it is J's too (or there is none);
 //! - a fire that did not run, or not in time (lost, late, liveness, catch-up): every run of the
@@ -24,6 +27,8 @@
 //!   end must be J's and give the item to a J or to nobody. A fire from the moment every
 //!   shardjob process had gone for good (the end of a rollback, [`crate::world::RollReport`])
 //!   was in J's hands whoever ran the item before: it is judged as one the runs show J had;
+//!   a fire lost on an item S had before it and a J after, when a J's flag was up at the fire
+//!   and J's sharding after it moved the item ([`Behaviour::MovedAtTheGate`]), is J's too;
 //!   and a fire that fell while a J's re-sharding flag was up, which no J sharding consumed to
 //!   the end, under a plan that is J's at the end, is J's wait (every instance, S at its gate
 //!   as J's non-leaders, waits for a J leader that never re-shards), if no S run of the job
@@ -114,7 +119,25 @@ pub enum Behaviour {
     /// delete-then-create on RECONNECTED racing a session expiry, or anyone) shuts the job down
     /// for good, and stays unregistered.
     InstanceNodeLost,
+    /// J fires by its own clock and, with the default `LOG` error handler, only logs a clock
+    /// past `maxTimeDiffSeconds` (`ElasticJobExecutor.execute`; the simulator's J checks no
+    /// clock at all): a J whose clock is ahead runs a fire early, and the item's next owner
+    /// runs it again at its time, a J as an S. S cannot tell which fire such a run stood for
+    /// (J writes no time of its own anywhere; S attributes a J run to a fire by the moment it
+    /// sees it, within a second: `docs/migration-design.md` 3.6), so only a J run that started
+    /// more than [`JAVA_EARLY_MS`] before its fire in true time is exempted this way.
+    ClockAhead,
+    /// J's re-shard at a fire moves an item to an instance that had started that fire before
+    /// the flag (1.4, 1.5 step 2): only the instances blocked at the fire run it under the new
+    /// plan, so the moved item loses it; its old owner, blocked at the flag (S at its gate, 3.4
+    /// point 2, as a J), does not run it either. The item's new J owner runs the later fires.
+    MovedAtTheGate,
 }
+
+/// How far before its fire (true time) a J run must start for a later S run of that fire to
+/// be J's clock ([`Behaviour::ClockAhead`]): the most by which S attributes a J run seen to
+/// the next fire (`JAVA_AHEAD_MS`, `docs/migration-design.md` 3.6).
+pub const JAVA_EARLY_MS: i64 = 1_000;
 
 impl Behaviour {
     /// The behaviour in words, for the binary's summary: `no-fencing`.
@@ -134,6 +157,8 @@ impl Behaviour {
             Self::UnreadableInstance => "unreadable-instance",
             Self::InstanceNodeLost => "instance-node-lost",
             Self::RunsUnderNewPlan => "runs-under-new-plan",
+            Self::ClockAhead => "clock-ahead",
+            Self::MovedAtTheGate => "moved-at-the-gate",
         }
     }
 }
@@ -360,7 +385,22 @@ pub fn judge(
                         earlier.node,
                         earlier.start,
                     ));
-                return stray.then_some(Behaviour::StartWithoutClaim);
+                if stray {
+                    return Some(Behaviour::StartWithoutClaim);
+                }
+                // A J whose clock is ahead ran the fire early, and S, no earlier than a second
+                // before the fire, ran it at its time; no S run of the fire came before.
+                let true_start = |start: u64| java.origin_ms.saturating_add_unsigned(start);
+                let clock_ahead = v.checker == "once"
+                    && earlier.java
+                    && later.fire.saturating_sub(true_start(earlier.start)) > JAVA_EARLY_MS
+                    && later.fire.saturating_sub(true_start(later.start)) <= JAVA_EARLY_MS
+                    && runs_of(by_item, job, *item)
+                        .iter()
+                        .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
+                        .filter(|r| r.start < later.start)
+                        .all(|r| r.java);
+                return clock_ahead.then_some(Behaviour::ClockAhead);
             }
             let attempts = || {
                 runs_of(by_item, job, *item)
@@ -470,6 +510,11 @@ pub fn judge(
             };
             match hands {
                 Hands::Java => {}
+                Hands::Shardjob if v.checker == "lost" => {
+                    return java
+                        .moved_at_the_gate(job, *fire, mine)
+                        .then_some(Behaviour::MovedAtTheGate);
+                }
                 Hands::Shardjob => return None,
                 // No run of the item across the fire: the plan at the end tells whose it was,
                 // if it is ElasticJob's and gives the item to a J or to nobody.
@@ -545,6 +590,43 @@ pub struct JavaTrace {
 }
 
 impl JavaTrace {
+    /// Whether fire `fire` (epoch ms) of an item whose runs are `mine` was lost as J's re-shard
+    /// at that fire loses it ([`Behaviour::MovedAtTheGate`]): a J's flag was up at the fire and
+    /// a J's sharding consumed it after; the item's last run before the fire is S's, and the
+    /// first run after it (of a later fire) is a J's, started after that sharding; no run of
+    /// the item started between the fire and that one.
+    fn moved_at_the_gate(&self, job: &str, fire: i64, mine: &[&RunRecord]) -> bool {
+        let Some(steps) = self.sharding.get(job) else {
+            return false;
+        };
+        let Some(at) = fire
+            .checked_sub(self.origin_ms)
+            .and_then(|t| u64::try_from(t).ok())
+        else {
+            return false;
+        };
+        let last = steps.iter().rev().find(|s| match **s {
+            JavaSharding::Flagged(t) | JavaSharding::Sharded(t) => t <= at,
+        });
+        if !matches!(last, Some(JavaSharding::Flagged(_))) {
+            return false;
+        }
+        let Some(consumed) = steps.iter().find_map(|s| match *s {
+            JavaSharding::Sharded(t) if t > at => Some(t),
+            _ => None,
+        }) else {
+            return false;
+        };
+        let before = mine
+            .iter()
+            .filter(|r| r.start <= at)
+            .max_by_key(|r| r.start);
+        let after: Vec<&&RunRecord> = mine.iter().filter(|r| r.start > at).collect();
+        let cover = after.iter().min_by_key(|r| r.start);
+        before.is_some_and(|r| !r.java)
+            && cover.is_some_and(|r| r.java && r.fire > fire && r.start >= consumed)
+    }
+
     /// When the J flag up at `fire` (epoch ms, true time) was set, if one was and no J
     /// sharding consumed it after the fire, to the end of the world.
     fn flag_stuck_across(&self, job: &str, fire: i64) -> Option<u64> {
@@ -893,6 +975,60 @@ mod tests {
             p.behaviour = None;
         }
         assert_eq!(judged(&lost, &[], &plans), None);
+    }
+
+    #[test]
+    fn a_fire_a_java_clock_ahead_ran_early_is_elasticjobs_when_shardjob_runs_it_at_its_time() {
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let fire = 10_000;
+        #[rustfmt::skip]
+        let cases = [
+            ("J 2 s early, S at the fire", 8_000, 10_005, None, Some(Behaviour::ClockAhead)),
+            ("J half a second early", 9_500, 10_005, None, None),
+            ("S early too", 8_000, 8_500, None, None),
+            ("an S run of the fire before J's", 8_000, 10_005, Some(7_000), None),
+        ];
+        for (what, j_start, s_start, s_before, want) in cases {
+            let j = run(true, 1, fire, j_start, Scheduled);
+            let s = run(false, 0, fire, s_start, Misfire);
+            let mut runs = vec![j.clone(), s.clone()];
+            runs.extend(s_before.map(|at| run(false, 2, fire, at, Scheduled)));
+            let v = about("once", Subject::runs(&j, &s));
+            assert_eq!(judged(&v, &runs, &none), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_fire_lost_on_an_item_elasticjob_s_re_shard_moved_at_that_fire_is_elasticjobs() {
+        use JavaSharding::{Flagged, Sharded};
+        use RunKind::Scheduled;
+        let none = BTreeMap::new();
+        let trace = |steps: Vec<JavaSharding>| JavaTrace {
+            sharding: BTreeMap::from([("j".to_owned(), steps)]),
+            ..JavaTrace::default()
+        };
+        let lost = about("lost", Subject::fire("j", 0, 2_000));
+        let s_before = run(false, 0, 1_000, 1_000, Scheduled);
+        let j_after = run(true, 1, 3_000, 3_000, Scheduled);
+        let j_early = run(true, 1, 3_000, 2_300, Scheduled);
+        let s_after = run(false, 0, 3_000, 3_000, Scheduled);
+        let moved = Some(Behaviour::MovedAtTheGate);
+        #[rustfmt::skip]
+        let cases = [
+            ("flag up at the fire, J's sharding after it, J runs the next", vec![Flagged(1_500), Sharded(2_600)], &j_after, moved),
+            ("no flag", vec![], &j_after, None),
+            ("the flag consumed before the fire", vec![Flagged(1_500), Sharded(1_800)], &j_after, None),
+            ("the flag set after the fire", vec![Flagged(2_100), Sharded(2_600)], &j_after, None),
+            ("never consumed", vec![Flagged(1_500)], &j_after, None),
+            ("J's next run before the sharding", vec![Flagged(1_500), Sharded(2_600)], &j_early, None),
+            ("S runs the next", vec![Flagged(1_500), Sharded(2_600)], &s_after, None),
+        ];
+        for (what, steps, next, want) in cases {
+            let runs = [s_before.clone(), next.clone()];
+            let got = judge(&lost, &runs_by_item(&runs), &none, None, &trace(steps));
+            assert_eq!(got, want, "{what}");
+        }
     }
 
     #[test]
