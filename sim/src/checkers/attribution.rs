@@ -423,6 +423,23 @@ pub fn judge(
                     "overlap" if live_failover => return Some(Behaviour::NoFencing),
                     _ => {}
                 }
+                // or as a J's misfire loop replaying the fire it ran itself under a new plan
+                // just before (a J in S's place would have run it first as well: the J's
+                // first run is the duplicate ElasticJob alone has, and its replay follows),
+                if v.checker == "once" && later.kind == RunKind::Misfire {
+                    let replays_own = attempts()
+                        .filter(|r| r.java && r.node == later.node && r.kind == RunKind::Scheduled)
+                        .filter(|r| r.start > earlier.start && r.start < later.start)
+                        .any(|first| {
+                            let first = RunRef::of(first);
+                            attempts()
+                                .filter(|r| !r.java && r.start < first.start)
+                                .all(|r| java.old_owner_then_new_plan(job, r, &first))
+                        });
+                    if replays_own {
+                        return Some(Behaviour::MisfireReplay);
+                    }
+                }
                 // or as a J blocked at the fire, running it under the plan a J re-shard made
                 // after every S attempt had started at the fire.
                 if v.checker != "once" || later.kind != RunKind::Scheduled {
@@ -649,22 +666,35 @@ impl JavaTrace {
     /// after it: `first` is a scheduled run that started at its fire by its own clock (a J
     /// on that clock starts then too: a clock ahead widens ElasticJob's own window as much)
     /// while the flag was absent, a J set it
-    /// after that start, and a J's sharding consumed it before `later` started.
+    /// after that start, and a J's sharding consumed it before `later` started. Or `first`
+    /// is the fire a J's flag held (up at the fire), run as a misfire under the plan of the J
+    /// sharding that ended the hold, after the fire: what a J blocked at the fire does (the
+    /// held fire, `docs/migration-design.md` 3.6 rule (e)).
     fn old_owner_then_new_plan(&self, job: &str, first: &RunRecord, later: &RunRef) -> bool {
-        if first.kind != RunKind::Scheduled
-            || first.wall_start < first.fire
-            || later.start <= first.start
-        {
+        if later.start <= first.start {
             return false;
         }
         let Some(steps) = self.sharding.get(job) else {
             return false;
         };
+        let last_at = |t: u64| {
+            steps.iter().rev().find(|s| match **s {
+                JavaSharding::Flagged(at) | JavaSharding::Sharded(at) => at <= t,
+            })
+        };
         // The flag was absent when `first` started: the last step before is no flag set.
-        let before = steps.iter().rev().find(|s| match **s {
-            JavaSharding::Flagged(at) | JavaSharding::Sharded(at) => at <= first.start,
-        });
-        if matches!(before, Some(JavaSharding::Flagged(_))) {
+        let before = last_at(first.start);
+        let on_time = first.kind == RunKind::Scheduled && first.wall_start >= first.fire;
+        let held = first.kind == RunKind::Misfire
+            && first
+                .fire
+                .checked_sub(self.origin_ms)
+                .and_then(|t| u64::try_from(t).ok())
+                .is_some_and(|fire| {
+                    matches!(last_at(fire), Some(JavaSharding::Flagged(_)))
+                        && matches!(before, Some(JavaSharding::Sharded(t)) if *t >= fire)
+                });
+        if !(on_time || held) || matches!(before, Some(JavaSharding::Flagged(_))) {
             return false;
         }
         let mut flagged = false;
@@ -802,6 +832,42 @@ mod tests {
     /// An S run of a fire, then a J run of it: J's own only when the J ran against the plan
     /// (a stale cache), or was blocked at the fire and ran it under a plan a J re-shard made
     /// after the S run had started at its fire with no flag set.
+    #[test]
+    fn a_held_fire_s_ran_under_one_java_plan_then_a_java_under_the_next_is_elasticjobs() {
+        use JavaSharding::{Flagged, Sharded};
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let origin = test_run(0).fire;
+        let fire = origin + 5_000;
+        // The flag holds the fire of +5 s; a J's sharding ends the hold at +6 s and S runs the
+        // held fire at +6.5 s; a J sets the flag again, shards, and a J blocked at the fire
+        // since +5 s runs it at +9 s under that plan.
+        let s = run(false, 0, fire, 6_500, Misfire);
+        let j = run(true, 1, fire, 9_000, Scheduled);
+        let runs = [s.clone(), j.clone()];
+        let by_item = runs_by_item(&runs);
+        let once = about("once", Subject::runs(&s, &j));
+        let trace = |steps: Vec<JavaSharding>| JavaTrace {
+            sharding: BTreeMap::from([("j".to_owned(), steps)]),
+            origin_ms: origin,
+            ..JavaTrace::default()
+        };
+        #[rustfmt::skip]
+        let cases = [
+            ("held at the fire, run after the hold, flagged and sharded again", vec![Flagged(4_000), Sharded(6_000), Flagged(7_000), Sharded(8_000)], Some(Behaviour::RunsUnderNewPlan)),
+            ("no flag at the fire", vec![Flagged(5_500), Sharded(6_000), Flagged(7_000), Sharded(8_000)], None),
+            ("the hold ended before the fire", vec![Flagged(4_000), Sharded(4_500), Flagged(7_000), Sharded(8_000)], None),
+            ("no re-shard after S's run", vec![Flagged(4_000), Sharded(6_000)], None),
+        ];
+        for (what, steps, want) in cases {
+            assert_eq!(
+                judge(&once, &by_item, &none, None, &trace(steps)),
+                want,
+                "{what}"
+            );
+        }
+    }
+
     #[test]
     fn an_s_run_then_a_j_run_of_one_fire_is_elasticjobs_own_only_as_elasticjob_would_run_it() {
         use RunKind::{Misfire, Scheduled};
@@ -975,6 +1041,53 @@ mod tests {
             p.behaviour = None;
         }
         assert_eq!(judged(&lost, &[], &plans), None);
+    }
+
+    #[test]
+    fn a_java_misfire_replaying_its_own_run_under_a_new_plan_is_elasticjobs() {
+        use JavaSharding::{Flagged, Sharded};
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let fire = 5_000;
+        // S ran the fire at its time; a J set the flag after, sharded, and the J blocked at
+        // the fire ran it under the new plan (runs-under-new-plan), then replayed it.
+        let s = RunRecord {
+            wall_start: fire,
+            ..run(false, 0, fire, 5_000, Scheduled)
+        };
+        let j_first = run(true, 1, fire, 9_000, Scheduled);
+        let j_replay = run(true, 1, fire, 9_500, Misfire);
+        let other_j_first = run(true, 2, fire, 9_000, Scheduled);
+        let trace = JavaTrace {
+            sharding: BTreeMap::from([("j".to_owned(), vec![Flagged(6_000), Sharded(8_000)])]),
+            ..JavaTrace::default()
+        };
+        let v = about("once", Subject::runs(&s, &j_replay));
+        let judged =
+            |runs: &[RunRecord], t: &JavaTrace| judge(&v, &runs_by_item(runs), &none, None, t);
+        let runs = [s.clone(), j_first.clone(), j_replay.clone()];
+        assert_eq!(judged(&runs, &trace), Some(Behaviour::MisfireReplay));
+        // Not when the J's first run is not ElasticJob's own (the flag came before S's start),
+        assert_eq!(
+            judged(
+                &runs,
+                &JavaTrace {
+                    sharding: BTreeMap::from([(
+                        "j".to_owned(),
+                        vec![Flagged(4_000), Sharded(8_000)]
+                    )]),
+                    ..JavaTrace::default()
+                }
+            ),
+            None
+        );
+        // nor when another J ran it first: the replay is not of its own run,
+        assert_eq!(
+            judged(&[s.clone(), other_j_first, j_replay.clone()], &trace),
+            None
+        );
+        // nor with no J run of it before the replay.
+        assert_eq!(judged(&[s, j_replay], &trace), None);
     }
 
     #[test]
