@@ -294,7 +294,25 @@ impl Machine {
                 Session::Live(info) => ms(info.timeout),
                 _ => 0,
             };
-            if let Some(action) = mixed::mixed_duties(j, view, &config, &cx, grace, &mut wake) {
+            let fresh = self.sess.confirmed.is_some_and(|c| {
+                now.mono.since(c) <= crate::machine::execution::start::FRESH_VIEW_MS
+            });
+            let mut wants_fresh = false;
+            let duty = mixed::mixed_duties(
+                j,
+                view,
+                &config,
+                &cx,
+                grace,
+                fresh,
+                &mut wants_fresh,
+                &mut wake,
+            );
+            if wants_fresh {
+                // The probe's reply decides on the job again.
+                self.sess.waiters.insert(job);
+            }
+            if let Some(action) = duty {
                 // The measurement waits for the next decision.
                 self.clock.measure_sent = measure_before;
                 return action;

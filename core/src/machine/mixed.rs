@@ -262,13 +262,20 @@ pub(crate) fn settle_orphans(
 /// The duties of a shardjob instance on a job that is mixed, or was (its persistent markers
 /// outlive that), before its claims: the markers its earlier sessions left, then the orphans
 /// of a mixed job with failover on. Updates the job's memory of both; wake times go to
-/// `wake`. `grace_ms` is the session timeout.
+/// `wake`. `grace_ms` is the session timeout. `fresh`: the session was confirmed just now, so
+/// the view shows the registry as of a moment ago; without it another instance's marker is
+/// not removed (a view behind the registry, a watch cut off, may not show that its owner came
+/// back and created it again, at the same version and value), and `wants_fresh` is set: the
+/// caller confirms the session and decides again.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn mixed_duties(
     j: &mut Job,
     view: &JobView,
     config: &JobConfig,
     cx: &Ctx<'_>,
     grace_ms: u64,
+    fresh: bool,
+    wants_fresh: &mut bool,
     wake: &mut Vec<Mono>,
 ) -> Option<Action> {
     let (me, sid, opts, now) = (cx.me, cx.sid, cx.opts, cx.now);
@@ -334,7 +341,13 @@ pub(crate) fn mixed_duties(
         wake.extend(plan.wake);
         let mut keep = planted!(opts, KeepOwnMarkersLeft);
         keep |= planted!(opts, PersistentRunningMarkers);
-        let clear = if keep { Vec::new() } else { plan.clear };
+        let mut clear = if keep { Vec::new() } else { plan.clear };
+        if !fresh && !planted!(opts, ClearMarkersOnStaleView) {
+            let before = clear.len();
+            let mine: BTreeSet<u32> = left.iter().filter(|m| m.mine).map(|m| m.item).collect();
+            clear.retain(|i| mine.contains(i));
+            *wants_fresh |= clear.len() < before;
+        }
         if !clear.is_empty() {
             let p = &j.paths;
             let mut ops = vec![TxnOp::Check(Check::Session(sid))];

@@ -128,6 +128,10 @@ pub enum Plant {
     /// for this run and has the item's new owner run the fire again (a J reads the flag at the
     /// fire; `docs/migration-design.md` 3.4 point 3).
     ClaimAheadBesideJava,
+    /// Remove another instance's `running` marker left behind on a view that may be behind
+    /// the registry (no session confirmed just now): its owner, back meanwhile, may have
+    /// created it again at the same version and value, and its live run loses its marker.
+    ClearMarkersOnStaleView,
     /// Ignore the runs of ElasticJob seen on an item: a fire an ElasticJob instance ran just
     /// before it left runs again here when the item comes over (`docs/migration-design.md`
     /// 3.6).
@@ -196,7 +200,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 52] = [
+    pub const ALL: [Plant; 53] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -234,6 +238,7 @@ impl Plant {
         Plant::GateOpenBesideJava,
         Plant::IgnoreRegistryClock,
         Plant::ClaimAheadBesideJava,
+        Plant::ClearMarkersOnStaleView,
         Plant::RerunJavaFires,
         Plant::EphemeralMarkersBesideJava,
         Plant::FailoverBesideJava,
@@ -291,6 +296,7 @@ impl Plant {
             Plant::GateOpenBesideJava => "gate-open-beside-java",
             Plant::IgnoreRegistryClock => "ignore-registry-clock",
             Plant::ClaimAheadBesideJava => "claim-ahead-beside-java",
+            Plant::ClearMarkersOnStaleView => "clear-markers-on-stale-view",
             Plant::RerunJavaFires => "rerun-java-fires",
             Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
             Plant::FailoverBesideJava => "failover-beside-java",
