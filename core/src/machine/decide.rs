@@ -294,8 +294,11 @@ impl Machine {
                 Session::Live(info) => ms(info.timeout),
                 _ => 0,
             };
+            // Fresh: the session confirmed just now, or by a reply to a request sent since the
+            // job first wanted it (a slow registry's round trip may exceed the first).
             let fresh = self.sess.confirmed.is_some_and(|c| {
                 now.mono.since(c) <= crate::machine::execution::start::FRESH_VIEW_MS
+                    || j.fresh_wanted.is_some_and(|w| c >= w)
             });
             let mut wants_fresh = false;
             let duty = mixed::mixed_duties(
@@ -310,7 +313,10 @@ impl Machine {
             );
             if wants_fresh {
                 // The probe's reply decides on the job again.
+                j.fresh_wanted.get_or_insert(now.mono);
                 self.sess.waiters.insert(job);
+            } else {
+                j.fresh_wanted = None;
             }
             if let Some(action) = duty {
                 // The measurement waits for the next decision.

@@ -73,6 +73,9 @@ pub(crate) struct Job {
     /// ElasticJob instance whose session is being renewed (its node gone for a moment, a
     /// registry restarted) still runs its fires by its own clock.
     pub(crate) java_seen: Option<Mono>,
+    /// Since when a removal of another instance's marker left behind waits for a view
+    /// confirmed after it (`mixed::mixed_duties`).
+    pub(crate) fresh_wanted: Option<Mono>,
     /// While an ElasticJob leader's re-sharding flag holds this job's new runs (the fire
     /// gate): when this instance first saw it (wall time, epoch ms), and the job's item count
     /// then.

@@ -457,6 +457,7 @@ impl Machine {
             java_ran: BTreeMap::new(),
             java_touched: BTreeMap::new(),
             java_seen: None,
+            fresh_wanted: None,
             java_gate: None,
             held_fire: None,
             markers_left: BTreeMap::new(),
