@@ -1243,11 +1243,17 @@ fn a_gate_kept_by_the_view_only_runs_a_fire_twice_behind_a_lagging_watch() {
 /// share a job of two items; B claims its item for the fire of +15 s ahead of it, and a
 /// second ElasticJob instance joins right after that claim, so A's leader sets the flag before
 /// the fire. A's fire then waits for B's `running` marker and re-shards, and the item's owner
-/// under the new plan runs the fire of +15 s. `plant` names a planted bug to switch on in B.
-fn flag_after_claim_world(plant: Option<&str>) -> (Cluster, u32) {
+/// under the new plan runs the fire of +15 s. With `lagging`, B's watch lags 10 s from +14.8 s,
+/// so B does not see the flag before the fire: while the job is shared with ElasticJob, B
+/// claims at the fire, as a J reads the flag at the fire (3.4, point 3), and its claim's check
+/// of the flag fails. `plant` names a planted bug to switch on in B.
+fn flag_after_claim_world(plant: Option<&str>, lagging: bool) -> (Cluster, u32) {
     const C3: &str = "10.0.0.3@-@3";
     let pay = job("pay", 2);
     let (mut c, item) = java_led_pair(&pay, plant, 14_800);
+    if lagging {
+        c.slow_watch(0, 10_000);
+    }
     c.add_elasticjob_node(C3, std::slice::from_ref(&pay))
         .unwrap();
     c.run_until(40_000);
@@ -1258,7 +1264,7 @@ fn flag_after_claim_world(plant: Option<&str>) -> (Cluster, u32) {
 /// +15 s runs once on B's item, under the new plan.
 #[test]
 fn a_claim_made_ahead_is_given_back_when_elasticjob_s_flag_comes_before_the_fire() {
-    let (c, item) = flag_after_claim_world(None);
+    let (c, item) = flag_after_claim_world(None, false);
     let log = timeline(&c);
     let runs = all_runs_of(&c, "pay", item, 15);
     assert!(runs.len() == 1, "pay/{item} fire +15 s: {runs:#?}\n{log}");
@@ -1270,7 +1276,7 @@ fn a_claim_made_ahead_is_given_back_when_elasticjob_s_flag_comes_before_the_fire
 #[cfg(feature = "plant")]
 #[test]
 fn a_claim_made_ahead_started_past_elasticjob_s_flag_runs_a_fire_twice() {
-    let (c, item) = flag_after_claim_world(Some("start-ahead-past-the-gate"));
+    let (c, item) = flag_after_claim_world(Some("start-ahead-past-the-gate"), false);
     let (fires, _) = duplicates(&c);
     assert!(
         fires.contains(&(item, 15)),
@@ -1279,26 +1285,11 @@ fn a_claim_made_ahead_started_past_elasticjob_s_flag_runs_a_fire_twice() {
     );
 }
 
-/// As [`flag_after_claim_world`], but B's watch lags 10 s from +14.8 s, so B does not see the
-/// flag before the fire: while the job is shared with ElasticJob, B claims at the fire, as a J
-/// reads the flag at the fire (`docs/migration-design.md` 3.4, point 3), and its claim's check
-/// of the flag fails. `plant` names a planted bug to switch on in B.
-fn flag_unseen_world(plant: Option<&str>) -> (Cluster, u32) {
-    const C3: &str = "10.0.0.3@-@3";
-    let pay = job("pay", 2);
-    let (mut c, item) = java_led_pair(&pay, plant, 14_800);
-    c.slow_watch(0, 10_000);
-    c.add_elasticjob_node(C3, std::slice::from_ref(&pay))
-        .unwrap();
-    c.run_until(40_000);
-    (c, item)
-}
-
 /// B claims the fire of +15 s at the fire, after the flag: the claim fails on the flag, B
 /// waits at the gate, and the fire runs once on B's item, under the new plan.
 #[test]
 fn a_fire_shared_with_elasticjob_is_claimed_at_the_fire_and_fails_on_a_flag_set_before_it() {
-    let (c, item) = flag_unseen_world(None);
+    let (c, item) = flag_after_claim_world(None, true);
     let log = timeline(&c);
     let runs = all_runs_of(&c, "pay", item, 15);
     assert!(runs.len() == 1, "pay/{item} fire +15 s: {runs:#?}\n{log}");
@@ -1311,7 +1302,7 @@ fn a_fire_shared_with_elasticjob_is_claimed_at_the_fire_and_fails_on_a_flag_set_
 #[cfg(feature = "plant")]
 #[test]
 fn a_fire_shared_with_elasticjob_claimed_ahead_runs_twice_past_a_flag_set_before_it() {
-    let (c, item) = flag_unseen_world(Some("claim-ahead-beside-java"));
+    let (c, item) = flag_after_claim_world(Some("claim-ahead-beside-java"), true);
     let (fires, _) = duplicates(&c);
     assert!(
         fires.contains(&(item, 15)),

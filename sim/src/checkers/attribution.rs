@@ -606,26 +606,29 @@ pub struct JavaTrace {
     pub origin_ms: i64,
 }
 
+/// The last of a job's re-sharding `steps` at or before `t` (virtual ms).
+fn last_step(steps: &[JavaSharding], t: u64) -> Option<JavaSharding> {
+    steps.iter().rev().copied().find(|s| match *s {
+        JavaSharding::Flagged(at) | JavaSharding::Sharded(at) => at <= t,
+    })
+}
+
 impl JavaTrace {
+    /// The virtual ms of `epoch` (epoch ms, true time), if it is not before the world began.
+    fn virtual_ms(&self, epoch: i64) -> Option<u64> {
+        u64::try_from(epoch.checked_sub(self.origin_ms)?).ok()
+    }
+
     /// Whether fire `fire` (epoch ms) of an item whose runs are `mine` was lost as J's re-shard
     /// at that fire loses it ([`Behaviour::MovedAtTheGate`]): a J's flag was up at the fire and
     /// a J's sharding consumed it after; the item's last run before the fire is S's, and the
     /// first run after it (of a later fire) is a J's, started after that sharding; no run of
     /// the item started between the fire and that one.
     fn moved_at_the_gate(&self, job: &str, fire: i64, mine: &[&RunRecord]) -> bool {
-        let Some(steps) = self.sharding.get(job) else {
+        let (Some(steps), Some(at)) = (self.sharding.get(job), self.virtual_ms(fire)) else {
             return false;
         };
-        let Some(at) = fire
-            .checked_sub(self.origin_ms)
-            .and_then(|t| u64::try_from(t).ok())
-        else {
-            return false;
-        };
-        let last = steps.iter().rev().find(|s| match **s {
-            JavaSharding::Flagged(t) | JavaSharding::Sharded(t) => t <= at,
-        });
-        if !matches!(last, Some(JavaSharding::Flagged(_))) {
+        if !matches!(last_step(steps, at), Some(JavaSharding::Flagged(_))) {
             return false;
         }
         let Some(consumed) = steps.iter().find_map(|s| match *s {
@@ -638,8 +641,7 @@ impl JavaTrace {
             .iter()
             .filter(|r| r.start <= at)
             .max_by_key(|r| r.start);
-        let after: Vec<&&RunRecord> = mine.iter().filter(|r| r.start > at).collect();
-        let cover = after.iter().min_by_key(|r| r.start);
+        let cover = mine.iter().filter(|r| r.start > at).min_by_key(|r| r.start);
         before.is_some_and(|r| !r.java)
             && cover.is_some_and(|r| r.java && r.fire > fire && r.start >= consumed)
     }
@@ -648,11 +650,8 @@ impl JavaTrace {
     /// sharding consumed it after the fire, to the end of the world.
     fn flag_stuck_across(&self, job: &str, fire: i64) -> Option<u64> {
         let steps = self.sharding.get(job)?;
-        let at = u64::try_from(fire.checked_sub(self.origin_ms)?).ok()?;
-        let last = steps.iter().rev().find(|s| match **s {
-            JavaSharding::Flagged(t) | JavaSharding::Sharded(t) => t <= at,
-        })?;
-        let JavaSharding::Flagged(since) = *last else {
+        let at = self.virtual_ms(fire)?;
+        let JavaSharding::Flagged(since) = last_step(steps, at)? else {
             return None;
         };
         let consumed = steps
@@ -677,23 +676,14 @@ impl JavaTrace {
         let Some(steps) = self.sharding.get(job) else {
             return false;
         };
-        let last_at = |t: u64| {
-            steps.iter().rev().find(|s| match **s {
-                JavaSharding::Flagged(at) | JavaSharding::Sharded(at) => at <= t,
-            })
-        };
         // The flag was absent when `first` started: the last step before is no flag set.
-        let before = last_at(first.start);
+        let before = last_step(steps, first.start);
         let on_time = first.kind == RunKind::Scheduled && first.wall_start >= first.fire;
         let held = first.kind == RunKind::Misfire
-            && first
-                .fire
-                .checked_sub(self.origin_ms)
-                .and_then(|t| u64::try_from(t).ok())
-                .is_some_and(|fire| {
-                    matches!(last_at(fire), Some(JavaSharding::Flagged(_)))
-                        && matches!(before, Some(JavaSharding::Sharded(t)) if *t >= fire)
-                });
+            && self.virtual_ms(first.fire).is_some_and(|fire| {
+                matches!(last_step(steps, fire), Some(JavaSharding::Flagged(_)))
+                    && matches!(before, Some(JavaSharding::Sharded(t)) if t >= fire)
+            });
         if !(on_time || held) || matches!(before, Some(JavaSharding::Flagged(_))) {
             return false;
         }
@@ -778,6 +768,14 @@ mod tests {
         }
     }
 
+    /// A trace of job `j`'s re-sharding steps, the world's origin at 0.
+    fn trace(steps: Vec<JavaSharding>) -> JavaTrace {
+        JavaTrace {
+            sharding: BTreeMap::from([("j".to_owned(), steps)]),
+            ..JavaTrace::default()
+        }
+    }
+
     fn about(checker: &'static str, subject: Subject) -> Violation {
         Violation {
             checker,
@@ -847,10 +845,9 @@ mod tests {
         let runs = [s.clone(), j.clone()];
         let by_item = runs_by_item(&runs);
         let once = about("once", Subject::runs(&s, &j));
-        let trace = |steps: Vec<JavaSharding>| JavaTrace {
-            sharding: BTreeMap::from([("j".to_owned(), steps)]),
+        let trace = |steps| JavaTrace {
             origin_ms: origin,
-            ..JavaTrace::default()
+            ..trace(steps)
         };
         #[rustfmt::skip]
         let cases = [
@@ -883,10 +880,6 @@ mod tests {
         let runs = [s.clone(), j.clone()];
         let by_item = runs_by_item(&runs);
         let once = about("once", Subject::runs(&s, &j));
-        let trace = |steps: Vec<JavaSharding>| JavaTrace {
-            sharding: BTreeMap::from([("j".to_owned(), steps)]),
-            ..JavaTrace::default()
-        };
         use JavaSharding::{Flagged, Sharded};
         #[rustfmt::skip]
         let cases = [
@@ -1058,36 +1051,24 @@ mod tests {
         let j_first = run(true, 1, fire, 9_000, Scheduled);
         let j_replay = run(true, 1, fire, 9_500, Misfire);
         let other_j_first = run(true, 2, fire, 9_000, Scheduled);
-        let trace = JavaTrace {
-            sharding: BTreeMap::from([("j".to_owned(), vec![Flagged(6_000), Sharded(8_000)])]),
-            ..JavaTrace::default()
-        };
+        let after = trace(vec![Flagged(6_000), Sharded(8_000)]);
         let v = about("once", Subject::runs(&s, &j_replay));
         let judged =
             |runs: &[RunRecord], t: &JavaTrace| judge(&v, &runs_by_item(runs), &none, None, t);
         let runs = [s.clone(), j_first.clone(), j_replay.clone()];
-        assert_eq!(judged(&runs, &trace), Some(Behaviour::MisfireReplay));
+        assert_eq!(judged(&runs, &after), Some(Behaviour::MisfireReplay));
         // Not when the J's first run is not ElasticJob's own (the flag came before S's start),
         assert_eq!(
-            judged(
-                &runs,
-                &JavaTrace {
-                    sharding: BTreeMap::from([(
-                        "j".to_owned(),
-                        vec![Flagged(4_000), Sharded(8_000)]
-                    )]),
-                    ..JavaTrace::default()
-                }
-            ),
+            judged(&runs, &trace(vec![Flagged(4_000), Sharded(8_000)])),
             None
         );
         // nor when another J ran it first: the replay is not of its own run,
         assert_eq!(
-            judged(&[s.clone(), other_j_first, j_replay.clone()], &trace),
+            judged(&[s.clone(), other_j_first, j_replay.clone()], &after),
             None
         );
         // nor with no J run of it before the replay.
-        assert_eq!(judged(&[s, j_replay], &trace), None);
+        assert_eq!(judged(&[s, j_replay], &after), None);
     }
 
     #[test]
@@ -1117,10 +1098,6 @@ mod tests {
         use JavaSharding::{Flagged, Sharded};
         use RunKind::Scheduled;
         let none = BTreeMap::new();
-        let trace = |steps: Vec<JavaSharding>| JavaTrace {
-            sharding: BTreeMap::from([("j".to_owned(), steps)]),
-            ..JavaTrace::default()
-        };
         let lost = about("lost", Subject::fire("j", 0, 2_000));
         let s_before = run(false, 0, 1_000, 1_000, Scheduled);
         let j_after = run(true, 1, 3_000, 3_000, Scheduled);
@@ -1158,10 +1135,6 @@ mod tests {
                     ..JavaPlan::default()
                 },
             )])
-        };
-        let trace = |steps: Vec<JavaSharding>| JavaTrace {
-            sharding: BTreeMap::from([("j".to_owned(), steps)]),
-            ..JavaTrace::default()
         };
         // S owned the item and ran the fire before the flag (1,500), then waited at the gate.
         let s_before = run(false, 0, 1_000, 1_000, Scheduled);
