@@ -266,12 +266,13 @@ pub struct OperatorShutdown {
     pub ended: Option<u64>,
 }
 
-/// One step of ElasticJob's re-sharding of a job ([`Cluster::java_sharding`]).
+/// One step of ElasticJob's re-sharding of a job ([`Cluster::java_sharding`], and the same
+/// steps of shardjob instances in [`Cluster::shardjob_sharding`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JavaSharding {
-    /// An ElasticJob instance created `leader/sharding/necessary` at this virtual ms.
+    /// An instance created `leader/sharding/necessary` at this virtual ms.
     Flagged(u64),
-    /// An ElasticJob leader's sharding transaction (the flag deleted) applied at this ms.
+    /// A leader's sharding transaction (the flag deleted) applied at this ms.
     Sharded(u64),
 }
 
@@ -306,6 +307,10 @@ pub struct Cluster {
     /// transaction deletes the flag), in virtual ms, in order (for the attribution of runs of
     /// one fire under two plans, [`crate::checkers::attribution`]).
     pub java_sharding: BTreeMap<String, Vec<JavaSharding>>,
+    /// The same steps of the shardjob instances (a shardjob leader of a job shared with
+    /// ElasticJob sets and consumes the flag as an ElasticJob leader does): with
+    /// [`Cluster::java_sharding`], the flag's whole history.
+    pub shardjob_sharding: BTreeMap<String, Vec<JavaSharding>>,
     /// The scheduled runs an ElasticJob instance started on an item whose `instance` node
     /// named another instance at that moment (J reads its items from its cache: 1.5 step 2 of
     /// `docs/migration-design.md`), by (job, item, J node, start ms).
@@ -317,6 +322,11 @@ pub struct Cluster {
     /// The failover runs an ElasticJob instance started for such an item, by (job, item, J
     /// node, start ms).
     pub java_live_failovers: BTreeSet<(String, u32, usize, u64)>,
+    /// When the registry committed each shardjob claim, by (job, item, fencing token): the
+    /// `running` marker's creation, which checks the item's state (the re-sharding flag
+    /// among it while the job is shared with ElasticJob) at that moment; its run starts a
+    /// reply later.
+    pub claim_commits: BTreeMap<(String, u32, u64), u64>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
     /// The largest clock skew any node has had, ms ([`Cluster::set_skew`],
@@ -452,9 +462,11 @@ impl Cluster {
             java_missed: BTreeMap::new(),
             java_failover: BTreeMap::new(),
             java_sharding: BTreeMap::new(),
+            shardjob_sharding: BTreeMap::new(),
             java_stale_starts: BTreeSet::new(),
             java_failover_of_live: BTreeSet::new(),
             java_live_failovers: BTreeSet::new(),
+            claim_commits: BTreeMap::new(),
             runs: Vec::new(),
             skew_seen: 0,
             starts: Vec::new(),
@@ -1367,8 +1379,50 @@ impl Cluster {
                         _ => None,
                     })
                     .collect();
+                // The `running` markers it creates: claims.
+                let claimed: Vec<(String, u32, NodePath)> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        TxnOp::Create { path, .. } => match JobNode::parse(path) {
+                            Some((job, JobNode::ItemState(item, ItemLeaf::Running))) => {
+                                Some((job.to_owned(), item, path.clone()))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
+                // Its writes of the re-sharding flag: a shardjob leader of a shared job sets
+                // and consumes it as an ElasticJob leader does.
+                let flag_steps: Vec<(String, JavaSharding)> = ops
+                    .iter()
+                    .filter_map(|op| match op {
+                        TxnOp::Create { path, .. } => match JobNode::parse(path) {
+                            Some((job, JobNode::ShardingNecessary)) => {
+                                Some((job.to_owned(), JavaSharding::Flagged(self.now)))
+                            }
+                            _ => None,
+                        },
+                        TxnOp::Delete { path, .. } => match JobNode::parse(path) {
+                            Some((job, JobNode::ShardingNecessary)) => {
+                                Some((job.to_owned(), JavaSharding::Sharded(self.now)))
+                            }
+                            _ => None,
+                        },
+                        _ => None,
+                    })
+                    .collect();
                 let result = self.store.transact(s, ops, now);
                 if result.is_ok() {
+                    for (job, step) in flag_steps {
+                        self.shardjob_sharding.entry(job).or_default().push(step);
+                    }
+                    for (job, item, path) in claimed {
+                        if let Some(m) = self.store.node(&path) {
+                            self.claim_commits
+                                .insert((job, item, m.stat.created.0), self.now);
+                        }
+                    }
                     for key in unflagged {
                         self.java_missed.remove(&key);
                     }

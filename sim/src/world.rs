@@ -565,6 +565,8 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
             sharding: std::mem::take(&mut c.java_sharding),
             stale_starts: std::mem::take(&mut c.java_stale_starts),
             live_failovers: std::mem::take(&mut c.java_live_failovers),
+            claims: std::mem::take(&mut c.claim_commits),
+            shardjob_sharding: std::mem::take(&mut c.shardjob_sharding),
             origin_ms: c.wall_origin.timestamp_millis(),
         },
     );

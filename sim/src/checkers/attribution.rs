@@ -463,8 +463,10 @@ pub fn judge(
                 "overlap" => Some(Behaviour::NoFencing),
                 "once" => {
                     // Every attempt of the fire up to the later one is J's: a J start after
-                    // an S run of the fire is not J's alone.
-                    let all_java = attempts().all(|r| r.java);
+                    // an S run of the fire is not J's alone. An S attempt that died (crashed,
+                    // cut short, its session gone before its end was committed) counts for
+                    // nothing: a J in its place dies the same, and its failover is J's.
+                    let all_java = attempts().all(|r| r.java || super::once::died(r));
                     all_java.then_some(match later.kind {
                         RunKind::Misfire => Behaviour::MisfireReplay,
                         RunKind::Failover => Behaviour::FailoverReplay,
@@ -602,6 +604,16 @@ pub struct JavaTrace {
     /// DELETED handled after the owner registered again under the same id), by (job, item,
     /// J node, start ms).
     pub live_failovers: std::collections::BTreeSet<(String, u32, usize, u64)>,
+    /// When the registry committed each S claim (virtual ms), by (job, item, fencing
+    /// token) ([`Cluster::claim_commits`]).
+    ///
+    /// [`Cluster::claim_commits`]: crate::cluster::Cluster::claim_commits
+    pub claims: BTreeMap<(String, u32, u64), u64>,
+    /// The same steps as [`JavaTrace::sharding`] taken by S leaders
+    /// ([`Cluster::shardjob_sharding`]).
+    ///
+    /// [`Cluster::shardjob_sharding`]: crate::cluster::Cluster::shardjob_sharding
+    pub shardjob_sharding: BTreeMap<String, Vec<JavaSharding>>,
     /// The world's wall-clock origin (epoch ms): virtual ms + this = true epoch ms.
     pub origin_ms: i64,
 }
@@ -614,6 +626,43 @@ fn last_step(steps: &[JavaSharding], t: u64) -> Option<JavaSharding> {
 }
 
 impl JavaTrace {
+    /// When S's run `run` last checked the registry's state before it started: its claim's
+    /// commit if the claim was made at the fire or after it (by the node's clock), as a J
+    /// reads the flag at its fire; its start otherwise (a claim made ahead checks nothing
+    /// at the fire), and where no commit is recorded (a run of a J, or of a test).
+    fn checked_at(&self, run: &RunRecord) -> u64 {
+        let fire = self.virtual_ms(run.fire - self.skew_of(run));
+        self.claims
+            .get(&(run.job.clone(), run.item, run.token))
+            .copied()
+            .filter(|at| !run.java && fire.is_some_and(|fire| *at >= fire))
+            .unwrap_or(run.start)
+    }
+
+    /// How far `run`'s node's clock was ahead of true time when it started, ms (its skew,
+    /// taken as constant over the run's life).
+    fn skew_of(&self, run: &RunRecord) -> i64 {
+        run.wall_start - self.origin_ms.saturating_add_unsigned(run.start)
+    }
+
+    /// The flag's whole history for `job`: the J steps and the S steps, in time order (J
+    /// first at the same ms).
+    fn flag_history(&self, job: &str) -> Vec<JavaSharding> {
+        let at = |s: &JavaSharding| match *s {
+            JavaSharding::Flagged(t) | JavaSharding::Sharded(t) => t,
+        };
+        let mut all: Vec<JavaSharding> = self
+            .sharding
+            .get(job)
+            .into_iter()
+            .chain(self.shardjob_sharding.get(job))
+            .flatten()
+            .copied()
+            .collect();
+        all.sort_by_key(at);
+        all
+    }
+
     /// The virtual ms of `epoch` (epoch ms, true time), if it is not before the world began.
     fn virtual_ms(&self, epoch: i64) -> Option<u64> {
         u64::try_from(epoch.checked_sub(self.origin_ms)?).ok()
@@ -668,29 +717,46 @@ impl JavaTrace {
     /// after that start, and a J's sharding consumed it before `later` started. Or `first`
     /// is the fire a J's flag held (up at the fire), run as a misfire under the plan of the J
     /// sharding that ended the hold, after the fire: what a J blocked at the fire does (the
-    /// held fire, `docs/migration-design.md` 3.6 rule (e)).
+    /// held fire, `docs/migration-design.md` 3.6 rule (e)). Or `first` is a misfire run of
+    /// the fire, started after it by its node's clock, claimed with the flag absent from the
+    /// fire (by that clock) to the claim: a J there would have read the flag absent at its
+    /// fire and run it (at once, or as its misfire replay after a run that overlapped the
+    /// fire, `misfireIfRunning`).
     fn old_owner_then_new_plan(&self, job: &str, first: &RunRecord, later: &RunRef) -> bool {
         if later.start <= first.start {
             return false;
         }
-        let Some(steps) = self.sharding.get(job) else {
-            return false;
-        };
-        // The flag was absent when `first` started: the last step before is no flag set.
-        let before = last_step(steps, first.start);
+        // The flag's true state matters here, whoever wrote it: S's claim checks it in the
+        // registry, and a J blocked at the fire waits for any leader's sharding.
+        let steps = &self.flag_history(job)[..];
+        // The flag was absent when `first`'s claim checked it (a J reads it at its fire, and
+        // S's claim checks it in the registry): the last step before is no flag set.
+        let checked = self.checked_at(first);
+        let before = last_step(steps, checked);
         let on_time = first.kind == RunKind::Scheduled && first.wall_start >= first.fire;
         let held = first.kind == RunKind::Misfire
             && self.virtual_ms(first.fire).is_some_and(|fire| {
                 matches!(last_step(steps, fire), Some(JavaSharding::Flagged(_)))
                     && matches!(before, Some(JavaSharding::Sharded(t)) if t >= fire)
             });
-        if !(on_time || held) || matches!(before, Some(JavaSharding::Flagged(_))) {
+        // From the fire as `first`'s node saw it come, by its own clock.
+        let absent_since_fire = self
+            .virtual_ms(first.fire - self.skew_of(first))
+            .is_some_and(|fire| {
+                !matches!(last_step(steps, fire), Some(JavaSharding::Flagged(_)))
+                    && !steps
+                        .iter()
+                        .any(|s| matches!(*s, JavaSharding::Flagged(t) if t > fire && t <= checked))
+            });
+        let caught_up =
+            first.kind == RunKind::Misfire && first.wall_start >= first.fire && absent_since_fire;
+        if !(on_time || held || caught_up) || matches!(before, Some(JavaSharding::Flagged(_))) {
             return false;
         }
         let mut flagged = false;
         for step in steps {
             match *step {
-                JavaSharding::Flagged(at) if at > first.start && at <= later.start => {
+                JavaSharding::Flagged(at) if at > checked && at <= later.start => {
                     flagged = true;
                 }
                 JavaSharding::Sharded(at) if flagged && at <= later.start => return true,
@@ -813,6 +879,16 @@ mod tests {
         let runs = [s.clone(), j1.clone(), j2.clone()];
         let v = about("once", Subject::runs(&j1, &j2));
         assert_eq!(judged(&v, &runs, &none), None);
+        // Unless that S run died (a J in its place dies the same, and what follows is J's).
+        let crashed = RunRecord {
+            crashed: true,
+            ..s.clone()
+        };
+        let v = about("once", Subject::runs(&j1, &j2));
+        assert_eq!(
+            judged(&v, &[crashed, j1.clone(), j2.clone()], &none),
+            Some(Behaviour::StartWithoutClaim)
+        );
         // S then J, J then S, S then S: never.
         for (a, b) in [(&s, &j1), (&j1, &s), (&s, &s)] {
             let v = about("once", Subject::runs(a, b));
@@ -853,12 +929,99 @@ mod tests {
         let cases = [
             ("held at the fire, run after the hold, flagged and sharded again", vec![Flagged(4_000), Sharded(6_000), Flagged(7_000), Sharded(8_000)], Some(Behaviour::RunsUnderNewPlan)),
             ("no flag at the fire", vec![Flagged(5_500), Sharded(6_000), Flagged(7_000), Sharded(8_000)], None),
-            ("the hold ended before the fire", vec![Flagged(4_000), Sharded(4_500), Flagged(7_000), Sharded(8_000)], None),
+            ("flag set between the fire and S's claim", vec![Flagged(5_200), Sharded(6_000), Flagged(7_000), Sharded(8_000)], None),
+            // No hold, but no flag from the fire to S's claim: a J owner would have read it
+            // absent and run the fire (caught up).
+            ("the hold ended before the fire", vec![Flagged(4_000), Sharded(4_500), Flagged(7_000), Sharded(8_000)], Some(Behaviour::RunsUnderNewPlan)),
+            ("the hold ended before the fire, no re-shard after S's run", vec![Flagged(4_000), Sharded(4_500)], None),
             ("no re-shard after S's run", vec![Flagged(4_000), Sharded(6_000)], None),
         ];
         for (what, steps, want) in cases {
             assert_eq!(
                 judge(&once, &by_item, &none, None, &trace(steps)),
+                want,
+                "{what}"
+            );
+        }
+    }
+
+    /// S's claim checks the flag when the registry commits it, a reply before its start: a
+    /// flag set between the two came after the check, as a flag set after a J read it at its
+    /// fire. A claim made ahead of the fire checks nothing at the fire: its start counts.
+    /// The steps of S leaders count as a J leader's.
+    #[test]
+    fn an_s_claim_checks_the_flag_when_it_commits_and_s_leaders_steps_count() {
+        use JavaSharding::{Flagged, Sharded};
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let origin = test_run(0).fire;
+        let fire = origin + 5_000;
+        let s = RunRecord {
+            wall_start: origin + 5_100,
+            ..run(false, 0, fire, 5_100, Scheduled)
+        };
+        let j = run(true, 1, fire, 9_000, Scheduled);
+        let runs = [s.clone(), j.clone()];
+        let by_item = runs_by_item(&runs);
+        let once = about("once", Subject::runs(&s, &j));
+        let steps = vec![Flagged(5_050), Sharded(8_000)];
+        let with = |claimed: Option<u64>, steps: Vec<JavaSharding>| JavaTrace {
+            origin_ms: origin,
+            claims: claimed
+                .map(|at| (("j".to_owned(), 0, s.token), at))
+                .into_iter()
+                .collect(),
+            ..trace(steps)
+        };
+        #[rustfmt::skip]
+        let cases = [
+            ("committed at the fire, flagged before the start", Some(5_020), Some(Behaviour::RunsUnderNewPlan)),
+            ("no commit recorded: the start counts", None, None),
+            ("claimed ahead of the fire: the start counts", Some(4_750), None),
+            ("committed after the flag", Some(5_060), None),
+        ];
+        for (what, claimed, want) in cases {
+            assert_eq!(
+                judge(&once, &by_item, &none, None, &with(claimed, steps.clone())),
+                want,
+                "{what}"
+            );
+        }
+        // The flag up since before the fire, consumed by an S leader before S's claim: the
+        // S step counts.
+        let consumed_by_s = JavaTrace {
+            shardjob_sharding: BTreeMap::from([("j".to_owned(), vec![Sharded(5_010)])]),
+            ..with(
+                Some(5_020),
+                vec![Flagged(4_000), Flagged(6_000), Sharded(8_000)],
+            )
+        };
+        assert_eq!(
+            judge(&once, &by_item, &none, None, &consumed_by_s),
+            Some(Behaviour::RunsUnderNewPlan)
+        );
+        let not_consumed = with(Some(5_020), vec![Flagged(4_000), Sharded(8_000)]);
+        assert_eq!(judge(&once, &by_item, &none, None, &not_consumed), None);
+        // A misfire of a node whose clock is a second ahead, started after the fire by that
+        // clock (true +4.6 s), with no flag from its fire (true +4 s) to its claim.
+        let ahead = RunRecord {
+            wall_start: origin + 5_600,
+            ..run(false, 0, fire, 4_600, Misfire)
+        };
+        let runs = [ahead.clone(), j.clone()];
+        let v = about("once", Subject::runs(&ahead, &j));
+        #[rustfmt::skip]
+        let cases = [
+            ("no flag from its fire on", vec![Flagged(4_800), Sharded(8_000)], Some(Behaviour::RunsUnderNewPlan)),
+            ("a flag set after its fire by its clock", vec![Flagged(4_200), Sharded(4_400), Flagged(4_800), Sharded(8_000)], None),
+        ];
+        for (what, steps, want) in cases {
+            let t = JavaTrace {
+                origin_ms: origin,
+                ..trace(steps)
+            };
+            assert_eq!(
+                judge(&v, &runs_by_item(&runs), &none, None, &t),
                 want,
                 "{what}"
             );
