@@ -311,8 +311,9 @@ pub struct Cluster {
     /// ElasticJob sets and consumes the flag as an ElasticJob leader does): with
     /// [`Cluster::java_sharding`], the flag's whole history.
     pub shardjob_sharding: BTreeMap<String, Vec<JavaSharding>>,
-    /// The scheduled runs an ElasticJob instance started on an item whose `instance` node
-    /// named another instance at that moment (J reads its items from its cache: 1.5 step 2 of
+    /// The runs an ElasticJob instance started from its items (scheduled, triggered, or its
+    /// misfire loop's: not failover runs) on an item whose `instance` node named another
+    /// instance at that moment (J reads its items from its cache: 1.5 step 2 of
     /// `docs/migration-design.md`), by (job, item, J node, start ms).
     pub java_stale_starts: BTreeSet<(String, u32, usize, u64)>,
     /// The items queued for failover whose owner was registered when an ElasticJob instance

@@ -400,7 +400,19 @@ pub fn judge(
                         .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
                         .filter(|r| r.start < later.start)
                         .all(|r| r.java);
-                return clock_ahead.then_some(Behaviour::ClockAhead);
+                if clock_ahead {
+                    return Some(Behaviour::ClockAhead);
+                }
+                // A J run whose session ended before S started the item: S took it over by
+                // right (a J's failover does the same), and the J ran on with no fencing.
+                let zombie = v.checker == "overlap"
+                    && earlier.java
+                    && runs_of(by_item, job, *item)
+                        .iter()
+                        .find(|r| r.java && r.node == earlier.node && r.start == earlier.start)
+                        .and_then(|r| r.session_end)
+                        .is_some_and(|end| end <= later.start);
+                return zombie.then_some(Behaviour::NoFencing);
             }
             let attempts = || {
                 runs_of(by_item, job, *item)
@@ -422,6 +434,17 @@ pub fn judge(
                     "once" if live_failover => return Some(Behaviour::FailoverReplay),
                     "overlap" if live_failover => return Some(Behaviour::NoFencing),
                     _ => {}
+                }
+                // or as a J that started a scheduled run from a cache behind the registry's
+                // plan, which gave the item to S: S, the owner, runs it by right, and the J
+                // beside it is J's stray start (an all-ElasticJob cluster overlaps the same
+                // way with the J owner's run),
+                let stray = later.kind != RunKind::Failover
+                    && java
+                        .stale_starts
+                        .contains(&(job.clone(), *item, later.node, later.start));
+                if v.checker == "overlap" && stray {
+                    return Some(Behaviour::StartWithoutClaim);
                 }
                 // or as a J's misfire loop replaying the fire it ran itself under a new plan
                 // just before (a J in S's place would have run it first as well: the J's
@@ -598,7 +621,8 @@ pub fn judge(
 pub struct JavaTrace {
     /// Each job's re-sharding steps, in order.
     pub sharding: BTreeMap<String, Vec<JavaSharding>>,
-    /// The J scheduled runs started against the plan, by (job, item, J node, start ms).
+    /// The J runs started from J's items against the plan (scheduled, triggered, misfire
+    /// replays), by (job, item, J node, start ms).
     pub stale_starts: std::collections::BTreeSet<(String, u32, usize, u64)>,
     /// The J failover runs of an item whose owner was registered when a J queued it (a
     /// DELETED handled after the owner registered again under the same id), by (job, item,
@@ -1093,6 +1117,48 @@ mod tests {
             judge(&once, &by_item, &none, None, &stray),
             Some(Behaviour::StartWithoutClaim)
         );
+        // The same stray J start beside S's run still going: J's overlap, of any run of
+        // J's own items (a trigger's, a misfire replay's), never of a failover run.
+        let v = about("overlap", Subject::runs(&s, &j));
+        assert_eq!(
+            judge(&v, &by_item, &none, None, &stray),
+            Some(Behaviour::StartWithoutClaim)
+        );
+        assert_eq!(
+            judge(&v, &by_item, &none, None, &JavaTrace::default()),
+            None
+        );
+        for (kind, want) in [
+            (RunKind::Trigger, Some(Behaviour::StartWithoutClaim)),
+            (Misfire, Some(Behaviour::StartWithoutClaim)),
+            (RunKind::Failover, None),
+        ] {
+            let other = run(true, 1, fire, 9_000, kind);
+            let runs = [s.clone(), other.clone()];
+            let v = about("overlap", Subject::runs(&s, &other));
+            assert_eq!(
+                judge(&v, &runs_by_item(&runs), &none, None, &stray),
+                want,
+                "{kind:?}"
+            );
+        }
+        // A J run whose session had ended when S started the item, overlapped by S: the J ran
+        // on with no fencing; not while its session lived.
+        let zombie = |session_end| RunRecord {
+            session_end,
+            ..run(true, 1, fire, 4_000, Scheduled)
+        };
+        for (session_end, want) in [
+            (Some(4_500), Some(Behaviour::NoFencing)),
+            (Some(5_500), None),
+            (None, None),
+        ] {
+            let j = zombie(session_end);
+            let runs = [j.clone(), s.clone()];
+            let v = about("overlap", Subject::runs(&j, &s));
+            let got = judge(&v, &runs_by_item(&runs), &none, None, &JavaTrace::default());
+            assert_eq!(got, want, "session ended at {session_end:?}");
+        }
         let j_first = run(true, 1, fire, 4_000, Scheduled);
         let runs = [j_first.clone(), s.clone()];
         let v = about("once", Subject::runs(&j_first, &s));

@@ -798,7 +798,7 @@ impl Cluster {
                     (RunKind::Misfire, fire)
                 }
             };
-            if matches!(why, RunWhy::Normal(Source::Cron(_))) {
+            if matches!(why, RunWhy::Normal(_) | RunWhy::Misfire(_)) {
                 let owner = self.read(&format!("/{job}/sharding/{item}/instance"));
                 if owner.is_some_and(|o| o.trim() != self.java[j].id.as_str()) {
                     self.java_stale_starts
