@@ -136,6 +136,11 @@ pub enum Plant {
     /// before it left runs again here when the item comes over (`docs/migration-design.md`
     /// 3.6).
     RerunJavaFires,
+    /// Attribute a run of ElasticJob seen on an item to a fire by this instance's clock when
+    /// the event arrived, not by the registry's stamp of the marker's write: with this clock
+    /// behind, a fire an ElasticJob instance ran at its time is taken for the one before, and
+    /// runs again here when the item comes over (`docs/migration-design.md` 3.6).
+    ObserveJavaByOwnClock,
     /// Create `running` markers bound to the session while the job is mixed and `failover` is
     /// on: they are gone with a killed instance's session before ElasticJob's failover looks
     /// for them, and the fire the instance was running is never run again
@@ -200,7 +205,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 53] = [
+    pub const ALL: [Plant; 54] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -240,6 +245,7 @@ impl Plant {
         Plant::ClaimAheadBesideJava,
         Plant::ClearMarkersOnStaleView,
         Plant::RerunJavaFires,
+        Plant::ObserveJavaByOwnClock,
         Plant::EphemeralMarkersBesideJava,
         Plant::FailoverBesideJava,
         Plant::KeepOwnMarkersLeft,
@@ -298,6 +304,7 @@ impl Plant {
             Plant::ClaimAheadBesideJava => "claim-ahead-beside-java",
             Plant::ClearMarkersOnStaleView => "clear-markers-on-stale-view",
             Plant::RerunJavaFires => "rerun-java-fires",
+            Plant::ObserveJavaByOwnClock => "observe-java-by-own-clock",
             Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
             Plant::FailoverBesideJava => "failover-beside-java",
             Plant::KeepOwnMarkersLeft => "keep-own-markers-left",

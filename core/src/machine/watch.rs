@@ -199,7 +199,16 @@ impl Machine {
         if let JobNode::ItemState(i, ItemLeaf::Running) = node {
             note_marker(&mut j.markers_seen, i, ev.stat.as_ref(), now.wall_ms());
             if ev.stat.is_some() && !planted!(self.opts, RerunJavaFires) {
-                note_java_run(&mut j.java_ran, j.cache.view(), i, &ev.data, now.wall_ms());
+                // When the J wrote its marker, by the registry's stamp where it keeps one
+                // (ZooKeeper's `mtime`): the J started the run at its fire by its own clock,
+                // which the registry's stands for better than this instance's, skewed or
+                // behind a slow watch.
+                let mut written = ev.stat.as_ref().and_then(|s| s.mtime_ms);
+                if planted!(self.opts, ObserveJavaByOwnClock) {
+                    written = None;
+                }
+                let at = written.unwrap_or_else(|| now.wall_ms());
+                note_java_run(&mut j.java_ran, j.cache.view(), i, &ev.data, at);
                 note_java_touch(
                     &mut j.java_touched,
                     j.cache.view(),
@@ -218,7 +227,8 @@ impl Machine {
     }
 }
 
-/// Notes a run of ElasticJob seen starting on item `i` at `now_wall` (epoch ms): a `running`
+/// Notes a run of ElasticJob seen starting on item `i` at `now_wall` (epoch ms: the registry's
+/// stamp of the marker's write where it keeps one, this instance's clock otherwise): a `running`
 /// marker created or written (`data`: its value) holding the id of an ElasticJob instance of
 /// `view` that owns the item: the item's fires up to then count as run (and the next one, if it
 /// is due within what a clock ahead explains: see `claim::fires::plan_item`). Not a failover's

@@ -403,6 +403,31 @@ pub fn judge(
                 if clock_ahead {
                     return Some(Behaviour::ClockAhead);
                 }
+                // A J ran the fire at its time with no flag up, then a flag held S at the
+                // fire by S's clock (behind the J's) and S ran it under the plan of the
+                // sharding that ended the hold: what a J on S's clock, blocked at its fire,
+                // does beside the old owner. No S run of the fire came before.
+                let record = |r: &RunRef| {
+                    runs_of(by_item, job, *item)
+                        .iter()
+                        .find(|x| x.java == r.java && x.node == r.node && x.start == r.start)
+                        .copied()
+                };
+                let held_behind = v.checker == "once"
+                    && earlier.java
+                    && earlier.kind == RunKind::Scheduled
+                    && matches!(later.kind, RunKind::Scheduled | RunKind::Misfire)
+                    && runs_of(by_item, job, *item)
+                        .iter()
+                        .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
+                        .filter(|r| r.start < later.start)
+                        .all(|r| r.java)
+                    && record(earlier)
+                        .zip(record(later))
+                        .is_some_and(|(j, s)| java.held_behind_old_owner(job, j, s));
+                if held_behind {
+                    return Some(Behaviour::RunsUnderNewPlan);
+                }
                 // A J run whose session ended before S started the item: S took it over by
                 // right (a J's failover does the same), and the J ran on with no fencing.
                 let zombie = v.checker == "overlap"
@@ -733,6 +758,27 @@ impl JavaTrace {
         (!consumed).then_some(since)
     }
 
+    /// Whether `s`, an S run of `j`'s fire after `j` (a J's scheduled run of it), ran as a J
+    /// blocked at its fire runs it under a new plan: `j` started with the flag absent; the
+    /// fire came by `s`'s node's clock after that start, with a flag up that was set after
+    /// it; a sharding consumed that flag before `s`'s claim checked the registry, which it
+    /// did with the flag absent.
+    fn held_behind_old_owner(&self, job: &str, j: &RunRecord, s: &RunRecord) -> bool {
+        let steps = &self.flag_history(job)[..];
+        let Some(fire) = self.virtual_ms(s.fire - self.skew_of(s)) else {
+            return false;
+        };
+        let checked = self.checked_at(s);
+        if fire <= j.start || matches!(last_step(steps, j.start), Some(JavaSharding::Flagged(_))) {
+            return false;
+        }
+        let Some(JavaSharding::Flagged(set)) = last_step(steps, fire) else {
+            return false;
+        };
+        set > j.start
+            && matches!(last_step(steps, checked), Some(JavaSharding::Sharded(t)) if t >= fire)
+    }
+
     /// Whether `first`, an S run of `later`'s fire, ran as a J owner under the plan of the
     /// fire would have, and `later` (a J's scheduled run of that fire) under a plan a J made
     /// after it: `first` is a scheduled run that started at its fire by its own clock (a J
@@ -1050,6 +1096,59 @@ mod tests {
                 "{what}"
             );
         }
+    }
+
+    /// J ran F at its time; S, its clock 800 ms behind, came to F (true +5.8 s) behind a flag
+    /// set after J's start, and ran F under the plan of the sharding that ended the hold: a J
+    /// on S's clock does the same.
+    #[test]
+    fn a_j_run_then_an_s_run_held_at_its_own_fire_behind_a_later_flag_is_elasticjobs() {
+        use JavaSharding::{Flagged, Sharded};
+        use RunKind::{Misfire, Scheduled};
+        let none = BTreeMap::new();
+        let origin = test_run(0).fire;
+        let fire = origin + 5_000;
+        let j = RunRecord {
+            wall_start: origin + 5_010,
+            ..run(true, 1, fire, 5_010, Scheduled)
+        };
+        let s_at = |kind| RunRecord {
+            wall_start: origin + 6_000 - 800,
+            ..run(false, 0, fire, 6_000, kind)
+        };
+        let trace = |steps| JavaTrace {
+            origin_ms: origin,
+            ..trace(steps)
+        };
+        #[rustfmt::skip]
+        let cases = [
+            ("flag after J's start, up at S's fire, consumed before S's claim", Scheduled, vec![Flagged(5_400), Sharded(5_950)], Some(Behaviour::RunsUnderNewPlan)),
+            ("the same, S's run a misfire", Misfire, vec![Flagged(5_400), Sharded(5_950)], Some(Behaviour::RunsUnderNewPlan)),
+            ("no flag at S's fire", Scheduled, vec![Flagged(5_400), Sharded(5_600)], None),
+            ("the flag up at J's start", Scheduled, vec![Flagged(4_000), Sharded(5_950)], None),
+            ("the flag never consumed", Scheduled, vec![Flagged(5_400)], None),
+            ("no flag at all", Scheduled, vec![], None),
+        ];
+        for (what, kind, steps, want) in cases {
+            let s = s_at(kind);
+            let runs = [j.clone(), s.clone()];
+            let v = about("once", Subject::runs(&j, &s));
+            assert_eq!(
+                judge(&v, &runs_by_item(&runs), &none, None, &trace(steps)),
+                want,
+                "{what}"
+            );
+        }
+        // An S run of F before: S's own duplicate.
+        let s = s_at(Scheduled);
+        let s_first = run(false, 2, fire, 5_020, Scheduled);
+        let runs = [j.clone(), s_first, s.clone()];
+        let v = about("once", Subject::runs(&j, &s));
+        let steps = vec![Flagged(5_400), Sharded(5_950)];
+        assert_eq!(
+            judge(&v, &runs_by_item(&runs), &none, None, &trace(steps)),
+            None
+        );
     }
 
     #[test]
