@@ -316,6 +316,11 @@ pub struct Cluster {
     /// instance at that moment (J reads its items from its cache: 1.5 step 2 of
     /// `docs/migration-design.md`), by (job, item, J node, start ms).
     pub java_stale_starts: BTreeSet<(String, u32, usize, u64)>,
+    /// The fires an ElasticJob instance flagged as missed on an item (its Quartz missed them
+    /// while its cache gave it the item) after a shardjob run of that fire had started there
+    /// and not died, by (job, item, fire): its misfire loop replays such a fire over the items
+    /// it has then, whoever owned them at the fire.
+    pub java_flagged_after_run: BTreeSet<(String, u32, i64)>,
     /// The items queued for failover whose owner was registered when an ElasticJob instance
     /// queued them (J handled the DELETED of an earlier registration under the same id: 1.7 of
     /// `docs/migration-design.md`), until a J's failover run takes them, by (job, item).
@@ -465,6 +470,7 @@ impl Cluster {
             java_sharding: BTreeMap::new(),
             shardjob_sharding: BTreeMap::new(),
             java_stale_starts: BTreeSet::new(),
+            java_flagged_after_run: BTreeSet::new(),
             java_failover_of_live: BTreeSet::new(),
             java_live_failovers: BTreeSet::new(),
             claim_commits: BTreeMap::new(),

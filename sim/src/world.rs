@@ -564,6 +564,7 @@ pub fn run(cfg: &WorldConfig) -> SeedReport {
         &checkers::attribution::JavaTrace {
             sharding: std::mem::take(&mut c.java_sharding),
             stale_starts: std::mem::take(&mut c.java_stale_starts),
+            flagged_after_run: std::mem::take(&mut c.java_flagged_after_run),
             live_failovers: std::mem::take(&mut c.java_live_failovers),
             claims: std::mem::take(&mut c.claim_commits),
             shardjob_sharding: std::mem::take(&mut c.shardjob_sharding),

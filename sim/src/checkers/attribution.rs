@@ -474,6 +474,17 @@ pub fn judge(
                 // or as a J's misfire loop replaying the fire it ran itself under a new plan
                 // just before (a J in S's place would have run it first as well: the J's
                 // first run is the duplicate ElasticJob alone has, and its replay follows),
+                // or as a J's misfire loop replaying a fire its Quartz flagged on an item after
+                // S had run it there (the J's cache gave it the item later: the loop replays
+                // the fire over the items it has then, as it does after a J owner's run),
+                if v.checker == "once"
+                    && later.kind == RunKind::Misfire
+                    && java
+                        .flagged_after_run
+                        .contains(&(job.clone(), *item, later.fire))
+                {
+                    return Some(Behaviour::MisfireReplay);
+                }
                 if v.checker == "once" && later.kind == RunKind::Misfire {
                     let replays_own = attempts()
                         .filter(|r| r.java && r.node == later.node && r.kind == RunKind::Scheduled)
@@ -649,6 +660,11 @@ pub struct JavaTrace {
     /// The J runs started from J's items against the plan (scheduled, triggered, misfire
     /// replays), by (job, item, J node, start ms).
     pub stale_starts: std::collections::BTreeSet<(String, u32, usize, u64)>,
+    /// The fires a J flagged as missed on an item after an S run of the fire had started
+    /// there, by (job, item, fire) ([`Cluster::java_flagged_after_run`]).
+    ///
+    /// [`Cluster::java_flagged_after_run`]: crate::cluster::Cluster::java_flagged_after_run
+    pub flagged_after_run: std::collections::BTreeSet<(String, u32, i64)>,
     /// The J failover runs of an item whose owner was registered when a J queued it (a
     /// DELETED handled after the owner registered again under the same id), by (job, item,
     /// J node, start ms).
@@ -1395,8 +1411,23 @@ mod tests {
             judged(&[s.clone(), other_j_first, j_replay.clone()], &after),
             None
         );
-        // nor with no J run of it before the replay.
-        assert_eq!(judged(&[s, j_replay], &after), None);
+        // nor with no J run of it before the replay,
+        assert_eq!(judged(&[s.clone(), j_replay.clone()], &after), None);
+        // unless the J flagged the fire on the item after S's run of it had started (its
+        // cache gave it the item later), whatever the flag's steps.
+        let flagged_late = JavaTrace {
+            flagged_after_run: [("j".to_owned(), 0, fire)].into(),
+            ..trace(vec![])
+        };
+        assert_eq!(
+            judged(&[s.clone(), j_replay.clone()], &flagged_late),
+            Some(Behaviour::MisfireReplay)
+        );
+        let other_fire = JavaTrace {
+            flagged_after_run: [("j".to_owned(), 0, fire + 1_000)].into(),
+            ..trace(vec![])
+        };
+        assert_eq!(judged(&[s, j_replay], &other_fire), None);
     }
 
     #[test]

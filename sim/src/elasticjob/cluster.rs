@@ -412,6 +412,19 @@ impl Cluster {
                 } => self.start_java_run(j, run, &job, &items, why, marked, &parameter),
                 Out::Missed { job, items, fire } => {
                     for item in items {
+                        // A flag for a fire an S run had started (and not died in) already:
+                        // the J's misfire loop replays it over the items it has now.
+                        let ran = self.runs.iter().any(|r| {
+                            !r.java
+                                && r.job == job
+                                && r.item == item
+                                && r.fire == fire
+                                && !crate::checkers::once::died(r)
+                        });
+                        if ran {
+                            self.java_flagged_after_run
+                                .insert((job.clone(), item, fire));
+                        }
                         let e = self.java_missed.entry((job.clone(), item)).or_insert(fire);
                         *e = (*e).max(fire);
                     }
