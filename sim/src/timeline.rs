@@ -256,6 +256,22 @@ pub fn event(e: &MachineEvent, origin_ms: i64) -> String {
             "{job}: ElasticJob leader {:?} has not re-sharded for {waited_ms} ms, runs held",
             leader.trim()
         ),
+        MachineEvent::GoneOwnersFlagged { job, items } => {
+            let items: Vec<String> = items
+                .iter()
+                .map(|(i, o)| {
+                    if o.is_empty() {
+                        format!("{i}")
+                    } else {
+                        format!("{i}→{o}")
+                    }
+                })
+                .collect();
+            format!(
+                "{job}: the ElasticJob leader's plan names owners gone ({}): sets the re-sharding flag",
+                items.join(" ")
+            )
+        }
         MachineEvent::UnboundInstance {
             job,
             path,

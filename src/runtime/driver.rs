@@ -1198,6 +1198,24 @@ impl Driver {
                 leader.trim(),
                 waited_ms / 1_000
             ),
+            MachineEvent::GoneOwnersFlagged { job, items } => {
+                let items: Vec<String> = items
+                    .iter()
+                    .map(|(i, owner)| {
+                        if owner.is_empty() {
+                            format!("{i} (no owner)")
+                        } else {
+                            format!("{i} ({owner})")
+                        }
+                    })
+                    .collect();
+                tracing::warn!(
+                    instance = %me, %job, items = %items.join(", "),
+                    "the ElasticJob leader's plan gives items to instances that are gone, with \
+                     no re-sharding flag: set the flag, so that it re-shards at its next fire \
+                     (ElasticJob re-shards only when an instance comes or goes)"
+                );
+            }
             MachineEvent::UnboundInstance {
                 job,
                 path,

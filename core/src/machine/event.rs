@@ -262,6 +262,18 @@ pub enum MachineEvent {
         /// The items, ascending.
         items: Vec<u32>,
     },
+    /// A job led by ElasticJob: its leader's plan has given items to instances that are gone
+    /// (or to none), with no re-sharding flag up, for a session timeout (its sharding read
+    /// the instances before it waited for running items, and the flag an instance's leave set
+    /// meanwhile went with it: ElasticJob re-shards only on a change and at a fire, so the
+    /// items would wait for the next change). This instance set the flag; the ElasticJob
+    /// leader re-shards at its next fire (`docs/migration-design.md` 3.7).
+    GoneOwnersFlagged {
+        /// The job.
+        job: String,
+        /// The items, ascending, with the owner the plan names (empty: none).
+        items: Vec<(u32, String)>,
+    },
     /// The leader found an `instances/` node that no session holds (a persistent node: written
     /// by hand or by a tool, never by a live instance): it is never given items. Reported once
     /// per leadership; `deleting` when it is plainly garbage (its id is not `{ip}@-@{pid}`, or

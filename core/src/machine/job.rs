@@ -56,6 +56,10 @@ pub(crate) struct Job {
     /// [`MachineOptions::max_txn_items`]).
     pub(crate) txn_items: Option<usize>,
     pub(crate) orphan_seen: BTreeMap<u32, Mono>,
+    /// Since when an ElasticJob leader's plan has named owners that are gone with no
+    /// re-sharding flag up, while this instance is the first shardjob candidate
+    /// (`mixed::gone_owners`).
+    pub(crate) gone_owners_since: Option<Mono>,
     /// When this instance first saw each item's `running` marker that no session holds (by
     /// the marker's creation revision, epoch ms), leader or not: a leader that takes over
     /// attributes such a marker's fire from the first sight, not from its own.

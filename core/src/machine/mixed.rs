@@ -219,6 +219,73 @@ pub(crate) fn shardjob_candidates(view: &JobView) -> Vec<InstanceId> {
     registry_order(candidates)
 }
 
+/// The items of a job an ElasticJob instance leads whose plan names an owner with no
+/// instance node (an instance that is gone), or none, while no re-sharding flag is up, with
+/// the owner each names (empty: none), ascending. Empty while shardjob leads (its leader
+/// re-shards by itself), while no one leads, while the flag is up (the leader re-shards at
+/// its fire), and while an instance node no session holds is there: ElasticJob takes a
+/// well-formed one for a live instance and gives it items again at every re-shard, and one
+/// it cannot read makes its every sharding throw (a flag set then would hold every fire of
+/// the job, shardjob's too, for as long as the node stays).
+pub(crate) fn gone_owners(view: &JobView) -> Vec<(u32, String)> {
+    let java_leads = view
+        .leader
+        .as_deref()
+        .and_then(|l| InstanceId::new(l.trim()).ok())
+        .is_some_and(|l| view.java.contains(&l));
+    if !java_leads || view.necessary.is_some() || !view.unbound.is_empty() {
+        return Vec::new();
+    }
+    view.items
+        .iter()
+        .filter(|(_, v)| v.exists)
+        .filter(|(_, v)| v.owner.as_ref().is_none_or(|o| !view.instances.contains(o)))
+        .map(|(i, v)| {
+            (
+                *i,
+                v.owner.as_ref().map_or_else(String::new, |o| o.to_string()),
+            )
+        })
+        .collect()
+}
+
+/// The flag for an ElasticJob leader whose plan has named owners that are gone for
+/// `grace_ms` (a session timeout) with no flag up ([`gone_owners`]): ElasticJob re-shards
+/// only when an instance comes or goes and at a leader's fire, and its sharding reads the
+/// instances before it waits for running items, so a plan it wrote from an instance list
+/// that changed meanwhile keeps items on a dead owner until the next change. Set by the
+/// first shardjob candidate only (one writer, no race of creates).
+fn nudge(
+    j: &mut Job,
+    view: &JobView,
+    cx: &Ctx<'_>,
+    grace_ms: u64,
+    wake: &mut Vec<Mono>,
+) -> Option<Action> {
+    let (me, now) = (cx.me, cx.now);
+    let mut gone = gone_owners(view);
+    if planted!(cx.opts, NoNudgeBesideJava) {
+        gone.clear();
+    }
+    let first = shardjob_candidates(view).first() == Some(me);
+    if gone.is_empty() || !first {
+        j.gone_owners_since = None;
+        return None;
+    }
+    let since = *j.gone_owners_since.get_or_insert(now.mono);
+    let due = since.after(grace_ms);
+    if now.mono < due {
+        wake.push(due);
+        return None;
+    }
+    j.gone_owners_since = None;
+    let ops = vec![
+        TxnOp::Check(Check::Session(cx.sid)),
+        TxnOp::create(j.paths.sharding_necessary(), Vec::<u8>::new()),
+    ];
+    Some(Action::Txn(Purpose::Nudge { items: gone }, ops))
+}
+
 /// What settling orphans asks of this instance now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct SettlePlan {
@@ -374,6 +441,11 @@ pub(crate) fn mixed_duties(
         }
     }
 
+    // An ElasticJob leader's plan that names owners gone: the flag, for its next fire.
+    if let Some(action) = nudge(j, view, cx, grace_ms, wake) {
+        return Some(action);
+    }
+
     // Orphans of a mixed job: ElasticJob's failover has them; their records are settled.
     let failover_on = config.failover && config.monitor_execution;
     if !(mixed && failover_on) || planted!(opts, FailoverBesideJava) {
@@ -442,6 +514,54 @@ mod tests {
             kind,
             instance: instance.clone(),
         })
+    }
+
+    /// The items an ElasticJob leader's plan leaves on owners gone: only while a J leads, no
+    /// flag is up and no instance node no session holds is there.
+    #[test]
+    fn the_items_an_elasticjob_leader_leaves_on_owners_gone() {
+        let (me, java, dead) = (id("10.0.0.1@-@1"), id("10.0.0.2@-@2"), id("10.0.0.3@-@3"));
+        let owned = |o: Option<&InstanceId>| ItemView {
+            exists: true,
+            owner: o.cloned(),
+            ..ItemView::default()
+        };
+        let mut view = JobView::default();
+        view.instances.insert(me.clone());
+        view.instances.insert(java.clone());
+        view.java.insert(java.clone());
+        view.leader = Some(java.to_string());
+        view.items.insert(0, Box::new(owned(Some(&me))));
+        view.items.insert(1, Box::new(owned(Some(&dead))));
+        view.items.insert(2, Box::new(owned(None)));
+        view.items.insert(3, Box::new(owned(Some(&java))));
+        let gone = vec![(1, dead.to_string()), (2, String::new())];
+        assert_eq!(gone_owners(&view), gone, "a J leads");
+        type Edit<'a> = &'a dyn Fn(&mut JobView);
+        let with = |f: Edit<'_>| {
+            let mut v = view.clone();
+            f(&mut v);
+            gone_owners(&v)
+        };
+        #[rustfmt::skip]
+        let cases: [(&str, Edit<'_>); 4] = [
+            ("shardjob leads", &|v| v.leader = Some(me.to_string())),
+            ("no one leads", &|v| v.leader = None),
+            ("the flag is up", &|v| v.necessary = Some(Version(0))),
+            ("an instance node no session holds", &|v| {
+                v.unbound.insert(id("10.9.9.9@-@9"), crate::machine::job_view::Unbound { version: Version(0), value: String::new() });
+            }),
+        ];
+        for (what, f) in cases {
+            assert_eq!(with(f), vec![], "{what}");
+        }
+        // The dead owner registered again: only the item with none is left.
+        assert_eq!(
+            with(&|v| {
+                v.instances.insert(dead.clone());
+            }),
+            vec![(2, String::new())]
+        );
     }
 
     /// Markers are persistent only while an ElasticJob instance is registered and failover

@@ -453,6 +453,7 @@ impl Machine {
             leader: None,
             txn_items: None,
             orphan_seen: BTreeMap::new(),
+            gone_owners_since: None,
             markers_seen: BTreeMap::new(),
             java_ran: BTreeMap::new(),
             java_touched: BTreeMap::new(),

@@ -141,6 +141,10 @@ pub enum Plant {
     /// behind, a fire an ElasticJob instance ran at its time is taken for the one before, and
     /// runs again here when the item comes over (`docs/migration-design.md` 3.6).
     ObserveJavaByOwnClock,
+    /// Leave an ElasticJob leader's plan that names owners gone with no flag up as it is:
+    /// ElasticJob re-shards only on a change and at a leader's fire, so the items wait, never
+    /// run, until the next change (`docs/migration-design.md` 3.7).
+    NoNudgeBesideJava,
     /// Create `running` markers bound to the session while the job is mixed and `failover` is
     /// on: they are gone with a killed instance's session before ElasticJob's failover looks
     /// for them, and the fire the instance was running is never run again
@@ -205,7 +209,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 54] = [
+    pub const ALL: [Plant; 55] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -246,6 +250,7 @@ impl Plant {
         Plant::ClearMarkersOnStaleView,
         Plant::RerunJavaFires,
         Plant::ObserveJavaByOwnClock,
+        Plant::NoNudgeBesideJava,
         Plant::EphemeralMarkersBesideJava,
         Plant::FailoverBesideJava,
         Plant::KeepOwnMarkersLeft,
@@ -305,6 +310,7 @@ impl Plant {
             Plant::ClearMarkersOnStaleView => "clear-markers-on-stale-view",
             Plant::RerunJavaFires => "rerun-java-fires",
             Plant::ObserveJavaByOwnClock => "observe-java-by-own-clock",
+            Plant::NoNudgeBesideJava => "no-nudge-beside-java",
             Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
             Plant::FailoverBesideJava => "failover-beside-java",
             Plant::KeepOwnMarkersLeft => "keep-own-markers-left",

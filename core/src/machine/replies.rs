@@ -22,6 +22,7 @@ impl Machine {
             Purpose::Settle { .. } => "settling orphaned runs",
             Purpose::LeftMarkers { .. } => "removing markers left behind",
             Purpose::Flag => "re-sharding flag",
+            Purpose::Nudge { .. } => "re-sharding flag for owners gone",
             Purpose::ConsumeTrigger { .. } => "trigger",
             Purpose::Leave => "leave",
             Purpose::Measure => "measuring the registry's clock",
@@ -135,6 +136,13 @@ impl Machine {
                                 }));
                         }
                     }
+                    Purpose::Nudge { items } => {
+                        self.out
+                            .push_back(Command::Event(MachineEvent::GoneOwnersFlagged {
+                                job: name.clone(),
+                                items,
+                            }));
+                    }
                     Purpose::ConsumeTrigger { parameter } => j.triggers.push_back(parameter),
                     Purpose::Leave => {
                         self.forget_job(job);
@@ -160,7 +168,10 @@ impl Machine {
                 let class = error.class();
                 // A conflict in an election or a trigger race is normal: someone else won.
                 let quiet = class == ErrorClass::Conflict
-                    && matches!(purpose, Purpose::Elect | Purpose::ConsumeTrigger { .. });
+                    && matches!(
+                        purpose,
+                        Purpose::Elect | Purpose::ConsumeTrigger { .. } | Purpose::Nudge { .. }
+                    );
                 if !quiet {
                     self.failed(Some(job), what, error.clone());
                 }

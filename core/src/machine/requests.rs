@@ -69,6 +69,13 @@ pub(crate) enum Purpose {
         /// Each marker's item and value, for the event.
         cleared: Vec<(u32, String)>,
     },
+    /// The re-sharding flag set for an ElasticJob leader whose plan names owners that are
+    /// gone (`mixed::gone_owners`).
+    Nudge {
+        /// The items the plan gives to no live instance, ascending, with the owner each names
+        /// (empty: none), for the event.
+        items: Vec<(u32, String)>,
+    },
     Claim(Vec<Claim>),
     /// Markers of this session found without an execution, confirmed by the transaction.
     Adopt(Vec<(RunKey, Vec<(ExecItem, Revision)>)>),
