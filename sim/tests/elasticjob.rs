@@ -1642,3 +1642,61 @@ fn a_plan_elasticjob_keeps_on_an_owner_gone_loses_its_item_s_fires_for_good() {
         "the planted bug is not caught: {after:#?}\n{log}"
     );
 }
+
+/// 3.7 of `docs/migration-design.md`: a garbage instance node (an id not `{ip}@-@{pid}`) in a
+/// job ElasticJob leads. ElasticJob reads every instance node as a `JobInstance`, so its
+/// leader's every sharding throws while the node is there, and it never deletes one. One
+/// ElasticJob instance (A, the leader) and two shardjob instances (B, C) share a job of three
+/// items every 5 s; at +12 s a foreign hand writes the node, at +13 s C crashes: its item is
+/// re-sharded only once the node is gone. With `planted`, the shardjob instances leave it.
+fn garbage_world(planted: bool) -> Cluster {
+    const C: &str = "10.0.0.3@-@3";
+    let plant = planted.then_some("keep-garbage-beside-java");
+    let mut c = cluster(300);
+    c.job_type = "SCRIPT".to_owned();
+    let pay = job("pay", 3);
+    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
+        .unwrap();
+    c.run_until(1_000);
+    c.options = Some(options(B, plant));
+    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.options = Some(options(C, plant));
+    let n = c.add_node(C, std::slice::from_ref(&pay.config)).unwrap();
+    c.run_until(12_000);
+    c.foreign_create("/pay/instances/10.9.9.9@-@junk", b"garbage")
+        .unwrap();
+    c.run_until(13_000);
+    c.crash(n);
+    c.run_until(60_000);
+    c
+}
+
+#[test]
+fn a_garbage_instance_node_beside_elasticjob_is_deleted_so_its_leader_shards_again() {
+    let c = garbage_world(false);
+    let log = timeline(&c);
+    assert!(!c.exists("/pay/instances/10.9.9.9@-@junk"), "{log}");
+    // Every item runs every fire from a session timeout and a fire after the crash on.
+    for item in 0..3 {
+        for s in (30..60).step_by(5) {
+            assert_eq!(
+                all_runs_of(&c, "pay", item, s).len(),
+                1,
+                "pay/{item} fire +{s}s\n{log}"
+            );
+        }
+    }
+}
+
+#[cfg(feature = "plant")]
+#[test]
+fn a_garbage_instance_node_kept_beside_elasticjob_stops_its_job_for_good() {
+    let c = garbage_world(true);
+    let log = timeline(&c);
+    let late: Vec<&RunRecord> = c.runs.iter().filter(|r| r.fire >= fire(30)).collect();
+    let items: std::collections::BTreeSet<u32> = late.iter().map(|r| r.item).collect();
+    assert!(
+        items.len() < 3,
+        "the planted bug is not caught: items {items:?} ran after +30 s\n{log}"
+    );
+}

@@ -277,7 +277,9 @@ pub enum MachineEvent {
     /// The leader found an `instances/` node that no session holds (a persistent node: written
     /// by hand or by a tool, never by a live instance): it is never given items. Reported once
     /// per leadership; `deleting` when it is plainly garbage (its id is not `{ip}@-@{pid}`, or
-    /// its value is not an instance's YAML) and the leader deletes it.
+    /// its value is not an instance's YAML) and the leader deletes it. While an ElasticJob
+    /// instance leads (which deletes none, and whose every sharding throws on such a node), the
+    /// first shardjob candidate deletes the garbage ones and reports each once deleted.
     UnboundInstance {
         /// The job.
         job: String,

@@ -219,6 +219,63 @@ pub(crate) fn shardjob_candidates(view: &JobView) -> Vec<InstanceId> {
     registry_order(candidates)
 }
 
+/// Whether an ElasticJob instance leads the job (its leader node names one of its live
+/// ElasticJob instances).
+fn java_leads(view: &JobView) -> bool {
+    view.leader
+        .as_deref()
+        .and_then(|l| InstanceId::new(l.trim()).ok())
+        .is_some_and(|l| view.java.contains(&l))
+}
+
+/// The instance nodes no session holds that are plainly garbage (an id not of the form
+/// `{ip}@-@{pid}`, or a value that is not the id's instance YAML), with their versions, while
+/// an ElasticJob instance leads: ElasticJob reads every instance node as a `JobInstance`, so
+/// every sharding and failover of its leader throws while one is there, and it never deletes
+/// one; a shardjob leader would (`leader::stale`). Empty while shardjob leads, or no one.
+pub(crate) fn garbage_beside_java(view: &JobView) -> Vec<(InstanceId, Version)> {
+    if !java_leads(view) {
+        return Vec::new();
+    }
+    view.unbound
+        .iter()
+        .filter(|(id, u)| {
+            !crate::machine::leader::stale::well_formed_id(id.as_str())
+                || !crate::machine::leader::stale::instance_yaml(id.as_str(), &u.value)
+        })
+        .map(|(id, u)| (id.clone(), u.version))
+        .collect()
+}
+
+/// The deletion of [`garbage_beside_java`], by the first shardjob candidate only (one
+/// writer), each node checked by its version, at most the transaction limit at once.
+fn java_garbage(j: &Job, view: &JobView, cx: &Ctx<'_>) -> Option<Action> {
+    let mut garbage = garbage_beside_java(view);
+    if planted!(cx.opts, KeepGarbageBesideJava) {
+        garbage.clear();
+    }
+    if garbage.is_empty() || shardjob_candidates(view).first() != Some(cx.me) {
+        return None;
+    }
+    let limit = j.txn_limit(cx.opts).unwrap_or(usize::MAX).max(1);
+    let mut ops = vec![TxnOp::Check(Check::Session(cx.sid))];
+    let mut nodes = Vec::new();
+    for (id, version) in garbage.into_iter().take(limit) {
+        let path = j.paths.instance(&id);
+        let value = view
+            .unbound
+            .get(&id)
+            .map(|u| u.value.clone())
+            .unwrap_or_default();
+        nodes.push((path.to_string(), value));
+        ops.push(TxnOp::Delete {
+            path,
+            expected: Some(version),
+        });
+    }
+    Some(Action::Txn(Purpose::Garbage { nodes }, ops))
+}
+
 /// The items of a job an ElasticJob instance leads whose plan names an owner with no
 /// instance node (an instance that is gone), or none, while no re-sharding flag is up, with
 /// the owner each names (empty: none), ascending. Empty while shardjob leads (its leader
@@ -228,12 +285,7 @@ pub(crate) fn shardjob_candidates(view: &JobView) -> Vec<InstanceId> {
 /// it cannot read makes its every sharding throw (a flag set then would hold every fire of
 /// the job, shardjob's too, for as long as the node stays).
 pub(crate) fn gone_owners(view: &JobView) -> Vec<(u32, String)> {
-    let java_leads = view
-        .leader
-        .as_deref()
-        .and_then(|l| InstanceId::new(l.trim()).ok())
-        .is_some_and(|l| view.java.contains(&l));
-    if !java_leads || view.necessary.is_some() || !view.unbound.is_empty() {
+    if !java_leads(view) || view.necessary.is_some() || !view.unbound.is_empty() {
         return Vec::new();
     }
     view.items
@@ -441,7 +493,11 @@ pub(crate) fn mixed_duties(
         }
     }
 
-    // An ElasticJob leader's plan that names owners gone: the flag, for its next fire.
+    // While ElasticJob leads: the garbage instance nodes that make its sharding throw, then
+    // a plan that names owners gone (the flag, for its next fire).
+    if let Some(action) = java_garbage(j, view, cx) {
+        return Some(action);
+    }
     if let Some(action) = nudge(j, view, cx, grace_ms, wake) {
         return Some(action);
     }
@@ -562,6 +618,46 @@ mod tests {
             }),
             vec![(2, String::new())]
         );
+    }
+
+    /// The garbage instance nodes deleted while ElasticJob leads: only the plainly garbage
+    /// (an id not `{ip}@-@{pid}`, or a value not the id's instance YAML), only while a J leads.
+    #[test]
+    fn garbage_instance_nodes_beside_an_elasticjob_leader() {
+        use crate::machine::job_view::Unbound;
+        let (me, java) = (id("10.0.0.1@-@1"), id("10.0.0.2@-@2"));
+        let mut view = JobView::default();
+        view.instances.insert(me.clone());
+        view.instances.insert(java.clone());
+        view.java.insert(java.clone());
+        view.leader = Some(java.to_string());
+        let unbound = |value: &str| Unbound {
+            version: Version(3),
+            value: value.to_owned(),
+        };
+        let junk_id = id("10.9.9.9@-@junk");
+        let junk_value = id("10.9.9.8@-@98");
+        let well_formed = id("10.9.9.7@-@97");
+        view.unbound.insert(junk_id.clone(), unbound("garbage"));
+        view.unbound
+            .insert(junk_value.clone(), unbound("not: yaml of it"));
+        view.unbound.insert(
+            well_formed.clone(),
+            unbound("jobInstanceId: 10.9.9.7@-@97\nserverIp: 10.9.9.7"),
+        );
+        assert_eq!(
+            garbage_beside_java(&view),
+            vec![(junk_value, Version(3)), (junk_id, Version(3))],
+            "the well-formed one stays (a warning only)"
+        );
+        view.leader = Some(me.to_string());
+        assert_eq!(
+            garbage_beside_java(&view),
+            vec![],
+            "shardjob leads: its leader's"
+        );
+        view.leader = None;
+        assert_eq!(garbage_beside_java(&view), vec![], "no one leads");
     }
 
     /// Markers are persistent only while an ElasticJob instance is registered and failover

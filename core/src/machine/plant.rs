@@ -145,6 +145,10 @@ pub enum Plant {
     /// ElasticJob re-shards only on a change and at a leader's fire, so the items wait, never
     /// run, until the next change (`docs/migration-design.md` 3.7).
     NoNudgeBesideJava,
+    /// Leave the garbage instance nodes of a job an ElasticJob instance leads: its every
+    /// sharding throws on one, so the job is never re-sharded while it stays, and a flag up
+    /// holds every fire, shardjob's too (`docs/migration-design.md` 3.7).
+    KeepGarbageBesideJava,
     /// Create `running` markers bound to the session while the job is mixed and `failover` is
     /// on: they are gone with a killed instance's session before ElasticJob's failover looks
     /// for them, and the fire the instance was running is never run again
@@ -209,7 +213,7 @@ pub enum Plant {
 
 impl Plant {
     /// Every planted bug.
-    pub const ALL: [Plant; 55] = [
+    pub const ALL: [Plant; 56] = [
         Plant::NoSelfFencing,
         Plant::LeaseBeyondTimeout,
         Plant::FailoverFinished,
@@ -251,6 +255,7 @@ impl Plant {
         Plant::RerunJavaFires,
         Plant::ObserveJavaByOwnClock,
         Plant::NoNudgeBesideJava,
+        Plant::KeepGarbageBesideJava,
         Plant::EphemeralMarkersBesideJava,
         Plant::FailoverBesideJava,
         Plant::KeepOwnMarkersLeft,
@@ -311,6 +316,7 @@ impl Plant {
             Plant::RerunJavaFires => "rerun-java-fires",
             Plant::ObserveJavaByOwnClock => "observe-java-by-own-clock",
             Plant::NoNudgeBesideJava => "no-nudge-beside-java",
+            Plant::KeepGarbageBesideJava => "keep-garbage-beside-java",
             Plant::EphemeralMarkersBesideJava => "ephemeral-markers-beside-java",
             Plant::FailoverBesideJava => "failover-beside-java",
             Plant::KeepOwnMarkersLeft => "keep-own-markers-left",

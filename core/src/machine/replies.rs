@@ -23,6 +23,7 @@ impl Machine {
             Purpose::LeftMarkers { .. } => "removing markers left behind",
             Purpose::Flag => "re-sharding flag",
             Purpose::Nudge { .. } => "re-sharding flag for owners gone",
+            Purpose::Garbage { .. } => "deleting garbage instance nodes",
             Purpose::ConsumeTrigger { .. } => "trigger",
             Purpose::Leave => "leave",
             Purpose::Measure => "measuring the registry's clock",
@@ -136,6 +137,17 @@ impl Machine {
                                 }));
                         }
                     }
+                    Purpose::Garbage { nodes } => {
+                        for (path, value) in nodes {
+                            self.out
+                                .push_back(Command::Event(MachineEvent::UnboundInstance {
+                                    job: name.clone(),
+                                    path,
+                                    value,
+                                    deleting: true,
+                                }));
+                        }
+                    }
                     Purpose::Nudge { items } => {
                         self.out
                             .push_back(Command::Event(MachineEvent::GoneOwnersFlagged {
@@ -170,7 +182,10 @@ impl Machine {
                 let quiet = class == ErrorClass::Conflict
                     && matches!(
                         purpose,
-                        Purpose::Elect | Purpose::ConsumeTrigger { .. } | Purpose::Nudge { .. }
+                        Purpose::Elect
+                            | Purpose::ConsumeTrigger { .. }
+                            | Purpose::Nudge { .. }
+                            | Purpose::Garbage { .. }
                     );
                 if !quiet {
                     self.failed(Some(job), what, error.clone());

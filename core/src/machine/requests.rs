@@ -69,6 +69,12 @@ pub(crate) enum Purpose {
         /// Each marker's item and value, for the event.
         cleared: Vec<(u32, String)>,
     },
+    /// Garbage instance nodes no session holds, deleted while an ElasticJob instance leads
+    /// (`mixed::java_garbage`).
+    Garbage {
+        /// Each node's path and value, for the event.
+        nodes: Vec<(String, String)>,
+    },
     /// The re-sharding flag set for an ElasticJob leader whose plan names owners that are
     /// gone (`mixed::gone_owners`).
     Nudge {
