@@ -309,7 +309,8 @@ pub struct Cluster {
     pub java_sharding: BTreeMap<String, Vec<JavaSharding>>,
     /// The same steps of the shardjob instances (a shardjob leader of a job shared with
     /// ElasticJob sets and consumes the flag as an ElasticJob leader does): with
-    /// [`Cluster::java_sharding`], the flag's whole history.
+    /// [`Cluster::java_sharding`], the flag's whole history. Kept while the world has
+    /// ElasticJob nodes only.
     pub shardjob_sharding: BTreeMap<String, Vec<JavaSharding>>,
     /// The runs an ElasticJob instance started from its items (scheduled, triggered, or its
     /// misfire loop's: not failover runs) on an item whose `instance` node named another
@@ -331,7 +332,7 @@ pub struct Cluster {
     /// When the registry committed each shardjob claim, by (job, item, fencing token): the
     /// `running` marker's creation, which checks the item's state (the re-sharding flag
     /// among it while the job is shared with ElasticJob) at that moment; its run starts a
-    /// reply later.
+    /// reply later. Kept while the world has ElasticJob nodes only.
     pub claim_commits: BTreeMap<(String, u32, u64), u64>,
     /// Every item run seen.
     pub runs: Vec<RunRecord>,
@@ -1386,9 +1387,14 @@ impl Cluster {
                         _ => None,
                     })
                     .collect();
-                // The `running` markers it creates: claims.
+                // For the attribution of a world with ElasticJob nodes only (it reads them
+                // nowhere else): the `running` markers it creates (claims), and its writes of
+                // the re-sharding flag (a shardjob leader of a shared job sets and consumes it
+                // as an ElasticJob leader does).
+                let beside_java = !self.java.is_empty();
                 let claimed: Vec<(String, u32, NodePath)> = ops
                     .iter()
+                    .filter(|_| beside_java)
                     .filter_map(|op| match op {
                         TxnOp::Create { path, .. } => match JobNode::parse(path) {
                             Some((job, JobNode::ItemState(item, ItemLeaf::Running))) => {
@@ -1399,10 +1405,9 @@ impl Cluster {
                         _ => None,
                     })
                     .collect();
-                // Its writes of the re-sharding flag: a shardjob leader of a shared job sets
-                // and consumes it as an ElasticJob leader does.
                 let flag_steps: Vec<(String, JavaSharding)> = ops
                     .iter()
+                    .filter(|_| beside_java)
                     .filter_map(|op| match op {
                         TxnOp::Create { path, .. } => match JobNode::parse(path) {
                             Some((job, JobNode::ShardingNecessary)) => {
