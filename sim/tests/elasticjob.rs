@@ -758,11 +758,17 @@ fn a_failover_queued_again_replays_the_fire_it_was_first_queued_for() {
 /// right after a run: shardjob takes its items back, with records of fires it ran before the
 /// ElasticJob instance took them. With `planted`, shardjob ignores the ElasticJob runs it saw.
 fn taken_back_world(planted: bool) -> Cluster {
+    take_back(job("pay", 4), 0, planted.then_some("rerun-java-fires"))
+}
+
+/// The take-back of [`taken_back_world`] for `pay`, the shardjob instance's clock `skew` ms
+/// off true time, `plant` switched on in it.
+fn take_back(pay: JavaJob, skew: i64, plant: Option<&str>) -> Cluster {
     let mut c = cluster(200);
     c.job_type = "SCRIPT".to_owned();
-    let pay = job("pay", 4);
-    c.options = Some(options(B, planted.then_some("rerun-java-fires")));
-    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.options = Some(options(B, plant));
+    let n = c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
+    c.set_skew(n, skew);
     c.run_until(11_000);
     c.add_elasticjob_node(A, std::slice::from_ref(&pay))
         .unwrap();
@@ -777,26 +783,8 @@ fn taken_back_world(planted: bool) -> Cluster {
 /// ElasticJob 3.0.4 by hand: a Java instance that leaves 1.5 s after its run).
 #[test]
 fn fires_elasticjob_ran_are_not_run_again_when_its_items_come_back() {
-    let c = taken_back_world(false);
-    let log = timeline(&c);
-    let java: Vec<&RunRecord> = c.runs.iter().filter(|r| r.java).collect();
-    assert!(
-        java.iter().any(|r| r.fire == fire(20)),
-        "the ElasticJob instance ran the fire of +20 s: {java:#?}\n{log}"
-    );
-    let once = checkers::once::check(&c.runs);
-    assert!(once.violations.is_empty(), "{:#?}\n{log}", once.violations);
     // Every item runs the fires after the leave.
-    for item in 0..4 {
-        for s in [25, 30, 35] {
-            let runs = c
-                .runs
-                .iter()
-                .filter(|r| r.item == item && r.fire == fire(s))
-                .count();
-            assert_eq!(runs, 1, "pay/{item} fire +{s}s\n{log}");
-        }
-    }
+    assert_taken_back_once(&taken_back_world(false), 20, [25, 30, 35].into_iter());
 }
 
 /// 3.6's observation by the registry's clock: the same take-back, every second, with the
@@ -805,34 +793,24 @@ fn fires_elasticjob_ran_are_not_run_again_when_its_items_come_back() {
 /// run at +20.4 s by its own clock, which no tolerance of an every-second job attributes to
 /// +21 s: only the registry's stamp of the marker's write does.
 fn behind_world(planted: bool) -> Cluster {
-    let mut c = cluster(200);
-    c.job_type = "SCRIPT".to_owned();
     let mut pay = job("pay", 4);
     pay.config.cron = CronExpr::parse("* * * * * ?").ok();
-    c.options = Some(options(B, planted.then_some("observe-java-by-own-clock")));
-    let n = c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
-    c.set_skew(n, -600);
-    c.run_until(11_000);
-    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
-        .unwrap();
-    c.run_until(21_500);
-    c.stop_java(0);
-    c.run_until(40_000);
-    c
+    take_back(pay, -600, planted.then_some("observe-java-by-own-clock"))
 }
 
-#[test]
-fn a_fire_elasticjob_ran_is_not_run_again_by_a_shardjob_instance_whose_clock_is_behind() {
-    let c = behind_world(false);
-    let log = timeline(&c);
+/// Asserts that the ElasticJob instance of a take-back ran the fire at `ran` seconds, that
+/// no fire ran twice, and that every item ran each fire of `after` once.
+fn assert_taken_back_once(c: &Cluster, ran: i64, after: impl Iterator<Item = i64> + Clone) {
+    let log = timeline(c);
+    let java: Vec<&RunRecord> = c.runs.iter().filter(|r| r.java).collect();
     assert!(
-        c.runs.iter().any(|r| r.java && r.fire == fire(21)),
-        "the ElasticJob instance ran the fire of +21 s\n{log}"
+        java.iter().any(|r| r.fire == fire(ran)),
+        "the ElasticJob instance ran the fire of +{ran} s: {java:#?}\n{log}"
     );
     let once = checkers::once::check(&c.runs);
     assert!(once.violations.is_empty(), "{:#?}\n{log}", once.violations);
     for item in 0..4 {
-        for s in 25..35 {
+        for s in after.clone() {
             let runs = c
                 .runs
                 .iter()
@@ -841,6 +819,11 @@ fn a_fire_elasticjob_ran_is_not_run_again_by_a_shardjob_instance_whose_clock_is_
             assert_eq!(runs, 1, "pay/{item} fire +{s}s\n{log}");
         }
     }
+}
+
+#[test]
+fn a_fire_elasticjob_ran_is_not_run_again_by_a_shardjob_instance_whose_clock_is_behind() {
+    assert_taken_back_once(&behind_world(false), 21, 25..35);
 }
 
 #[cfg(feature = "plant")]
@@ -1575,17 +1558,10 @@ fn a_claim_by_a_clock_off_the_registry_s_runs_fires_early_beside_elasticjob() {
     );
 }
 
-/// 3.7 of `docs/migration-design.md`: an ElasticJob leader's plan that names an owner with no
-/// instance node, and no re-sharding flag. ElasticJob re-shards only when an instance comes or
-/// goes and at a leader's fire while the flag is up, so such a plan stays (its sharding reads
-/// the instances before it waits for running items: one that leaves meanwhile keeps its
-/// items, seed 77 of the mixed world; here an operator's edit stands for it). One ElasticJob
-/// instance (A, the leader) and two shardjob instances (B, C) share a job of three items every
-/// 5 s; at +12 s item 1 is given to an instance that does not exist. With `planted`, the
-/// shardjob instances leave the plan as it is.
-fn gone_owner_world(planted: bool) -> Cluster {
+/// One ElasticJob instance (A, the leader) and two shardjob instances (B, C, `plant` switched
+/// on in both) sharing a job of three items every 5 s, runs of 300 ms, to +12 s; C's index.
+fn led_by_elasticjob(plant: Option<&str>) -> (Cluster, usize) {
     const C: &str = "10.0.0.3@-@3";
-    let plant = planted.then_some("no-nudge-beside-java");
     let mut c = cluster(300);
     c.job_type = "SCRIPT".to_owned();
     let pay = job("pay", 3);
@@ -1595,8 +1571,21 @@ fn gone_owner_world(planted: bool) -> Cluster {
     c.options = Some(options(B, plant));
     c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
     c.options = Some(options(C, plant));
-    c.add_node(C, std::slice::from_ref(&pay.config)).unwrap();
+    let n = c.add_node(C, std::slice::from_ref(&pay.config)).unwrap();
     c.run_until(12_000);
+    (c, n)
+}
+
+/// 3.7 of `docs/migration-design.md`: an ElasticJob leader's plan that names an owner with no
+/// instance node, and no re-sharding flag. ElasticJob re-shards only when an instance comes or
+/// goes and at a leader's fire while the flag is up, so such a plan stays (its sharding reads
+/// the instances before it waits for running items: one that leaves meanwhile keeps its
+/// items, seed 77 of the mixed world; here an operator's edit stands for it). One ElasticJob
+/// instance (A, the leader) and two shardjob instances (B, C) share a job of three items every
+/// 5 s; at +12 s item 1 is given to an instance that does not exist. With `planted`, the
+/// shardjob instances leave the plan as it is.
+fn gone_owner_world(planted: bool) -> Cluster {
+    let (mut c, _) = led_by_elasticjob(planted.then_some("no-nudge-beside-java"));
     c.operator_write("/pay/sharding/1/instance", b"10.0.0.9@-@9")
         .unwrap();
     c.run_until(60_000);
@@ -1650,19 +1639,7 @@ fn a_plan_elasticjob_keeps_on_an_owner_gone_loses_its_item_s_fires_for_good() {
 /// items every 5 s; at +12 s a foreign hand writes the node, at +13 s C crashes: its item is
 /// re-sharded only once the node is gone. With `planted`, the shardjob instances leave it.
 fn garbage_world(planted: bool) -> Cluster {
-    const C: &str = "10.0.0.3@-@3";
-    let plant = planted.then_some("keep-garbage-beside-java");
-    let mut c = cluster(300);
-    c.job_type = "SCRIPT".to_owned();
-    let pay = job("pay", 3);
-    c.add_elasticjob_node(A, std::slice::from_ref(&pay))
-        .unwrap();
-    c.run_until(1_000);
-    c.options = Some(options(B, plant));
-    c.add_node(B, std::slice::from_ref(&pay.config)).unwrap();
-    c.options = Some(options(C, plant));
-    let n = c.add_node(C, std::slice::from_ref(&pay.config)).unwrap();
-    c.run_until(12_000);
+    let (mut c, n) = led_by_elasticjob(planted.then_some("keep-garbage-beside-java"));
     c.foreign_create("/pay/instances/10.9.9.9@-@junk", b"garbage")
         .unwrap();
     c.run_until(13_000);

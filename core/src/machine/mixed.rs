@@ -219,22 +219,13 @@ pub(crate) fn shardjob_candidates(view: &JobView) -> Vec<InstanceId> {
     registry_order(candidates)
 }
 
-/// Whether an ElasticJob instance leads the job (its leader node names one of its live
-/// ElasticJob instances).
-fn java_leads(view: &JobView) -> bool {
-    view.leader
-        .as_deref()
-        .and_then(|l| InstanceId::new(l.trim()).ok())
-        .is_some_and(|l| view.java.contains(&l))
-}
-
 /// The instance nodes no session holds that are plainly garbage (an id not of the form
 /// `{ip}@-@{pid}`, or a value that is not the id's instance YAML), with their versions, while
 /// an ElasticJob instance leads: ElasticJob reads every instance node as a `JobInstance`, so
 /// every sharding and failover of its leader throws while one is there, and it never deletes
 /// one; a shardjob leader would (`leader::stale`). Empty while shardjob leads, or no one.
 pub(crate) fn garbage_beside_java(view: &JobView) -> Vec<(InstanceId, Version)> {
-    if !java_leads(view) {
+    if !view.led_by_java() {
         return Vec::new();
     }
     view.unbound
@@ -285,7 +276,7 @@ fn java_garbage(j: &Job, view: &JobView, cx: &Ctx<'_>) -> Option<Action> {
 /// it cannot read makes its every sharding throw (a flag set then would hold every fire of
 /// the job, shardjob's too, for as long as the node stays).
 pub(crate) fn gone_owners(view: &JobView) -> Vec<(u32, String)> {
-    if !java_leads(view) || view.necessary.is_some() || !view.unbound.is_empty() {
+    if !view.led_by_java() || view.necessary.is_some() || !view.unbound.is_empty() {
         return Vec::new();
     }
     view.items
@@ -319,8 +310,8 @@ fn nudge(
     if planted!(cx.opts, NoNudgeBesideJava) {
         gone.clear();
     }
-    let first = shardjob_candidates(view).first() == Some(me);
-    if gone.is_empty() || !first {
+    // The candidates only when there is something to do: this runs at every decision.
+    if gone.is_empty() || shardjob_candidates(view).first() != Some(me) {
         j.gone_owners_since = None;
         return None;
     }

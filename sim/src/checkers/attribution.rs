@@ -373,7 +373,22 @@ pub fn judge(
             earlier,
             later,
         } => {
+            // The attempts of the fire up to the later run, and a run named by its record.
+            let attempts = || {
+                runs_of(by_item, job, *item)
+                    .iter()
+                    .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
+                    .filter(|r| r.start <= later.start)
+            };
+            let record = |r: &RunRef| {
+                runs_of(by_item, job, *item)
+                    .iter()
+                    .find(|x| x.java == r.java && x.node == r.node && x.start == r.start)
+                    .copied()
+            };
             if !later.java {
+                // No S run of the fire came before the later one.
+                let none_of_s_before = attempts().filter(|r| r.start < later.start).all(|r| r.java);
                 // A J that started the fire from a cache behind the registry's plan, on an item
                 // the plan gave to S: S, its owner, ran it by right (as a J owner would).
                 let stray = v.checker == "once"
@@ -395,11 +410,7 @@ pub fn judge(
                     && earlier.java
                     && later.fire.saturating_sub(true_start(earlier.start)) > JAVA_EARLY_MS
                     && later.fire.saturating_sub(true_start(later.start)) <= JAVA_EARLY_MS
-                    && runs_of(by_item, job, *item)
-                        .iter()
-                        .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
-                        .filter(|r| r.start < later.start)
-                        .all(|r| r.java);
+                    && none_of_s_before;
                 if clock_ahead {
                     return Some(Behaviour::ClockAhead);
                 }
@@ -407,21 +418,11 @@ pub fn judge(
                 // fire by S's clock (behind the J's) and S ran it under the plan of the
                 // sharding that ended the hold: what a J on S's clock, blocked at its fire,
                 // does beside the old owner. No S run of the fire came before.
-                let record = |r: &RunRef| {
-                    runs_of(by_item, job, *item)
-                        .iter()
-                        .find(|x| x.java == r.java && x.node == r.node && x.start == r.start)
-                        .copied()
-                };
                 let held_behind = v.checker == "once"
                     && earlier.java
                     && earlier.kind == RunKind::Scheduled
                     && matches!(later.kind, RunKind::Scheduled | RunKind::Misfire)
-                    && runs_of(by_item, job, *item)
-                        .iter()
-                        .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
-                        .filter(|r| r.start < later.start)
-                        .all(|r| r.java)
+                    && none_of_s_before
                     && record(earlier)
                         .zip(record(later))
                         .is_some_and(|(j, s)| java.held_behind_old_owner(job, j, s));
@@ -432,19 +433,11 @@ pub fn judge(
                 // right (a J's failover does the same), and the J ran on with no fencing.
                 let zombie = v.checker == "overlap"
                     && earlier.java
-                    && runs_of(by_item, job, *item)
-                        .iter()
-                        .find(|r| r.java && r.node == earlier.node && r.start == earlier.start)
+                    && record(earlier)
                         .and_then(|r| r.session_end)
                         .is_some_and(|end| end <= later.start);
                 return zombie.then_some(Behaviour::NoFencing);
             }
-            let attempts = || {
-                runs_of(by_item, job, *item)
-                    .iter()
-                    .filter(|r| r.fire == later.fire && r.kind != RunKind::Trigger)
-                    .filter(|r| r.start <= later.start)
-            };
             if !earlier.java {
                 // An S run first: J's own as a J failover of a live owner's run (J failed
                 // over the items of a registration that had gone, by its id, after the owner
@@ -922,8 +915,14 @@ mod tests {
 
     /// A trace of job `j`'s re-sharding steps, the world's origin at 0.
     fn trace(steps: Vec<JavaSharding>) -> JavaTrace {
+        trace_at(0, steps)
+    }
+
+    /// A trace of job `j`'s re-sharding steps, the world's origin at `origin` (epoch ms).
+    fn trace_at(origin: i64, steps: Vec<JavaSharding>) -> JavaTrace {
         JavaTrace {
             sharding: BTreeMap::from([("j".to_owned(), steps)]),
+            origin_ms: origin,
             ..JavaTrace::default()
         }
     }
@@ -1007,10 +1006,7 @@ mod tests {
         let runs = [s.clone(), j.clone()];
         let by_item = runs_by_item(&runs);
         let once = about("once", Subject::runs(&s, &j));
-        let trace = |steps| JavaTrace {
-            origin_ms: origin,
-            ..trace(steps)
-        };
+        let trace = |steps| trace_at(origin, steps);
         #[rustfmt::skip]
         let cases = [
             ("held at the fire, run after the hold, flagged and sharded again", vec![Flagged(4_000), Sharded(6_000), Flagged(7_000), Sharded(8_000)], Some(Behaviour::RunsUnderNewPlan)),
@@ -1052,12 +1048,11 @@ mod tests {
         let once = about("once", Subject::runs(&s, &j));
         let steps = vec![Flagged(5_050), Sharded(8_000)];
         let with = |claimed: Option<u64>, steps: Vec<JavaSharding>| JavaTrace {
-            origin_ms: origin,
             claims: claimed
                 .map(|at| (("j".to_owned(), 0, s.token), at))
                 .into_iter()
                 .collect(),
-            ..trace(steps)
+            ..trace_at(origin, steps)
         };
         #[rustfmt::skip]
         let cases = [
@@ -1102,10 +1097,7 @@ mod tests {
             ("a flag set after its fire by its clock", vec![Flagged(4_200), Sharded(4_400), Flagged(4_800), Sharded(8_000)], None),
         ];
         for (what, steps, want) in cases {
-            let t = JavaTrace {
-                origin_ms: origin,
-                ..trace(steps)
-            };
+            let t = trace_at(origin, steps);
             assert_eq!(
                 judge(&v, &runs_by_item(&runs), &none, None, &t),
                 want,
@@ -1132,10 +1124,7 @@ mod tests {
             wall_start: origin + 6_000 - 800,
             ..run(false, 0, fire, 6_000, kind)
         };
-        let trace = |steps| JavaTrace {
-            origin_ms: origin,
-            ..trace(steps)
-        };
+        let trace = |steps| trace_at(origin, steps);
         #[rustfmt::skip]
         let cases = [
             ("flag after J's start, up at S's fire, consumed before S's claim", Scheduled, vec![Flagged(5_400), Sharded(5_950)], Some(Behaviour::RunsUnderNewPlan)),
